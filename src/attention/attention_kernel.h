@@ -1,0 +1,46 @@
+// The swappable inner part of attention: (q, k, v) -> output. The outer layer
+// (model/attention_layer.h) owns projections, norms and RoPE; a kernel owns the score function,
+// masking (causal, sliding window) and any parameters or random draws of its own.
+//
+// Shape legend: B batch, H query heads, L sequence length, D head dim, M random features.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <string>
+
+namespace darkformer {
+
+// What the layer tells the kernel about one call.
+struct AttentionCall {
+  bool causal = true;           // position i attends to j <= i only
+  int64_t sliding_window = 0;   // > 0: i attends to j with i - j < sliding_window (HF semantics)
+  double softcap = 0.0;         // > 0: logits -> softcap * tanh(logits / softcap) (Gemma 2)
+  double scale = 1.0;           // s: exact logits are s * q.k; feature kernels see x = sqrt(s) q, y = sqrt(s) k
+};
+
+// Facts a kernel needs at construction.
+struct KernelShape {
+  int64_t num_heads = 1;      // query heads (k, v arrive already repeated to this many heads)
+  int64_t head_dim = 1;
+  int64_t layer_index = 0;    // for per-layer seeds and messages
+};
+
+class AttentionKernelImpl : public torch::nn::Module {
+ public:
+  ~AttentionKernelImpl() override = default;
+  // q_BHLD, k_BHLD, v_BHLD -> out_BHLD in v's dtype. k and v have H heads (GQA already expanded).
+  virtual torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
+                                const torch::Tensor& v_BHLD, const AttentionCall& call) = 0;
+  virtual std::string kernel_name() const = 0;
+  // Whether the kernel honours AttentionCall::softcap / sliding_window (random-feature kernels
+  // cannot; the model warns at build, naming the layers).
+  virtual bool supports_softcap() const { return false; }
+  virtual bool supports_sliding_window() const { return false; }
+  // Called once per optimizer step by the trainer (redraw policies).
+  virtual void on_train_step(int64_t /*step*/) {}
+};
+
+TORCH_MODULE(AttentionKernel);
+
+}  // namespace darkformer

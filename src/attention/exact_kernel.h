@@ -1,0 +1,30 @@
+// Exact softmax attention: LibTorch's scaled_dot_product_attention where the layer allows it
+// (no soft-cap), otherwise an explicit masked softmax in fp32.
+#pragma once
+
+#include "attention/attention_kernel.h"
+#include "util/config_reader.h"
+
+namespace darkformer {
+
+// Boolean mask_LL (true = may attend) for causal and/or sliding-window attention.
+torch::Tensor MakeAllowedMask(int64_t length, bool causal, int64_t sliding_window, const torch::Device& device);
+
+class ExactKernelImpl : public AttentionKernelImpl {
+ public:
+  explicit ExactKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
+                        const torch::Tensor& v_BHLD, const AttentionCall& call) override;
+  std::string kernel_name() const override { return "exact"; }
+  bool supports_softcap() const override { return true; }
+  bool supports_sliding_window() const override { return true; }
+
+  // Largest |logit| of the last forward (for spike diagnostics); -1 when not tracked.
+  double last_max_logit = -1.0;
+
+ private:
+  bool force_explicit_ = false;  // options.explicit_softmax: always take the fp32 path
+};
+TORCH_MODULE(ExactKernel);
+
+}  // namespace darkformer

@@ -1,0 +1,47 @@
+// The table of attention kernels by name: one line per kernel.
+#include "attention/kernel_registry.h"
+
+#include <map>
+
+#include "attention/exact_kernel.h"
+
+namespace darkformer {
+
+namespace {
+
+template <typename KernelModule>
+KernelFactory Factory() {
+  return [](const KernelShape& shape, const ConfigReader& options) {
+    // Upcast first: ModuleHolder's forwarding constructor would otherwise try to build the base.
+    std::shared_ptr<AttentionKernelImpl> kernel = KernelModule(shape, options).ptr();
+    return AttentionKernel(kernel);
+  };
+}
+
+const std::map<std::string, KernelFactory>& Registry() {
+  static const std::map<std::string, KernelFactory> registry = {
+      {"exact", Factory<ExactKernel>()},
+  };
+  return registry;
+}
+
+}  // namespace
+
+AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& shape, const ConfigReader& options) {
+  const auto& registry = Registry();
+  const auto it = registry.find(name);
+  if (it == registry.end()) {
+    std::string valid;
+    for (const auto& [n, f] : registry) valid += (valid.empty() ? "" : ", ") + n;
+    Fail("unknown attention kernel '" + name + "'; valid kernels: " + valid);
+  }
+  return it->second(shape, options);
+}
+
+std::vector<std::string> KernelNames() {
+  std::vector<std::string> names;
+  for (const auto& [name, factory] : Registry()) names.push_back(name);
+  return names;
+}
+
+}  // namespace darkformer

@@ -1,0 +1,23 @@
+// Kernels are chosen by name from the config; adding one is its own files plus one line in
+// kernel_registry.cpp.
+#pragma once
+
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "attention/attention_kernel.h"
+#include "util/config_reader.h"
+
+namespace darkformer {
+
+// `options` is the kernel's own YAML section (e.g. attention.performer); the factory reads its
+// keys and calls options.RejectUnknown(), so a bad option names its key path.
+using KernelFactory = std::function<AttentionKernel(const KernelShape&, const ConfigReader& options)>;
+
+// Throws listing the valid names when `name` is unknown.
+AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& shape,
+                                    const ConfigReader& options);
+std::vector<std::string> KernelNames();
+
+}  // namespace darkformer

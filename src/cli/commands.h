@@ -1,0 +1,12 @@
+// One function per subcommand; each lives in its own <name>_command.cpp and registers its
+// options and callback on the application. main.cpp only dispatches.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace darkformer {
+
+void AddInspectCommand(CLI::App& app);
+void AddPrepareCommand(CLI::App& app);
+
+}  // namespace darkformer

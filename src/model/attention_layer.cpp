@@ -1,0 +1,70 @@
+// Gemma self-attention layer (see attention_layer.h).
+#include "model/attention_layer.h"
+
+namespace darkformer {
+
+AttentionLayerImpl::AttentionLayerImpl(const GemmaConfig& config, int64_t layer_index, AttentionKernel kernel)
+    : num_heads_(config.num_attention_heads),
+      num_kv_heads_(config.num_key_value_heads),
+      head_dim_(config.head_dim) {
+  auto linear = [](int64_t in, int64_t out) { return torch::nn::LinearOptions(in, out).bias(false); };
+  const int64_t e = config.hidden_size;
+  q_proj = register_module("q_proj", torch::nn::Linear(linear(e, num_heads_ * head_dim_)));
+  k_proj = register_module("k_proj", torch::nn::Linear(linear(e, num_kv_heads_ * head_dim_)));
+  v_proj = register_module("v_proj", torch::nn::Linear(linear(e, num_kv_heads_ * head_dim_)));
+  o_proj = register_module("o_proj", torch::nn::Linear(linear(num_heads_ * head_dim_, e)));
+  if (config.Family() == GemmaFamily::kGemma3) {
+    q_norm = register_module("q_norm", RmsNorm(head_dim_, config.rms_norm_eps));
+    k_norm = register_module("k_norm", RmsNorm(head_dim_, config.rms_norm_eps));
+  }
+  call_.causal = true;
+  call_.scale = config.QueryScale();
+  call_.softcap = config.attn_logit_softcapping;
+  call_.sliding_window = config.IsSliding(layer_index) ? config.sliding_window : 0;
+  SetKernel(std::move(kernel));
+}
+
+void AttentionLayerImpl::SetKernel(AttentionKernel kernel) {
+  kernel_ = kernel;
+  // replace_module keeps the parameter name "kernel.*" stable across swaps.
+  if (named_children().contains("kernel")) {
+    replace_module("kernel", kernel_);
+  } else {
+    register_module("kernel", kernel_);
+  }
+}
+
+AttentionLayerImpl::Projected AttentionLayerImpl::Project(const torch::Tensor& x_BLE, const RotaryTables& rope) {
+  const int64_t batch = x_BLE.size(0), length = x_BLE.size(1);
+  auto q_BHLD = q_proj(x_BLE).view({batch, length, num_heads_, head_dim_}).transpose(1, 2);
+  auto k_BKLD = k_proj(x_BLE).view({batch, length, num_kv_heads_, head_dim_}).transpose(1, 2);
+  auto v_BKLD = v_proj(x_BLE).view({batch, length, num_kv_heads_, head_dim_}).transpose(1, 2);
+  if (q_norm) {
+    q_BHLD = q_norm(q_BHLD);
+    k_BKLD = k_norm(k_BKLD);
+  }
+  q_BHLD = ApplyRotary(q_BHLD, rope);
+  k_BKLD = ApplyRotary(k_BKLD, rope);
+  // Grouped / multi-query attention: each query head gets the key/value head of its group.
+  const int64_t group = num_heads_ / num_kv_heads_;
+  if (group > 1) {
+    k_BKLD = k_BKLD.repeat_interleave(group, /*dim=*/1);
+    v_BKLD = v_BKLD.repeat_interleave(group, /*dim=*/1);
+  }
+  return {q_BHLD, k_BKLD, v_BKLD};
+}
+
+torch::Tensor AttentionLayerImpl::forward(const torch::Tensor& x_BLE, const RotaryTables& rope) {
+  const auto p = Project(x_BLE, rope);
+  const auto out_BHLD = kernel_->forward(p.q_BHLD, p.k_BHLD, p.v_BHLD, call_);
+  const int64_t batch = x_BLE.size(0), length = x_BLE.size(1);
+  return o_proj(out_BHLD.to(x_BLE.scalar_type()).transpose(1, 2).reshape({batch, length, num_heads_ * head_dim_}));
+}
+
+std::pair<torch::Tensor, torch::Tensor> AttentionLayerImpl::QueriesKeys(const torch::Tensor& x_BLE,
+                                                                        const RotaryTables& rope) {
+  const auto p = Project(x_BLE, rope);
+  return {p.q_BHLD, p.k_BHLD};
+}
+
+}  // namespace darkformer

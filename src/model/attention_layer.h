@@ -1,0 +1,43 @@
+// Gemma self-attention: owns q/k/v/o projections, Gemma 3's per-head q/k norms and RoPE; the
+// step from (q, k, v) to the output is the swappable AttentionKernel picked by name.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "attention/attention_kernel.h"
+#include "model/gemma_config.h"
+#include "model/rms_norm.h"
+#include "model/rotary_embedding.h"
+
+namespace darkformer {
+
+class AttentionLayerImpl : public torch::nn::Module {
+ public:
+  AttentionLayerImpl(const GemmaConfig& config, int64_t layer_index, AttentionKernel kernel);
+  // x_BLE -> out_BLE. `rope` holds this layer's tables for the sequence length.
+  torch::Tensor forward(const torch::Tensor& x_BLE, const RotaryTables& rope);
+  // Queries and keys as the kernel sees them (after norms and RoPE, before the scale), for
+  // diagnostics and calibration: {q_BHLD, k_BHLD} with k repeated to H heads.
+  std::pair<torch::Tensor, torch::Tensor> QueriesKeys(const torch::Tensor& x_BLE, const RotaryTables& rope);
+
+  // Replaces the kernel (the paper's finetuning swap); projections are untouched.
+  void SetKernel(AttentionKernel kernel);
+  AttentionKernel kernel() const { return kernel_; }
+  const AttentionCall& call() const { return call_; }
+
+  torch::nn::Linear q_proj{nullptr}, k_proj{nullptr}, v_proj{nullptr}, o_proj{nullptr};
+  RmsNorm q_norm{nullptr}, k_norm{nullptr};  // Gemma 3 only
+
+ private:
+  struct Projected {
+    torch::Tensor q_BHLD, k_BHLD, v_BHLD;
+  };
+  Projected Project(const torch::Tensor& x_BLE, const RotaryTables& rope);
+
+  int64_t num_heads_, num_kv_heads_, head_dim_;
+  AttentionCall call_;
+  AttentionKernel kernel_{nullptr};
+};
+TORCH_MODULE(AttentionLayer);
+
+}  // namespace darkformer

@@ -1,0 +1,27 @@
+// One Gemma decoder block. Gemma 1: pre-norm attention and MLP. Gemma 2/3 add a norm on each
+// branch's output (post_attention_layernorm, post_feedforward_layernorm). Names follow HF.
+#pragma once
+
+#include <torch/torch.h>
+
+#include "model/attention_layer.h"
+#include "model/gated_mlp.h"
+
+namespace darkformer {
+
+class DecoderLayerImpl : public torch::nn::Module {
+ public:
+  DecoderLayerImpl(const GemmaConfig& config, int64_t layer_index, AttentionKernel kernel);
+  torch::Tensor forward(const torch::Tensor& x_BLE, const RotaryTables& rope);
+
+  RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
+  RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // Gemma 2/3
+  AttentionLayer self_attn{nullptr};
+  GatedMlp mlp{nullptr};
+
+ private:
+  bool sandwich_norms_;
+};
+TORCH_MODULE(DecoderLayer);
+
+}  // namespace darkformer

@@ -1,0 +1,58 @@
+// The decoder-only Gemma language model: scaled token embedding, decoder blocks, final RMSNorm
+// and an LM head tied to the embedding (with Gemma 2's final-logit soft-cap).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <vector>
+
+#include "attention/attention_config.h"
+#include "model/decoder_layer.h"
+#include "model/gemma_config.h"
+
+namespace darkformer {
+
+class GemmaModelImpl : public torch::nn::Module {
+ public:
+  explicit GemmaModelImpl(GemmaConfig config, AttentionConfig attention = {});
+
+  // input_ids_BL (int64) -> logits_BLV in the parameters' dtype.
+  torch::Tensor forward(const torch::Tensor& input_ids_BL);
+  // Final hidden states before the LM head.
+  torch::Tensor Hidden(const torch::Tensor& input_ids_BL);
+  // Inputs of layer `layer` (the residual stream entering it), for diagnostics.
+  torch::Tensor LayerInput(const torch::Tensor& input_ids_BL, int64_t layer);
+  RotaryTables RopeFor(int64_t layer, int64_t length, const torch::Device& device) const;
+
+  // Swaps every layer's attention kernel for those the config names; other parameters untouched.
+  void SetAttention(const AttentionConfig& attention);
+  // HF-style init for training from scratch: normal(0, std) for linear and embedding weights,
+  // zeros for norms (so (1 + w) = 1). Kernel parameters keep their own initialisation.
+  void InitializeWeights(double std, uint64_t seed);
+
+  const GemmaConfig& config() const { return config_; }
+  const AttentionConfig& attention_config() const { return attention_; }
+  AttentionLayer attention_layer(int64_t layer) { return layers_[layer]->self_attn; }
+
+  torch::nn::Embedding embed_tokens{nullptr};
+  torch::nn::ModuleList layers{nullptr};
+  RmsNorm norm{nullptr};
+
+ private:
+  torch::Tensor Embed(const torch::Tensor& input_ids_BL);
+  AttentionKernel BuildKernel(int64_t layer) const;
+  void WarnUnsupportedFeatures() const;
+
+  GemmaConfig config_;
+  AttentionConfig attention_;
+  std::vector<DecoderLayer> layers_;
+};
+TORCH_MODULE(GemmaModel);
+
+// Mean next-token cross-entropy in fp32; labels_BL are already aligned with positions
+// (labels[t] is the target for position t), -100 is ignored.
+torch::Tensor CausalLmLoss(const torch::Tensor& logits_BLV, const torch::Tensor& labels_BL);
+// labels for plain next-token prediction on input_ids: shift left by one, -100 at the end.
+torch::Tensor ShiftedLabels(const torch::Tensor& input_ids_BL);
+
+}  // namespace darkformer

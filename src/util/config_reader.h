@@ -1,0 +1,84 @@
+// Typed, path-aware reading of a YAML section: wrong types and unknown keys are errors that
+// name the full key path (e.g. "attention.performer.num_features").
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "util/error.h"
+
+namespace darkformer {
+
+class ConfigReader {
+ public:
+  // `path` is the dotted key path of `node` from the document root ("" for the root).
+  explicit ConfigReader(YAML::Node node, std::string path = "");
+
+  bool Has(const std::string& key) const;
+  // Value of `key`, or `fallback` when absent. A present value of the wrong type is an error.
+  template <typename T>
+  T Get(const std::string& key, const T& fallback) const;
+  // Value of `key`; absent is an error naming the key path.
+  template <typename T>
+  T Require(const std::string& key) const;
+  // The child section `key` (an empty map node when absent). Marks `key` as known.
+  ConfigReader Child(const std::string& key) const;
+  // Marks `key` as known without reading it (for sections read elsewhere).
+  void Allow(const std::string& key) const;
+  // Throws naming the first key of this section that no Get/Require/Child/Allow asked for.
+  void RejectUnknown() const;
+
+  std::string KeyPath(const std::string& key) const;
+  const std::string& path() const { return path_; }
+  const YAML::Node& node() const { return node_; }
+  std::vector<std::string> Keys() const;
+
+ private:
+  template <typename T>
+  T Convert(const YAML::Node& value, const std::string& key) const;
+
+  YAML::Node node_;
+  std::string path_;
+  std::shared_ptr<std::set<std::string>> seen_;
+};
+
+std::string YamlTypeName(const YAML::Node& node);
+
+template <typename T>
+T ConfigReader::Convert(const YAML::Node& value, const std::string& key) const {
+  try {
+    return value.as<T>();
+  } catch (const YAML::Exception&) {
+    std::string type_name;
+    if constexpr (std::is_same_v<T, bool>) type_name = "a boolean";
+    else if constexpr (std::is_integral_v<T>) type_name = "an integer";
+    else if constexpr (std::is_floating_point_v<T>) type_name = "a number";
+    else if constexpr (std::is_same_v<T, std::string>) type_name = "a string";
+    else type_name = "a list of values";
+    Fail("config key '" + KeyPath(key) + "' must be " + type_name + ", got " + YamlTypeName(value) +
+         (value.IsScalar() ? " '" + value.Scalar() + "'" : std::string()) + " (line " +
+         std::to_string(value.Mark().line + 1) + ")");
+  }
+}
+
+template <typename T>
+T ConfigReader::Get(const std::string& key, const T& fallback) const {
+  seen_->insert(key);
+  if (!node_.IsMap() || !node_[key] || node_[key].IsNull()) return fallback;
+  return Convert<T>(node_[key], key);
+}
+
+template <typename T>
+T ConfigReader::Require(const std::string& key) const {
+  seen_->insert(key);
+  DF_CHECK(node_.IsMap() && node_[key] && !node_[key].IsNull(),
+           "config key '" << KeyPath(key) << "' is required");
+  return Convert<T>(node_[key], key);
+}
+
+}  // namespace darkformer

@@ -1,0 +1,232 @@
+"""Round-trip test of tools/convert_hf_gemma.py (HF -> darkformer HDF5 -> HF) on the committed fixtures."""
+
+import contextlib
+import io
+import json
+import os
+import shutil
+import sys
+import tempfile
+
+import h5py
+import numpy as np
+import torch
+import yaml
+from safetensors import safe_open
+from safetensors.torch import load_file, save_file
+
+SOURCE_DIR = os.environ.get("DARKFORMER_SOURCE_DIR") or os.path.normpath(
+    os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
+sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
+import convert_hf_gemma as conv  # noqa: E402
+import transformers  # noqa: E402
+
+FIXTURES = os.path.join(SOURCE_DIR, "tests", "fixtures")
+# Expected config values beyond the plain sizes, as make_reference.py builds the fixtures.
+EXPECTED = {
+    "gemma": dict(family="gemma", num_hidden_layers=2, num_key_value_heads=1,
+                  query_pre_attn_scalar=16.0, attn_logit_softcapping=0.0,
+                  final_logit_softcapping=0.0, sliding_window=0, rope_theta=10000.0,
+                  rope_local_theta=10000.0, rope_scaling_factor=1.0,
+                  layer_types=["full_attention"] * 2),
+    "gemma2": dict(family="gemma2", num_hidden_layers=4, num_key_value_heads=2,
+                   query_pre_attn_scalar=24.0, attn_logit_softcapping=5.0,
+                   final_logit_softcapping=3.0, sliding_window=8, rope_theta=10000.0,
+                   rope_local_theta=10000.0, rope_scaling_factor=1.0,
+                   layer_types=["sliding_attention", "full_attention"] * 2),
+    "gemma3": dict(family="gemma3", num_hidden_layers=6, num_key_value_heads=2,
+                   query_pre_attn_scalar=16.0, attn_logit_softcapping=0.0,
+                   final_logit_softcapping=0.0, sliding_window=8, rope_theta=1000000.0,
+                   rope_local_theta=10000.0, rope_scaling_factor=8.0,
+                   layer_types=["sliding_attention"] * 5 + ["full_attention"]),
+}
+SIZES = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attention_heads=4,
+             head_dim=16, rms_norm_eps=1e-6, max_position_embeddings=256, pad_token_id=0,
+             bos_token_id=2, eos_token_id=1)
+
+failures = []
+
+
+def check(ok, what):
+    print(("ok   " if ok else "FAIL ") + what)
+    if not ok:
+        failures.append(what)
+
+
+def quiet(fn, *args):
+    """Runs fn with its stdout/stderr captured; returns (result, captured text)."""
+    buf = io.StringIO()
+    with contextlib.redirect_stdout(buf), contextlib.redirect_stderr(buf):
+        result = fn(*args)
+    return result, buf.getvalue()
+
+
+def bits(t):
+    # Bit patterns, so that -0.0 vs 0.0 and NaN payloads count as differences.
+    return t.contiguous().view({4: torch.int32, 2: torch.int16}[t.element_size()])
+
+
+def same_tensors(a, b):
+    return a.keys() == b.keys() and all(
+        a[k].dtype == b[k].dtype and a[k].shape == b[k].shape and torch.equal(bits(a[k]), bits(b[k]))
+        for k in a)
+
+
+def model_tensors(model):
+    # state_dict lists the tied head too; the checkpoint only has the embedding.
+    return {k: v for k, v in model.state_dict().items() if not k.startswith("lm_head.")}
+
+
+def check_h5(name, h5_path, src):
+    with h5py.File(h5_path, "r") as h5:
+        check(h5.attrs["format"] == "darkformer-weights" and int(h5.attrs["format_version"]) == 1,
+              f"{name}: format attributes")
+        check(h5.attrs["source"] == os.path.abspath(os.path.join(FIXTURES, name)), f"{name}: source")
+        cfg_text = h5.attrs["config_yaml"]
+        cfg = yaml.safe_load(cfg_text)
+        check(list(cfg) == conv.CONFIG_KEYS, f"{name}: config_yaml keys in order")
+        want = dict(SIZES, **EXPECTED[name])
+        bad = {k: (cfg.get(k), v) for k, v in want.items() if cfg.get(k) != v}
+        check(not bad, f"{name}: config_yaml values {bad or ''}")
+        check(all(type(cfg[k]) is float for k in ("rms_norm_eps", "rope_theta", "query_pre_attn_scalar")),
+              f"{name}: float keys parse as floats")
+        expected_names = set(conv.expected_shapes(cfg))
+        check(set(h5.keys()) == expected_names and "lm_head.weight" not in h5,
+              f"{name}: {len(expected_names)} datasets named as our parameters, no lm_head")
+        stored = {k: h5[k] for k in h5.keys()}
+        check(all(ds.attrs["dtype"] == "float32" and ds.dtype == np.float32 for ds in stored.values()),
+              f"{name}: float32 datasets with dtype attribute")
+        check(all(torch.equal(torch.from_numpy(stored[k[len('model.'):]][()]), v) for k, v in src.items()),
+              f"{name}: dataset values equal the checkpoint")
+
+
+def roundtrip_fixture(name, tmp):
+    src_dir = os.path.join(FIXTURES, name)
+    src = load_file(os.path.join(src_dir, "model.safetensors"))
+    h5_path = os.path.join(tmp, f"{name}.h5")
+    rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path])
+    check(rc == 0, f"{name}: to-h5 exit code")
+    check_h5(name, h5_path, src)
+
+    # Kernel datasets (random-feature attention state) must be skipped on the way back.
+    with h5py.File(h5_path, "a") as h5:
+        h5.create_dataset("layers.0.self_attn.kernel.M", data=np.ones((4, 16), np.float32))
+        h5["layers.0.self_attn.kernel.M"].attrs["dtype"] = "float32"
+    out_dir = os.path.join(tmp, f"{name}_hf")
+    rc, log = quiet(conv.main, ["to-hf", h5_path, out_dir])
+    check(rc == 0 and "layers.0.self_attn.kernel.M" in log, f"{name}: to-hf skips kernel datasets with a warning")
+    check(same_tensors(load_file(os.path.join(out_dir, "model.safetensors")), src),
+          f"{name}: written safetensors bit-identical")
+    with open(os.path.join(out_dir, "config.json")) as fh:
+        written = json.load(fh)
+    with open(os.path.join(src_dir, "config.json")) as fh:
+        original = json.load(fh)
+    keys = ("model_type", "architectures", "rope_parameters", "layer_types", "sliding_window",
+            "query_pre_attn_scalar", "attn_logit_softcapping", "final_logit_softcapping")
+    diff = {k: (written.get(k), original.get(k)) for k in keys if written.get(k) != original.get(k)}
+    check(not diff, f"{name}: config.json matches the original {diff or ''}")
+
+    model = transformers.AutoModelForCausalLM.from_pretrained(out_dir, attn_implementation="eager")
+    model.train(False)
+    check(same_tensors(model_tensors(model), src), f"{name}: loaded model tensors bit-identical")
+    with h5py.File(os.path.join(src_dir, "reference.h5"), "r") as ref:
+        ids = torch.from_numpy(ref["input_ids"][()])
+        want = torch.from_numpy(ref["logits"][()])
+    with torch.no_grad():
+        got = model(input_ids=ids).logits
+    err = (got - want).abs().max().item()
+    check(err <= 1e-5, f"{name}: logits match reference (max abs diff {err:.3g})")
+
+
+def bf16_case(tmp):
+    src_dir = os.path.join(tmp, "gemma3_bf16")
+    model = transformers.AutoModelForCausalLM.from_pretrained(os.path.join(FIXTURES, "gemma3"))
+    model.to(torch.bfloat16)
+    quiet(model.save_pretrained, src_dir)
+    src = load_file(os.path.join(src_dir, "model.safetensors"))
+    check(all(t.dtype == torch.bfloat16 for t in src.values()), "bf16: source checkpoint is bfloat16")
+    h5_path = os.path.join(tmp, "bf16.h5")
+    rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path, "--dtype", "keep"])
+    with h5py.File(h5_path, "r") as h5:
+        ok = all(h5[k].dtype == np.uint16 and h5[k].attrs["dtype"] == "bfloat16" for k in h5.keys())
+        emb = h5["embed_tokens.weight"][()]
+    check(rc == 0 and ok, "bf16: datasets stored as uint16 with dtype attr bfloat16")
+    check(np.array_equal(emb, src["model.embed_tokens.weight"].view(torch.uint16).numpy()),
+          "bf16: uint16 datasets hold the bfloat16 bit patterns")
+    out_dir = os.path.join(tmp, "bf16_hf")
+    rc, _ = quiet(conv.main, ["to-hf", h5_path, out_dir])
+    check(rc == 0 and same_tensors(load_file(os.path.join(out_dir, "model.safetensors")), src),
+          "bf16: round-trip safetensors bit-exact")
+    back = transformers.AutoModelForCausalLM.from_pretrained(out_dir, dtype=torch.bfloat16)
+    check(same_tensors(model_tensors(back), src), "bf16: loaded model bit-exact")
+
+    # --dtype float32 widens exactly, so its values equal the bfloat16 ones.
+    rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path, "--dtype", "float32"])
+    with h5py.File(h5_path, "r") as h5:
+        emb = torch.from_numpy(h5["embed_tokens.weight"][()])
+        ok = h5["embed_tokens.weight"].attrs["dtype"] == "float32"
+    check(rc == 0 and ok and torch.equal(emb, src["model.embed_tokens.weight"].float()),
+          "bf16: --dtype float32 widens exactly")
+
+
+def multimodal_case(tmp):
+    """A sharded gemma3 multimodal checkpoint: text weights kept, vision tower and projector skipped."""
+    text = transformers.Gemma3TextConfig.from_pretrained(os.path.join(FIXTURES, "gemma3"))
+    vision = transformers.SiglipVisionConfig(hidden_size=32, intermediate_size=64, num_hidden_layers=1,
+                                             num_attention_heads=2, image_size=28, patch_size=14)
+    cfg = transformers.Gemma3Config(text_config=text.to_dict(), vision_config=vision.to_dict(),
+                                    mm_tokens_per_image=4)
+    torch.manual_seed(0)
+    model = transformers.Gemma3ForConditionalGeneration(cfg)
+    src_dir = os.path.join(tmp, "gemma3_mm")
+    quiet(lambda: model.save_pretrained(src_dir, max_shard_size="300KB"))
+    check(os.path.exists(os.path.join(src_dir, "model.safetensors.index.json")),
+          "multimodal: checkpoint is sharded")
+    h5_path = os.path.join(tmp, "mm.h5")
+    rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path])
+    want = model.model.language_model.state_dict()
+    with h5py.File(h5_path, "r") as h5:
+        cfg_ours = yaml.safe_load(h5.attrs["config_yaml"])
+        ok = set(h5.keys()) == set(want) and all(
+            torch.equal(torch.from_numpy(h5[k][()]), v) for k, v in want.items())
+    check(rc == 0 and ok and cfg_ours["family"] == "gemma3" and cfg_ours["rope_scaling_factor"] == 8.0,
+          "multimodal: text_config and language-model weights taken, vision skipped")
+
+
+def untied_head_case(tmp):
+    src_dir = os.path.join(tmp, "untied")
+    shutil.copytree(os.path.join(FIXTURES, "gemma"), src_dir)
+    tensors = load_file(os.path.join(src_dir, "model.safetensors"))
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"] + 1.0
+    save_file(tensors, os.path.join(src_dir, "model.safetensors"), metadata={"format": "pt"})
+    h5_path = os.path.join(tmp, "untied.h5")
+    rc, log = quiet(conv.main, ["to-h5", src_dir, h5_path])
+    check(rc != 0 and "lm_head.weight" in log and not os.path.exists(h5_path),
+          f"untied lm_head rejected naming lm_head.weight ({log.strip()!r})")
+
+    # An identical (tied) copy of the head is accepted and dropped.
+    tensors["lm_head.weight"] = tensors["model.embed_tokens.weight"].clone()
+    save_file(tensors, os.path.join(src_dir, "model.safetensors"), metadata={"format": "pt"})
+    rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path])
+    with h5py.File(h5_path, "r") as h5:
+        check(rc == 0 and "lm_head.weight" not in h5, "tied lm_head copy dropped")
+
+
+def main():
+    transformers.logging.set_verbosity_error()
+    transformers.utils.logging.disable_progress_bar()
+    with tempfile.TemporaryDirectory() as tmp:
+        for name in EXPECTED:
+            roundtrip_fixture(name, tmp)
+        bf16_case(tmp)
+        multimodal_case(tmp)
+        untied_head_case(tmp)
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

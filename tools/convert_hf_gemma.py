@@ -1,0 +1,410 @@
+"""Converts Hugging Face Gemma 1/2/3 checkpoints to and from darkformer's single-file HDF5 weights."""
+
+import argparse
+import json
+import os
+import sys
+
+import h5py
+import numpy as np
+import torch
+import yaml
+
+FORMAT_NAME = "darkformer-weights"
+FORMAT_VERSION = 1
+
+# Keys of our model config, in the order they are written.
+CONFIG_KEYS = [
+    "family", "vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers",
+    "num_attention_heads", "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta",
+    "rope_local_theta", "rope_scaling_factor", "max_position_embeddings", "query_pre_attn_scalar",
+    "attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "layer_types",
+    "pad_token_id", "bos_token_id", "eos_token_id",
+]
+LAYER_TYPES = ("full_attention", "sliding_attention")
+FAMILY_OF_MODEL_TYPE = {"gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3"}
+ARCHITECTURE_OF_FAMILY = {
+    "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
+
+TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+
+# Checkpoint-name prefixes of the language model, most specific first so that the multimodal
+# layouts (new "model.language_model.", old "language_model.model.") win over plain "model.".
+TEXT_PREFIXES = ("model.language_model.", "language_model.model.", "model.")
+LM_HEAD_NAMES = ("lm_head.weight", "language_model.lm_head.weight")
+# Gemma 3 multimodal parts that a text-only model does not use.
+SKIPPED_PREFIXES = ("model.vision_tower.", "vision_tower.", "model.multi_modal_projector.",
+                    "multi_modal_projector.")
+
+
+class ConversionError(Exception):
+    """A checkpoint or file that this converter cannot represent faithfully."""
+
+
+# ----------------------------------------------------------------------------- config mapping
+
+def _int_id(value, name):
+    # Our config holds one int per special token; HF allows None or a list (Gemma 3 -it has two eos).
+    if value is None:
+        return -1
+    if isinstance(value, (list, tuple)):
+        if len(value) > 1:
+            print(f"warning: {name} has several values {list(value)}; keeping the first",
+                  file=sys.stderr)
+        return int(value[0])
+    return int(value)
+
+
+def _rope_settings(rope, where):
+    """(theta, linear factor) of one HF rope_parameters dict."""
+    rope_type = rope.get("rope_type", rope.get("type", "default"))
+    if rope_type not in ("default", "linear"):
+        raise ConversionError(f"{where}: rope type '{rope_type}' is not supported (only default, linear)")
+    if float(rope.get("partial_rotary_factor", 1.0)) != 1.0:
+        raise ConversionError(f"{where}: partial_rotary_factor is not supported")
+    factor = float(rope["factor"]) if rope_type == "linear" else 1.0
+    return float(rope["rope_theta"]), factor
+
+
+def our_config_from_hf(hf):
+    """Maps a transformers config object (defaults filled by HF) to our config dict."""
+    if hf.model_type == "gemma3":  # multimodal wrapper: the language model is its text_config
+        hf = hf.text_config
+    family = FAMILY_OF_MODEL_TYPE.get(hf.model_type)
+    if family is None:
+        raise ConversionError(f"unsupported model_type '{hf.model_type}' "
+                              f"(supported: {', '.join(FAMILY_OF_MODEL_TYPE)}, gemma3)")
+    # Gemma 1 calls it hidden_act and HF already maps the legacy "gelu" to the tanh form there;
+    # Gemma 2/3 run whatever hidden_activation names, so a plain "gelu" would be exact GELU.
+    act = hf.hidden_act if family == "gemma" else hf.hidden_activation
+    if act != "gelu_pytorch_tanh" and not (family == "gemma" and act == "gelu"):
+        raise ConversionError(f"hidden activation '{act}' is not supported (only gelu_pytorch_tanh)")
+    if getattr(hf, "attention_bias", False):
+        raise ConversionError("attention_bias=True is not supported")
+    if getattr(hf, "use_bidirectional_attention", False):
+        raise ConversionError("use_bidirectional_attention=True is not supported")
+
+    n_layers = int(hf.num_hidden_layers)
+    rope = hf.rope_parameters
+    if family == "gemma3":
+        theta, factor = _rope_settings(rope["full_attention"], "rope_parameters.full_attention")
+        local_theta, local_factor = _rope_settings(rope["sliding_attention"],
+                                                   "rope_parameters.sliding_attention")
+        if local_factor != 1.0:
+            raise ConversionError("linear RoPE scaling on sliding_attention layers is not supported")
+    else:
+        theta, factor = _rope_settings(rope, "rope_parameters")
+        local_theta = theta
+    layer_types = ["full_attention"] * n_layers if family == "gemma" else list(hf.layer_types)
+    if len(layer_types) != n_layers or any(t not in LAYER_TYPES for t in layer_types):
+        raise ConversionError(f"layer_types must list {n_layers} of {LAYER_TYPES}, got {layer_types}")
+    # Our rope_scaling_factor applies to full-attention layers only; Gemma 1/2 scale every layer.
+    if factor != 1.0 and "sliding_attention" in layer_types and family != "gemma3":
+        raise ConversionError("linear RoPE scaling with sliding_attention layers is only supported "
+                              "for gemma3 (which scales full_attention layers only)")
+
+    head_dim = int(hf.head_dim)
+    sliding = 0 if family == "gemma" else (getattr(hf, "sliding_window", None) or 0)
+    return {
+        "family": family,
+        "vocab_size": int(hf.vocab_size),
+        "hidden_size": int(hf.hidden_size),
+        "intermediate_size": int(hf.intermediate_size),
+        "num_hidden_layers": n_layers,
+        "num_attention_heads": int(hf.num_attention_heads),
+        "num_key_value_heads": int(hf.num_key_value_heads),
+        "head_dim": head_dim,
+        "rms_norm_eps": float(hf.rms_norm_eps),
+        "rope_theta": theta,
+        "rope_local_theta": local_theta,
+        "rope_scaling_factor": factor,
+        "max_position_embeddings": int(hf.max_position_embeddings),
+        # Gemma 1 scales scores by head_dim**-0.5, i.e. query_pre_attn_scalar = head_dim.
+        "query_pre_attn_scalar": float(head_dim if family == "gemma" else hf.query_pre_attn_scalar),
+        "attn_logit_softcapping": float(getattr(hf, "attn_logit_softcapping", None) or 0.0),
+        "final_logit_softcapping": float(getattr(hf, "final_logit_softcapping", None) or 0.0),
+        "sliding_window": int(sliding),
+        "layer_types": layer_types,
+        "pad_token_id": _int_id(hf.pad_token_id, "pad_token_id"),
+        "bos_token_id": _int_id(hf.bos_token_id, "bos_token_id"),
+        "eos_token_id": _int_id(hf.eos_token_id, "eos_token_id"),
+    }
+
+
+def hf_config_from_ours(cfg, dtype_name):
+    """Builds the transformers config object matching our config dict."""
+    import transformers
+
+    missing = [k for k in CONFIG_KEYS if k not in cfg]
+    if missing:
+        raise ConversionError(f"config_yaml lacks keys {missing}")
+    family = cfg["family"]
+    if family not in ARCHITECTURE_OF_FAMILY:
+        raise ConversionError(f"unknown family '{family}'")
+
+    def rope(theta, factor):
+        if float(factor) == 1.0:
+            return {"rope_type": "default", "rope_theta": float(theta)}
+        return {"rope_type": "linear", "rope_theta": float(theta), "factor": float(factor)}
+
+    def token(v):
+        return None if int(v) < 0 else int(v)
+
+    common = dict(
+        vocab_size=int(cfg["vocab_size"]), hidden_size=int(cfg["hidden_size"]),
+        intermediate_size=int(cfg["intermediate_size"]),
+        num_hidden_layers=int(cfg["num_hidden_layers"]),
+        num_attention_heads=int(cfg["num_attention_heads"]),
+        num_key_value_heads=int(cfg["num_key_value_heads"]), head_dim=int(cfg["head_dim"]),
+        rms_norm_eps=float(cfg["rms_norm_eps"]),
+        max_position_embeddings=int(cfg["max_position_embeddings"]),
+        pad_token_id=token(cfg["pad_token_id"]), bos_token_id=token(cfg["bos_token_id"]),
+        eos_token_id=token(cfg["eos_token_id"]), tie_word_embeddings=True,
+        attention_bias=False, attention_dropout=0.0,
+    )
+    layer_types = list(cfg["layer_types"])
+    if family == "gemma":
+        # Gemma 1 has fixed choices for everything our config makes variable; refuse anything else.
+        fixed = {"query_pre_attn_scalar": float(cfg["head_dim"]), "attn_logit_softcapping": 0.0,
+                 "final_logit_softcapping": 0.0, "sliding_window": 0,
+                 "rope_local_theta": float(cfg["rope_theta"])}
+        for key, want in fixed.items():
+            if float(cfg[key]) != want:
+                raise ConversionError(f"family gemma needs {key} = {want}, got {cfg[key]}")
+        if any(t != "full_attention" for t in layer_types):
+            raise ConversionError("family gemma has only full_attention layers")
+        hf = transformers.GemmaConfig(hidden_act="gelu_pytorch_tanh",
+                                      rope_parameters=rope(cfg["rope_theta"],
+                                                           cfg["rope_scaling_factor"]), **common)
+    else:
+        scalar = float(cfg["query_pre_attn_scalar"])
+        if not scalar.is_integer():  # HF's strict config declares it an int
+            raise ConversionError(f"query_pre_attn_scalar {scalar} is not an integer")
+        softcap = {k: (float(cfg[k]) or None)
+                   for k in ("attn_logit_softcapping", "final_logit_softcapping")}
+        extra = dict(hidden_activation="gelu_pytorch_tanh", query_pre_attn_scalar=int(scalar),
+                     sliding_window=int(cfg["sliding_window"]) or None, layer_types=layer_types,
+                     **softcap, **common)
+        if family == "gemma2":
+            if float(cfg["rope_local_theta"]) != float(cfg["rope_theta"]):
+                raise ConversionError("family gemma2 uses one rope theta for all layers")
+            hf = transformers.Gemma2Config(
+                rope_parameters=rope(cfg["rope_theta"], cfg["rope_scaling_factor"]), **extra)
+        else:
+            hf = transformers.Gemma3TextConfig(rope_parameters={
+                "full_attention": rope(cfg["rope_theta"], cfg["rope_scaling_factor"]),
+                "sliding_attention": rope(cfg["rope_local_theta"], 1.0)}, **extra)
+    hf.architectures = [ARCHITECTURE_OF_FAMILY[family]]
+    if dtype_name is not None:
+        hf.dtype = dtype_name
+    return hf
+
+
+def config_yaml(cfg):
+    ordered = {k: cfg[k] for k in CONFIG_KEYS}
+    return yaml.safe_dump(ordered, sort_keys=False, default_flow_style=False)
+
+
+# ----------------------------------------------------------------------------- weight names
+
+def expected_shapes(cfg):
+    """Our parameter names and shapes for a config; the converter checks checkpoints against it."""
+    h, hd, f = cfg["hidden_size"], cfg["head_dim"], cfg["intermediate_size"]
+    q, kv = cfg["num_attention_heads"] * hd, cfg["num_key_value_heads"] * hd
+    shapes = {"embed_tokens.weight": (cfg["vocab_size"], h), "norm.weight": (h,)}
+    for i in range(cfg["num_hidden_layers"]):
+        p = f"layers.{i}."
+        shapes.update({
+            p + "self_attn.q_proj.weight": (q, h), p + "self_attn.k_proj.weight": (kv, h),
+            p + "self_attn.v_proj.weight": (kv, h), p + "self_attn.o_proj.weight": (h, q),
+            p + "mlp.gate_proj.weight": (f, h), p + "mlp.up_proj.weight": (f, h),
+            p + "mlp.down_proj.weight": (h, f),
+            p + "input_layernorm.weight": (h,), p + "post_attention_layernorm.weight": (h,),
+        })
+        if cfg["family"] in ("gemma2", "gemma3"):
+            shapes[p + "pre_feedforward_layernorm.weight"] = (h,)
+            shapes[p + "post_feedforward_layernorm.weight"] = (h,)
+        if cfg["family"] == "gemma3":
+            shapes[p + "self_attn.q_norm.weight"] = (hd,)
+            shapes[p + "self_attn.k_norm.weight"] = (hd,)
+    return shapes
+
+
+def _checkpoint_files(hf_dir):
+    """Maps each checkpoint tensor name to the safetensors file holding it."""
+    index = os.path.join(hf_dir, "model.safetensors.index.json")
+    if os.path.exists(index):
+        with open(index) as fh:
+            weight_map = json.load(fh)["weight_map"]
+        return {name: os.path.join(hf_dir, f) for name, f in weight_map.items()}
+    single = os.path.join(hf_dir, "model.safetensors")
+    if not os.path.exists(single):
+        raise ConversionError(f"{hf_dir} has neither model.safetensors nor "
+                              "model.safetensors.index.json")
+    from safetensors import safe_open
+    with safe_open(single, framework="pt") as fh:
+        return {name: single for name in fh.keys()}
+
+
+def _our_name(hf_name):
+    """Our name for a checkpoint tensor, "lm_head" for the head, or None for skipped parts."""
+    if hf_name in LM_HEAD_NAMES:
+        return "lm_head"
+    if hf_name.startswith(SKIPPED_PREFIXES):
+        return None
+    for prefix in TEXT_PREFIXES:
+        if hf_name.startswith(prefix):
+            return hf_name[len(prefix):]
+    raise ConversionError(f"unrecognised checkpoint tensor '{hf_name}'")
+
+
+class _TensorReader:
+    """Reads single tensors from a set of safetensors files, keeping each file open once."""
+
+    def __init__(self):
+        self._open = {}
+
+    def get(self, path, name):
+        from safetensors import safe_open
+        if path not in self._open:
+            self._open[path] = safe_open(path, framework="pt")
+        return self._open[path].get_tensor(name)
+
+
+# ----------------------------------------------------------------------------- to-h5 / to-hf
+
+def _write_dataset(h5, name, tensor):
+    tensor = tensor.contiguous()
+    dtype_name = DTYPE_NAMES.get(tensor.dtype)
+    if dtype_name is None:
+        raise ConversionError(f"tensor '{name}' has unsupported dtype {tensor.dtype}")
+    # HDF5 has no bfloat16; 16-bit floats are stored as their raw bits so nothing is rounded.
+    array = tensor.numpy() if dtype_name == "float32" else tensor.view(torch.uint16).numpy()
+    ds = h5.create_dataset(name, data=array)
+    ds.attrs["dtype"] = dtype_name
+
+
+def _read_dataset(ds):
+    dtype_name = ds.attrs.get("dtype")
+    if isinstance(dtype_name, bytes):
+        dtype_name = dtype_name.decode()
+    if dtype_name not in TORCH_DTYPES:
+        raise ConversionError(f"dataset '{ds.name}' has no valid dtype attribute ({dtype_name!r})")
+    array = ds[()]
+    if dtype_name == "float32":
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.uint16)).view(TORCH_DTYPES[dtype_name])
+
+
+def hf_to_h5(hf_dir, out_path, dtype="keep"):
+    import transformers
+
+    cfg = our_config_from_hf(transformers.AutoConfig.from_pretrained(hf_dir))
+    files = _checkpoint_files(hf_dir)
+    names, head_name, skipped = {}, None, 0
+    for hf_name in files:
+        ours = _our_name(hf_name)
+        if ours is None:
+            skipped += 1
+        elif ours == "lm_head":
+            head_name = hf_name
+        else:
+            names[ours] = hf_name
+
+    shapes = expected_shapes(cfg)
+    missing = sorted(set(shapes) - set(names))
+    unexpected = sorted(set(names) - set(shapes))
+    if missing or unexpected:
+        raise ConversionError(f"checkpoint does not match its config: missing {missing[:8]}, "
+                              f"unexpected {unexpected[:8]}")
+    reader = _TensorReader()
+    if head_name is not None:
+        # Only a tied head is representable: an identical copy is dropped, anything else refused.
+        head = reader.get(files[head_name], head_name)
+        embed = reader.get(files[names["embed_tokens.weight"]], names["embed_tokens.weight"])
+        if head.shape != embed.shape or not torch.equal(head, embed):
+            raise ConversionError(f"untied lm_head.weight ('{head_name}' differs from the "
+                                  "embedding); only tied output heads are supported")
+        del head, embed
+
+    target = None if dtype == "keep" else TORCH_DTYPES[dtype]
+    tmp_path = out_path + ".partial"  # a failed run must not leave a plausible-looking file
+    try:
+        with h5py.File(tmp_path, "w") as h5:
+            h5.attrs["format"] = FORMAT_NAME
+            h5.attrs["format_version"] = FORMAT_VERSION
+            h5.attrs["source"] = os.path.abspath(hf_dir)
+            h5.attrs["config_yaml"] = config_yaml(cfg)
+            for ours in sorted(names):
+                tensor = reader.get(files[names[ours]], names[ours])
+                if tuple(tensor.shape) != shapes[ours]:
+                    raise ConversionError(f"'{ours}' has shape {tuple(tensor.shape)}, "
+                                          f"expected {shapes[ours]}")
+                if target is not None:
+                    tensor = tensor.to(target)
+                _write_dataset(h5, ours, tensor)
+        os.replace(tmp_path, out_path)
+    finally:
+        if os.path.exists(tmp_path):
+            os.remove(tmp_path)
+    print(f"wrote {out_path}: {cfg['family']}, {len(names)} tensors"
+          + (f", skipped {skipped} vision/projector tensors" if skipped else ""))
+    return cfg
+
+
+def h5_to_hf(h5_path, out_dir):
+    from safetensors.torch import save_file
+
+    with h5py.File(h5_path, "r") as h5:
+        if h5.attrs.get("format") != FORMAT_NAME:
+            raise ConversionError(f"{h5_path} is not a {FORMAT_NAME} file")
+        if int(h5.attrs.get("format_version", -1)) != FORMAT_VERSION:
+            raise ConversionError(f"{h5_path}: unsupported format_version "
+                                  f"{h5.attrs.get('format_version')}")
+        cfg = yaml.safe_load(h5.attrs["config_yaml"])
+        tensors, kernel_names = {}, []
+        for name, ds in h5.items():
+            if not isinstance(ds, h5py.Dataset):
+                continue
+            if ".kernel." in name:  # random-feature attention state has no HF counterpart
+                kernel_names.append(name)
+                continue
+            tensors["model." + name] = _read_dataset(ds)
+    if kernel_names:
+        print(f"warning: skipping {len(kernel_names)} kernel datasets with no HF counterpart: "
+              + ", ".join(sorted(kernel_names)), file=sys.stderr)
+    dtypes = {t.dtype for t in tensors.values()}
+    hf = hf_config_from_ours(cfg, DTYPE_NAMES[dtypes.pop()] if len(dtypes) == 1 else None)
+    os.makedirs(out_dir, exist_ok=True)
+    hf.save_pretrained(out_dir)
+    save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    print(f"wrote {out_dir}: {hf.model_type}, {len(tensors)} tensors")
+    return hf
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__)
+    sub = parser.add_subparsers(dest="command", required=True)
+    p = sub.add_parser("to-h5", help="Hugging Face checkpoint directory -> darkformer HDF5")
+    p.add_argument("hf_dir")
+    p.add_argument("out_h5")
+    p.add_argument("--dtype", choices=["keep", "float32", "bfloat16"], default="keep",
+                   help="storage dtype of the weights (default: the checkpoint's own)")
+    p = sub.add_parser("to-hf", help="darkformer HDF5 -> Hugging Face checkpoint directory")
+    p.add_argument("in_h5")
+    p.add_argument("out_dir")
+    args = parser.parse_args(argv)
+    try:
+        if args.command == "to-h5":
+            hf_to_h5(args.hf_dir, args.out_h5, args.dtype)
+        else:
+            h5_to_hf(args.in_h5, args.out_dir)
+    except ConversionError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
