@@ -4,7 +4,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/model_loading.h"
+#include "model/model_spec.h"
 #include "model/parameter_count.h"
 #include "model/weights_io.h"
 

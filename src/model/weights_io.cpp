@@ -151,6 +151,15 @@ std::map<std::string, torch::Tensor> ReadTensorsH5(const std::string& path) {
   });
 }
 
+torch::Tensor ReadTensorH5(const std::string& path, const std::string& dataset) {
+  DF_CHECK(std::filesystem::exists(path), "file not found: " << path);
+  return WithHdf5Errors(path, [&] {
+    H5::H5File file(path, H5F_ACC_RDONLY);
+    DF_CHECK(file.nameExists(dataset), path << ": no dataset '" << dataset << "'");
+    return ReadDataset(file.openDataSet(dataset), dataset, path);
+  });
+}
+
 void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
                     const std::map<std::string, std::string>& string_attributes,
                     const std::map<std::string, int64_t>& int_attributes) {

@@ -36,5 +36,7 @@ void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::
                     const std::map<std::string, int64_t>& int_attributes = {});
 std::map<std::string, torch::Tensor> ReadTensorsH5(const std::string& path);
 std::string ReadStringAttributeH5(const std::string& path, const std::string& name);
+// One dataset by its path inside the file (e.g. "grad/embed_tokens.weight").
+torch::Tensor ReadTensorH5(const std::string& path, const std::string& dataset);
 
 }  // namespace darkformer

@@ -1,5 +1,5 @@
 // Reading model specs from YAML files (see model_loading.h).
-#include "cli/model_loading.h"
+#include "model/model_spec.h"
 
 #include <filesystem>
 

@@ -1,0 +1,49 @@
+// Helpers shared by the model tests: fixture paths, temp dirs, running the HF converter.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <string>
+
+namespace darkformer::testing {
+
+inline std::string SourceDir() {
+  const char* dir = std::getenv("DARKFORMER_SOURCE_DIR");
+  return dir ? dir : DARKFORMER_TEST_SOURCE_DIR;
+}
+
+inline std::string PythonExe() {
+  const char* python = std::getenv("DARKFORMER_PYTHON");
+  return python ? python : SourceDir() + "/.venv/bin/python";
+}
+
+// A fresh directory under the system temp dir, removed by the caller's TempDir destructor.
+class TempDir {
+ public:
+  explicit TempDir(const std::string& tag) {
+    path_ = std::filesystem::temp_directory_path() /
+            ("darkformer-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
+    std::filesystem::remove_all(path_);
+    std::filesystem::create_directories(path_);
+  }
+  ~TempDir() { std::filesystem::remove_all(path_); }
+  std::string File(const std::string& name) const { return (path_ / name).string(); }
+
+ private:
+  static inline int counter_ = 0;
+  std::filesystem::path path_;
+};
+
+// Converts tests/fixtures/<name> (an HF checkpoint) to our HDF5 with tools/convert_hf_gemma.py.
+inline std::string ConvertFixture(const std::string& name, const TempDir& dir) {
+  const std::string out = dir.File(name + ".h5");
+  const std::string command = PythonExe() + " " + SourceDir() + "/tools/convert_hf_gemma.py to-h5 " + SourceDir() +
+                              "/tests/fixtures/" + name + " " + out + " > " + dir.File("convert.log") + " 2>&1";
+  const int rc = std::system(command.c_str());
+  EXPECT_EQ(rc, 0) << "converter failed: " << command;
+  return out;
+}
+
+}  // namespace darkformer::testing
