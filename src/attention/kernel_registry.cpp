@@ -3,7 +3,11 @@
 
 #include <map>
 
+#include "attention/baseline_kernels.h"
+#include "attention/darkformer_kernel.h"
 #include "attention/exact_kernel.h"
+#include "attention/lfk_kernel.h"
+#include "attention/performer_kernel.h"
 
 namespace darkformer {
 
@@ -20,7 +24,12 @@ KernelFactory Factory() {
 
 const std::map<std::string, KernelFactory>& Registry() {
   static const std::map<std::string, KernelFactory> registry = {
+      {"constant", Factory<ConstantKernel>()},
+      {"darkformer", Factory<DarkformerKernel>()},
       {"exact", Factory<ExactKernel>()},
+      {"lfk", Factory<LfkKernel>()},
+      {"performer", Factory<PerformerKernel>()},
+      {"random", Factory<RandomKernel>()},
   };
   return registry;
 }

@@ -7,6 +7,9 @@
 namespace darkformer {
 
 void AddInspectCommand(CLI::App& app);
+void AddKernelCheckCommand(CLI::App& app);
+void AddTrainCommand(CLI::App& app);
+void AddEvalCommand(CLI::App& app);
 void AddPrepareCommand(CLI::App& app);
 
 }  // namespace darkformer

@@ -10,9 +10,14 @@ int main(int argc, char** argv) {
   CLI::App app{"darkformer: train and finetune Gemma models with random-feature attention kernels"};
   app.require_subcommand(1);
   darkformer::AddInspectCommand(app);
+  darkformer::AddKernelCheckCommand(app);
+  darkformer::AddTrainCommand(app);
+  darkformer::AddEvalCommand(app);
   darkformer::AddPrepareCommand(app);
   try {
     app.parse(argc, argv);
+  } catch (const CLI::RuntimeError& e) {  // a command's own non-zero exit (interrupted, diverged)
+    return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const darkformer::Error& e) {

@@ -36,8 +36,9 @@ void RunPrepareCommand(const PrepareFlags& flags) {
                m.bytes_per_token, m.tokenizer.Describe());
   if (result.text_bytes_processed > 0) {
     double mb = result.text_bytes_processed / 1e6;
-    spdlog::info("throughput: {:.1f} MB of text in {:.2f} s on {} threads = {:.2f} MB/s, {:.2f} MB/s per busy core",
-                 mb, result.wall_seconds, result.threads, mb / result.wall_seconds, mb / result.busy_seconds);
+    spdlog::info("throughput: {:.1f} MB of text in {:.2f} s on {} threads = {:.2f} MB/s; {:.2f} MB per CPU-second "
+                 "(per core)",
+                 mb, result.wall_seconds, result.threads, mb / result.wall_seconds, mb / result.cpu_seconds);
   }
 }
 

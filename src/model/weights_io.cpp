@@ -23,6 +23,7 @@ std::string DtypeName(torch::ScalarType t) {
     case torch::kFloat16: return "float16";
     case torch::kFloat64: return "float64";
     case torch::kInt64: return "int64";
+    case torch::kUInt8: return "uint8";
     default: Fail(std::string("cannot store tensors of dtype ") + c10::toString(t));
   }
 }
@@ -53,6 +54,11 @@ torch::Tensor ReadDataset(const H5::DataSet& dataset, const std::string& name, c
     auto bits = torch::empty(shape, torch::kInt16);
     dataset.read(bits.data_ptr(), H5::PredType::NATIVE_UINT16);
     return bits.view(dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat16);
+  }
+  if (dtype == "uint8") {
+    auto values = torch::empty(shape, torch::kUInt8);
+    dataset.read(values.data_ptr(), H5::PredType::NATIVE_UINT8);
+    return values;
   }
   if (dtype == "int64" || type_class == H5T_INTEGER) {
     auto values = torch::empty(shape, torch::kInt64);
@@ -86,6 +92,9 @@ void WriteDataset(H5::H5File& file, const std::string& name, const torch::Tensor
   } else if (type == torch::kFloat64) {
     dataset = file.createDataSet(name, H5::PredType::IEEE_F64LE, space);
     dataset.write(cpu.data_ptr(), H5::PredType::NATIVE_DOUBLE);
+  } else if (type == torch::kUInt8) {
+    dataset = file.createDataSet(name, H5::PredType::STD_U8LE, space);
+    dataset.write(cpu.data_ptr(), H5::PredType::NATIVE_UINT8);
   } else if (type == torch::kInt64) {
     dataset = file.createDataSet(name, H5::PredType::STD_I64LE, space);
     dataset.write(cpu.data_ptr(), H5::PredType::NATIVE_INT64);
@@ -172,7 +181,12 @@ void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::
       file.createAttribute(key, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR))
           .write(H5::PredType::NATIVE_INT64, &value);
     }
-    for (const auto& [name, tensor] : tensors) WriteDataset(file, name, tensor);
+    for (const auto& [name, tensor] : tensors) {
+      // "group/name" datasets (checkpoint extras) live in groups, which loaders of weights skip.
+      const auto slash = name.rfind('/');
+      if (slash != std::string::npos && !file.nameExists(name.substr(0, slash))) file.createGroup(name.substr(0, slash));
+      WriteDataset(file, name, tensor);
+    }
     file.close();
     return 0;
   });

@@ -1,0 +1,35 @@
+// The baselines of 000 sec. 6: `random` (attention weights drawn uniformly at random over the
+// allowed positions, then normalised; no dependence on q or k) and `constant` (equal weights over
+// the allowed positions: the running mean of v).
+#pragma once
+
+#include "attention/attention_kernel.h"
+#include "util/config_reader.h"
+
+namespace darkformer {
+
+class RandomKernelImpl : public AttentionKernelImpl {
+ public:
+  RandomKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  // Fresh weights each call: u_ij ~ U(0, 1) for allowed j, out_i = sum_j u_ij v_j / sum_j u_ij.
+  // Row i uses only its own draws and v_{j <= i} (causal), but the B x H x L x L draw is O(L^2)
+  // memory: acceptable for a baseline, not for long contexts.
+  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, const torch::Tensor& v_BHLD,
+                        const AttentionCall& call) override;
+  std::string kernel_name() const override { return "random"; }
+
+ private:
+  at::Generator generator_;  // CPU draws from options.seed (seed + 1000 * layer); CUDA uses its default
+};
+TORCH_MODULE(RandomKernel);
+
+class ConstantKernelImpl : public AttentionKernelImpl {
+ public:
+  ConstantKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, const torch::Tensor& v_BHLD,
+                        const AttentionCall& call) override;
+  std::string kernel_name() const override { return "constant"; }
+};
+TORCH_MODULE(ConstantKernel);
+
+}  // namespace darkformer

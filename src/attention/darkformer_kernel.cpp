@@ -1,0 +1,64 @@
+// DARKFormer kernel (see darkformer_kernel.h).
+#include "attention/darkformer_kernel.h"
+
+#include "attention/positive_features.h"
+
+namespace darkformer {
+
+DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
+    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true)) {
+  const int64_t d = shape.head_dim;
+  int64_t rank = options.Get<int64_t>("rank", 0);  // 0 = head_dim
+  if (rank == 0) rank = d;
+  DF_CHECK(rank > 0, "config key '" << options.KeyPath("rank") << "' must be positive (or 0 for head_dim), got " << rank);
+  const bool shared = options.Get<bool>("share_across_heads", false);
+  const auto init = options.Get<std::string>("init", "identity");
+  if (init == "identity") init_ = DarkformerInit::kIdentity;
+  else if (init == "scaled_identity") init_ = DarkformerInit::kScaledIdentity;
+  else if (init == "whitening") init_ = DarkformerInit::kWhitening;
+  else Fail("config key '" + options.KeyPath("init") + "': unknown init '" + init + "'; valid: identity, scaled_identity, whitening");
+  const double init_scale = options.Get<double>("init_scale", 1.0);
+  eigen_floor_ = options.Get<double>("eigen_floor", eigen_floor_);
+  DF_CHECK(eigen_floor_ > 0, "config key '" << options.KeyPath("eigen_floor") << "' must be positive, got " << eigen_floor_);
+  options.RejectUnknown();
+
+  RegisterDraw(rank);  // W is m x r
+  // Identity (and whitening until Calibrate runs); r != d gives the rectangular identity.
+  auto m_init = torch::eye(rank, d, torch::kFloat32);
+  if (init_ == DarkformerInit::kScaledIdentity) m_init = m_init * init_scale;
+  const int64_t copies = shared ? 1 : shape.num_heads;
+  M = register_parameter("M", m_init.unsqueeze(0).repeat({copies, 1, 1}).contiguous());
+}
+
+torch::Tensor DarkformerKernelImpl::LogFeatures(const torch::Tensor& x_BHLD) const {
+  const auto m_HRD = M.to(x_BHLD.scalar_type());
+  const auto mx_BHLR = torch::matmul(x_BHLD, m_HRD.transpose(-1, -2).unsqueeze(0));
+  return LogPositiveFeatures(mx_BHLR, projection_);
+}
+
+void DarkformerKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) {
+  torch::NoGradGuard no_grad;
+  const int64_t heads = q_BHLD.size(1), d = q_BHLD.size(3), rank = M.size(1);
+  DF_CHECK(d == M.size(2), "Calibrate: head dim " << d << " does not match M " << M.sizes());
+  DF_CHECK(M.size(0) == 1 || M.size(0) == heads, "Calibrate: " << heads << " heads for M " << M.sizes());
+  const double root = std::sqrt(scale);
+  // Samples per head: every position of x and y, pooled (the kernel compares both).
+  auto samples_HND = torch::cat({q_BHLD.to(torch::kFloat64) * root, k_BHLD.to(torch::kFloat64) * root}, 2)
+                         .transpose(0, 1).reshape({heads, -1, d});
+  if (M.size(0) == 1) samples_HND = samples_HND.reshape({1, -1, d});
+  const auto centred_HND = samples_HND - samples_HND.mean(1, /*keepdim=*/true);
+  const auto cov_HDD = torch::matmul(centred_HND.transpose(1, 2), centred_HND) / std::max<int64_t>(1, samples_HND.size(1) - 1);
+  auto [eigenvalues_HD, eigenvectors_HDD] = torch::linalg_eigh(cov_HDD);  // ascending
+  const auto inv_root_HD = eigenvalues_HD.clamp_min(eigen_floor_).rsqrt();
+  torch::Tensor m_HRD;
+  if (rank == d) {
+    m_HRD = torch::matmul(eigenvectors_HDD * inv_root_HD.unsqueeze(1), eigenvectors_HDD.transpose(1, 2));
+  } else {
+    DF_CHECK(rank < d, "Calibrate: rank " << rank << " exceeds head dim " << d);
+    const auto top_HDR = eigenvectors_HDD.narrow(2, d - rank, rank);
+    m_HRD = (top_HDR * inv_root_HD.narrow(1, d - rank, rank).unsqueeze(1)).transpose(1, 2);
+  }
+  M.copy_(m_HRD.to(M.options()));
+}
+
+}  // namespace darkformer

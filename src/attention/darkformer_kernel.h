@@ -1,0 +1,33 @@
+// DARKFormer attention (000 sec. 4.1, eq. 3, Appendix B): a learnable M (r x d) and
+// phi(x) = exp(W(Mx) - |Mx|^2/2) / sqrt(m) with rows of W ~ N(0, I_r), so the projections M^T w are
+// N(0, M^T M) and E[phi(x).phi(y)] = exp(x^T M^T M y). M = I is exactly the Performer kernel.
+#pragma once
+
+#include "attention/feature_kernel_base.h"
+
+namespace darkformer {
+
+enum class DarkformerInit { kIdentity, kScaledIdentity, kWhitening };
+
+class DarkformerKernelImpl : public FeatureKernelBase {
+ public:
+  DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  std::string kernel_name() const override { return "darkformer"; }
+  torch::Tensor LogFeatures(const torch::Tensor& x_BHLD) const override;
+
+  // Whitening init (000 Appendix C): M = Lambda^-1/2 from the pooled covariance Lambda of
+  // x = sqrt(s) q and y = sqrt(s) k (per head, or over all heads when M is shared), computed in
+  // fp64 with eigenvalues floored at eigen_floor. With r < d, M keeps the r directions of largest
+  // variance: M = diag(lambda_top^-1/2) U_top^T.
+  void Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale);
+
+  DarkformerInit init() const { return init_; }
+  torch::Tensor M;  // (H or 1) x r x d, trainable
+
+ private:
+  DarkformerInit init_ = DarkformerInit::kIdentity;
+  double eigen_floor_ = 1e-4;
+};
+TORCH_MODULE(DarkformerKernel);
+
+}  // namespace darkformer

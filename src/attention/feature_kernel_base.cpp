@@ -1,0 +1,88 @@
+// Shared machinery of the positive-random-feature kernels (see feature_kernel_base.h).
+#include "attention/feature_kernel_base.h"
+
+#include <cmath>
+
+#include "attention/causal_linear_attention.h"
+#include "attention/positive_features.h"
+
+namespace darkformer {
+
+FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool with_redraw) {
+  FeatureKernelOptions o;
+  o.num_features = reader.Get<int64_t>("num_features", o.num_features);
+  DF_CHECK(o.num_features > 0, "config key '" << reader.KeyPath("num_features") << "' must be positive, got " << o.num_features);
+  o.projection = ParseProjectionKind(reader.Get<std::string>("projection", "orthogonal"), reader.KeyPath("projection"));
+  o.seed = reader.Get<int64_t>("seed", o.seed);
+  o.chunk_size = reader.Get<int64_t>("chunk_size", o.chunk_size);
+  DF_CHECK(o.chunk_size > 0, "config key '" << reader.KeyPath("chunk_size") << "' must be positive, got " << o.chunk_size);
+  if (!with_redraw) return o;
+  const auto redraw = reader.Get<std::string>("redraw", "never");
+  if (redraw == "never") o.redraw = RedrawPolicy::kNever;
+  else if (redraw == "every_step") o.redraw = RedrawPolicy::kEveryStep;
+  else if (redraw == "every_n") o.redraw = RedrawPolicy::kEveryN;
+  else Fail("config key '" + reader.KeyPath("redraw") + "': unknown redraw policy '" + redraw + "'; valid: never, every_step, every_n");
+  o.redraw_interval = reader.Get<int64_t>("redraw_interval", o.redraw_interval);
+  DF_CHECK(o.redraw_interval > 0, "config key '" << reader.KeyPath("redraw_interval") << "' must be positive, got " << o.redraw_interval);
+  return o;
+}
+
+FeatureKernelBase::FeatureKernelBase(const KernelShape& shape, FeatureKernelOptions options)
+    : shape_(shape), options_(options) {}
+
+void FeatureKernelBase::RegisterDraw(int64_t dim) {
+  const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
+  // Per-layer seeds differ so layers do not share draws.
+  draw_seed_ = register_buffer("draw_seed", torch::tensor({options_.seed + 1000 * shape_.layer_index}, i64));
+  draw_count_ = register_buffer("draw_count", torch::zeros({1}, i64));
+  projection_ = register_buffer(
+      "projection", DrawProjection(options_.projection, options_.num_features, dim, DrawSeed(options_.seed + 1000 * shape_.layer_index, 0)));
+}
+
+int64_t FeatureKernelBase::draw_count() const { return draw_count_.defined() ? draw_count_.item<int64_t>() : 0; }
+
+void FeatureKernelBase::Redraw() {
+  if (!projection_.defined()) return;
+  torch::NoGradGuard no_grad;
+  const int64_t next = draw_count() + 1;
+  const auto seed = static_cast<uint64_t>(draw_seed_.item<int64_t>());
+  const auto w = DrawProjection(options_.projection, projection_.size(0), projection_.size(1), DrawSeed(seed, next));
+  projection_.copy_(w.to(projection_.options()));
+  draw_count_.fill_(next);
+}
+
+void FeatureKernelBase::on_train_step(int64_t step) {
+  if (options_.redraw == RedrawPolicy::kEveryStep) Redraw();
+  if (options_.redraw == RedrawPolicy::kEveryN && step > 0 && step % options_.redraw_interval == 0) Redraw();
+}
+
+void FeatureKernelBase::to(torch::Dtype dtype, bool non_blocking) { ConvertState(std::nullopt, dtype, non_blocking); }
+
+void FeatureKernelBase::to(torch::Device device, torch::Dtype dtype, bool non_blocking) {
+  ConvertState(device, dtype, non_blocking);
+}
+
+void FeatureKernelBase::ConvertState(const std::optional<torch::Device>& device, torch::Dtype dtype, bool non_blocking) {
+  const auto target = dtype == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+  auto convert = [&](const torch::Tensor& t) {
+    const auto type = t.is_floating_point() ? target : t.scalar_type();
+    return device ? t.to(*device, type, non_blocking) : t.to(type, non_blocking);
+  };
+  for (auto& p : named_parameters(/*recurse=*/false)) p->set_data(convert(*p));
+  for (auto& b : named_buffers(/*recurse=*/false)) b->set_data(convert(*b));
+}
+
+torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
+                                         const torch::Tensor& v_BHLD, const AttentionCall& call) {
+  const auto dtype = FeatureDtype(q_BHLD.scalar_type());
+  const double root_scale = std::sqrt(call.scale);
+  const auto x_BHLD = q_BHLD.to(dtype) * root_scale;
+  const auto y_BHLD = k_BHLD.to(dtype) * root_scale;
+  const auto query_BHLM = StabilisedQueryFeatures(LogFeatures(x_BHLD));
+  const auto key = StabilisedKeyFeatures(LogFeatures(y_BHLD));
+  const auto out_BHLD = LinearAttention(query_BHLM, key.features_BHLM, key.log_scale_BHL, v_BHLD, call.causal,
+                                        options_.chunk_size);
+  return out_BHLD.to(v_BHLD.scalar_type());
+}
+
+}  // namespace darkformer

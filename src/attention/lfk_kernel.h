@@ -1,0 +1,19 @@
+// LFK, the learnable-feature kernel (000 sec. 6): the Performer feature map
+// phi(x) = exp(Wx - |x|^2/2) / sqrt(m) with W a trainable parameter initialised by a Performer draw.
+#pragma once
+
+#include "attention/feature_kernel_base.h"
+
+namespace darkformer {
+
+class LfkKernelImpl : public FeatureKernelBase {
+ public:
+  LfkKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  std::string kernel_name() const override { return "lfk"; }
+  torch::Tensor LogFeatures(const torch::Tensor& x_BHLD) const override;
+
+  torch::Tensor W;  // m x d, trainable
+};
+TORCH_MODULE(LfkKernel);
+
+}  // namespace darkformer

@@ -1,0 +1,17 @@
+// Performer / FAVOR+ attention (000 eq. 1, Lemma 2.1): phi(x) = exp(Wx - |x|^2/2) / sqrt(m) with a
+// drawn W (orthogonal blocks with chi(d) row norms, or iid rows), redrawn by policy.
+#pragma once
+
+#include "attention/feature_kernel_base.h"
+
+namespace darkformer {
+
+class PerformerKernelImpl : public FeatureKernelBase {
+ public:
+  PerformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  std::string kernel_name() const override { return "performer"; }
+  torch::Tensor LogFeatures(const torch::Tensor& x_BHLD) const override;
+};
+TORCH_MODULE(PerformerKernel);
+
+}  // namespace darkformer

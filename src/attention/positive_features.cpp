@@ -1,0 +1,37 @@
+// Positive random features and their causal-safe stabiliser (see positive_features.h).
+#include "attention/positive_features.h"
+
+#include <cmath>
+
+#include "util/error.h"
+
+namespace darkformer {
+
+torch::ScalarType FeatureDtype(torch::ScalarType input) {
+  return input == torch::kFloat64 ? torch::kFloat64 : torch::kFloat32;
+}
+
+torch::Tensor LogPositiveFeatures(const torch::Tensor& x_BHLD, const torch::Tensor& w) {
+  DF_CHECK(x_BHLD.dim() == 4, "LogPositiveFeatures: x must be BHLD, got " << x_BHLD.sizes());
+  DF_CHECK(w.dim() == 2 || w.dim() == 3, "LogPositiveFeatures: W must be MD or HMD, got " << w.sizes());
+  const auto dtype = FeatureDtype(x_BHLD.scalar_type());
+  const auto x = x_BHLD.to(dtype);
+  const auto w_cast = w.to(x.device(), dtype);
+  const int64_t m = w.size(-2);
+  // Shared W: one matmul; per-head W_HMD broadcasts over the batch.
+  const auto proj_BHLM = w.dim() == 2 ? torch::matmul(x, w_cast.t()) : torch::matmul(x, w_cast.transpose(-1, -2).unsqueeze(0));
+  const auto half_norm_BHL1 = 0.5 * x.pow(2).sum(-1, /*keepdim=*/true);
+  return proj_BHLM - half_norm_BHL1 - 0.5 * std::log(static_cast<double>(m));
+}
+
+torch::Tensor StabilisedQueryFeatures(const torch::Tensor& log_phi_BHLM) {
+  const auto shift_BHL1 = std::get<0>(log_phi_BHLM.max(-1, /*keepdim=*/true)).detach();
+  return torch::exp(log_phi_BHLM - shift_BHL1);
+}
+
+KeyFeatures StabilisedKeyFeatures(const torch::Tensor& log_phi_BHLM) {
+  const auto shift_BHL = std::get<0>(log_phi_BHLM.max(-1)).detach();
+  return {torch::exp(log_phi_BHLM - shift_BHL.unsqueeze(-1)), shift_BHL};
+}
+
+}  // namespace darkformer

@@ -1,0 +1,38 @@
+// `darkformer eval --config run.yaml [--checkpoint path|run_dir]`: loss, perplexity and
+// next-token accuracy of a checkpoint on the validation split.
+#include <fmt/format.h>
+
+#include <iostream>
+
+#include "cli/commands.h"
+#include "model/weights_io.h"
+#include "train/trainer.h"
+#include "util/json_line.h"
+
+namespace darkformer {
+
+void AddEvalCommand(CLI::App& app) {
+  auto* cmd = app.add_subcommand("eval", "Evaluate a checkpoint on the validation split");
+  static std::string config_path, checkpoint;
+  static std::vector<std::string> overrides;
+  static int64_t batches = 0;
+  static std::string split = "val";
+  cmd->add_option("--config", config_path, "run config YAML")->required();
+  cmd->add_option("--checkpoint", checkpoint, "weights .h5 or a run directory (default: the config's log.dir)");
+  cmd->add_option("--set", overrides, "override a key: a.b.c=value (repeatable)");
+  cmd->add_option("--batches", batches, "validation batches (default: eval.batches)");
+  cmd->add_option("--split", split, "train or val");
+  cmd->callback([] {
+    auto config = RunConfig::Load(config_path, overrides);
+    config.train.init_from = checkpoint.empty() ? config.log.dir : checkpoint;
+    Trainer trainer(config);
+    PackedLoader loader(config.data, split);
+    const auto r = trainer.EvaluateFrom(loader, batches > 0 ? batches : config.eval.batches);
+    JsonLine line;
+    line.Add("checkpoint", config.train.init_from).Add("split", split).Add("loss", r.loss);
+    line.Add("perplexity", r.perplexity).Add("accuracy", r.accuracy).Add("tokens", r.tokens);
+    std::cout << line.str() << "\n";
+  });
+}
+
+}  // namespace darkformer

@@ -1,0 +1,61 @@
+// Streams the documents of one C4 JSON-lines file, gzip-compressed or plain, one line at a time;
+// skips and counts bad lines, and turns a truncated or corrupt gzip into an error naming file:line.
+#pragma once
+
+#include <zlib.h>
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace darkformer {
+
+// What reading one source file saw. Every line is exactly one of documents, blank, malformed or
+// no_text.
+struct C4ReadCounts {
+  int64_t lines = 0;
+  int64_t documents = 0;   // records with a string "text"
+  int64_t blank = 0;       // empty lines (not records; not counted as skipped)
+  int64_t malformed = 0;   // not one well-formed JSON object
+  int64_t no_text = 0;     // well-formed, but without a string "text"
+  int64_t text_bytes = 0;  // UTF-8 bytes of the decoded texts
+
+  int64_t skipped() const { return malformed + no_text; }
+  C4ReadCounts& operator+=(const C4ReadCounts& other);
+};
+
+class C4Reader {
+ public:
+  // Opens `path`; zlib reads gzip and plain files alike. Throws darkformer::Error if it cannot.
+  explicit C4Reader(std::string path);
+  ~C4Reader();
+  C4Reader(const C4Reader&) = delete;
+  C4Reader& operator=(const C4Reader&) = delete;
+
+  // Decodes the next document's text into `text`; false at the end of the file. Throws
+  // darkformer::Error naming the file and the last complete line on a truncated or corrupt gzip.
+  bool Next(std::string* text);
+
+  const C4ReadCounts& counts() const { return counts_; }
+  const std::string& path() const { return path_; }
+  // The first few malformed lines' errors ("path:line: what"), for the log.
+  const std::vector<std::string>& first_errors() const { return first_errors_; }
+
+ private:
+  // Sets `line` to the next line (without '\n'); false at the end of the file.
+  bool ReadLine(std::string_view* line);
+  // Reads more decompressed bytes into the buffer; false at a clean end of file.
+  bool Refill();
+
+  std::string path_;
+  gzFile file_ = nullptr;
+  std::vector<char> buffer_;
+  size_t begin_ = 0;  // first unconsumed byte of buffer_
+  size_t end_ = 0;    // one past the last valid byte of buffer_
+  bool at_eof_ = false;
+  C4ReadCounts counts_;
+  std::vector<std::string> first_errors_;
+};
+
+}  // namespace darkformer

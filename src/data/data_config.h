@@ -1,0 +1,39 @@
+// The `data` section of a training config: where the token shards are, the tokenizer they must
+// match, and how the loader packs and shuffles them.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "util/config_reader.h"
+
+namespace darkformer {
+
+struct DataConfig {
+  // Directory written by `darkformer prepare` (holds manifest.yaml).
+  std::string shards_dir;
+  // The SentencePiece .model the model uses; the shards must have been made with it.
+  std::string tokenizer;
+  // Tokens per row; each row also reads one more token for the shifted labels.
+  int64_t seq_len = 1024;
+  // Rows per batch on each data-parallel rank.
+  int64_t batch_size = 8;
+  // "concat": documents joined with EOS into one stream cut into rows; "pad": one document per
+  // row (long ones continue on further rows), padded, with no loss on padding.
+  std::string packing = "concat";
+  // Start every document with the BOS id recorded in the shards (Gemma does).
+  bool bos_per_document = true;
+  // Seeds the per-epoch shuffle of rows.
+  uint64_t seed = 0;
+  // This process's data-parallel rank and the number of ranks; ranks read disjoint rows.
+  int64_t rank = 0;
+  int64_t world_size = 1;
+  // The key path of the section, for errors ("data").
+  std::string key_path = "data";
+
+  // Reads the section (`reader` is the data section itself); unknown keys are errors naming their
+  // path, as are out-of-range values.
+  static DataConfig FromConfig(const ConfigReader& reader);
+};
+
+}  // namespace darkformer

@@ -1,0 +1,26 @@
+// A strict parser for one JSON-lines record of C4: a JSON object from which we keep the string
+// field "text", decoding every JSON escape (\uXXXX surrogate pairs included) to UTF-8.
+#pragma once
+
+#include <string>
+#include <string_view>
+
+namespace darkformer {
+
+enum class JsonRecordStatus {
+  kOk,         // a well-formed object with a string "text" field
+  kBlank,      // an empty or all-whitespace line
+  kMalformed,  // not a single well-formed JSON object
+  kNoText,     // a well-formed object without a string "text" field
+};
+
+// Parses `line` (one line, without its '\n') as a JSON object. On kOk, `text` holds the decoded
+// "text" value (the last one when the key repeats, as Python's json does). Other values are
+// validated and skipped, so a record with numbers or nested objects still parses. On kMalformed,
+// `error` (when not null) says what and at which byte offset.
+JsonRecordStatus ParseC4Record(std::string_view line, std::string* text, std::string* error = nullptr);
+
+// Appends the UTF-8 encoding of `code_point` (at most U+10FFFF) to `out`.
+void AppendUtf8(char32_t code_point, std::string* out);
+
+}  // namespace darkformer

@@ -1,0 +1,89 @@
+// Loading run configs with base files and overrides (see run_config.h).
+#include "train/run_config.h"
+
+#include <filesystem>
+
+namespace darkformer {
+
+namespace fs = std::filesystem;
+
+YAML::Node MergeYaml(const YAML::Node& base, const YAML::Node& overlay) {
+  if (!overlay.IsMap() || !base.IsMap()) return YAML::Clone(overlay);
+  YAML::Node merged = YAML::Clone(base);
+  for (const auto& entry : overlay) {
+    const auto key = entry.first.as<std::string>();
+    merged[key] = merged[key] ? MergeYaml(merged[key], entry.second) : YAML::Clone(entry.second);
+  }
+  return merged;
+}
+
+static YAML::Node LoadWithBases(const std::string& path, int depth) {
+  DF_CHECK(depth < 16, path << ": `base:` chain deeper than 16 files (a cycle?)");
+  DF_CHECK(fs::exists(path), "config file not found: " << path);
+  YAML::Node node;
+  try {
+    node = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    Fail(path + ": invalid YAML: " + e.what());
+  }
+  if (!node.IsMap() || !node["base"]) return node;
+  const auto base_path = (fs::path(path).parent_path() / node["base"].as<std::string>()).string();
+  node.remove("base");
+  return MergeYaml(LoadWithBases(base_path, depth + 1), node);
+}
+
+void ApplyOverride(YAML::Node& root, const std::string& assignment) {
+  const auto eq = assignment.find('=');
+  DF_CHECK(eq != std::string::npos && eq > 0, "--set expects key.path=value, got '" << assignment << "'");
+  const std::string path = assignment.substr(0, eq);
+  YAML::Node value;
+  try {
+    value = YAML::Load(assignment.substr(eq + 1));
+  } catch (const YAML::Exception& e) {
+    Fail("--set " + assignment + ": value is not valid YAML: " + e.what());
+  }
+  std::vector<std::string> keys;
+  size_t start = 0;
+  while (true) {
+    const auto dot = path.find('.', start);
+    keys.push_back(path.substr(start, dot == std::string::npos ? std::string::npos : dot - start));
+    if (dot == std::string::npos) break;
+    start = dot + 1;
+  }
+  // Wrap the value in maps from the innermost key out. reset() rebinds a handle; yaml-cpp's
+  // operator= would instead overwrite the node it refers to.
+  YAML::Node overlay = value;
+  for (auto key = keys.rbegin(); key != keys.rend(); ++key) {
+    DF_CHECK(!key->empty(), "--set " << assignment << ": empty key in path '" << path << "'");
+    YAML::Node wrap(YAML::NodeType::Map);
+    wrap[*key] = overlay;
+    overlay.reset(wrap);
+  }
+  root = MergeYaml(root, overlay);
+}
+
+RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
+  try {
+    const ConfigReader reader(root, "");
+    RunConfig c;
+    c.model = GemmaConfig::FromConfig(reader.Child("model"));
+    c.attention = AttentionConfig::FromConfig(reader.Child("attention"), c.model.num_hidden_layers);
+    c.data = DataConfig::FromConfig(reader.Child("data"));
+    c.train = TrainConfig::FromConfig(reader.Child("train"));
+    c.eval = EvalConfig::FromConfig(reader.Child("eval"));
+    c.log = LogConfig::FromConfig(reader.Child("log"));
+    reader.RejectUnknown();
+    c.resolved = root;
+    return c;
+  } catch (const Error& e) {
+    Fail(origin + ": " + e.what());
+  }
+}
+
+RunConfig RunConfig::Load(const std::string& path, const std::vector<std::string>& overrides) {
+  auto root = LoadWithBases(path, 0);
+  for (const auto& assignment : overrides) ApplyOverride(root, assignment);
+  return FromNode(root, path);
+}
+
+}  // namespace darkformer

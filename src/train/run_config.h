@@ -1,0 +1,37 @@
+// A run's YAML config: sections model, attention, data, train, eval, log. Files may build on a
+// `base:` file (resolved relative to the including file); `--set a.b.c=value` overrides any key.
+// Unknown keys and wrong types are errors naming the key path.
+#pragma once
+
+#include <yaml-cpp/yaml.h>
+
+#include <string>
+#include <vector>
+
+#include "attention/attention_config.h"
+#include "data/data_config.h"
+#include "model/gemma_config.h"
+#include "train/train_config.h"
+
+namespace darkformer {
+
+struct RunConfig {
+  GemmaConfig model;
+  AttentionConfig attention;
+  DataConfig data;
+  TrainConfig train;
+  EvalConfig eval;
+  LogConfig log;
+  YAML::Node resolved;  // the merged document, written into the run directory
+
+  // Loads `path` (following `base:` chains), applies overrides, validates every section.
+  static RunConfig Load(const std::string& path, const std::vector<std::string>& overrides = {});
+  static RunConfig FromNode(YAML::Node root, const std::string& origin);
+};
+
+// Deep-merges `overlay` into `base` (maps merge, anything else replaces).
+YAML::Node MergeYaml(const YAML::Node& base, const YAML::Node& overlay);
+// Applies "a.b.c=value"; the value is parsed as YAML (numbers, booleans, lists).
+void ApplyOverride(YAML::Node& root, const std::string& assignment);
+
+}  // namespace darkformer

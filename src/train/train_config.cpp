@@ -1,0 +1,81 @@
+// Reading the train, eval and log sections (see train_config.h).
+#include "train/train_config.h"
+
+namespace darkformer {
+
+static SpikeConfig ReadSpikes(const ConfigReader& r) {
+  SpikeConfig s;
+  s.window = r.Get<int64_t>("window", s.window);
+  s.min_history = r.Get<int64_t>("min_history", s.min_history);
+  s.loss_z = r.Get<double>("loss_z", s.loss_z);
+  s.grad_norm_z = r.Get<double>("grad_norm_z", s.grad_norm_z);
+  s.min_loss_ratio = r.Get<double>("min_loss_ratio", s.min_loss_ratio);
+  s.skip_update = r.Get<bool>("skip_update", s.skip_update);
+  s.on_nonfinite = r.Get<std::string>("on_nonfinite", s.on_nonfinite);
+  r.RejectUnknown();
+  DF_CHECK(s.window >= 2, "config key '" << r.KeyPath("window") << "' must be >= 2");
+  DF_CHECK(s.on_nonfinite == "skip" || s.on_nonfinite == "stop",
+           "config key '" << r.KeyPath("on_nonfinite") << "' must be skip or stop, got '" << s.on_nonfinite << "'");
+  return s;
+}
+
+TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
+  TrainConfig t;
+  t.steps = r.Get<int64_t>("steps", t.steps);
+  t.init_from = r.Get<std::string>("init_from", t.init_from);
+  t.init_std = r.Get<double>("init_std", t.init_std);
+  t.seed = r.Get<uint64_t>("seed", t.seed);
+  t.device = r.Get<std::string>("device", t.device);
+  t.precision = r.Get<std::string>("precision", t.precision);
+  t.deterministic = r.Get<bool>("deterministic", t.deterministic);
+  t.threads = r.Get<int64_t>("threads", t.threads);
+  t.lr = r.Get<double>("lr", t.lr);
+  t.beta1 = r.Get<double>("beta1", t.beta1);
+  t.beta2 = r.Get<double>("beta2", t.beta2);
+  t.eps = r.Get<double>("eps", t.eps);
+  t.weight_decay = r.Get<double>("weight_decay", t.weight_decay);
+  t.no_decay = r.Get<std::vector<std::string>>("no_decay", t.no_decay);
+  t.schedule = r.Get<std::string>("schedule", t.schedule);
+  t.warmup_steps = r.Get<int64_t>("warmup_steps", t.warmup_steps);
+  t.min_lr_ratio = r.Get<double>("min_lr_ratio", t.min_lr_ratio);
+  t.decay_fraction = r.Get<double>("decay_fraction", t.decay_fraction);
+  t.grad_clip = r.Get<double>("grad_clip", t.grad_clip);
+  t.grad_accum = r.Get<int64_t>("grad_accum", t.grad_accum);
+  t.trainable = r.Get<std::vector<std::string>>("trainable", t.trainable);
+  t.checkpoint_every = r.Get<int64_t>("checkpoint_every", t.checkpoint_every);
+  t.keep_last = r.Get<int64_t>("keep_last", t.keep_last);
+  t.spikes = ReadSpikes(r.Child("spikes"));
+  r.RejectUnknown();
+  auto key = [&](const char* k) { return r.KeyPath(k); };
+  DF_CHECK(t.steps > 0, "config key '" << key("steps") << "' must be positive");
+  DF_CHECK(t.lr > 0, "config key '" << key("lr") << "' must be positive");
+  DF_CHECK(t.grad_accum >= 1, "config key '" << key("grad_accum") << "' must be >= 1");
+  DF_CHECK(t.keep_last >= 1, "config key '" << key("keep_last") << "' must be >= 1");
+  DF_CHECK(t.device == "auto" || t.device == "cpu" || t.device == "cuda",
+           "config key '" << key("device") << "' must be auto, cpu or cuda, got '" << t.device << "'");
+  DF_CHECK(t.precision == "float32" || t.precision == "bf16_autocast",
+           "config key '" << key("precision") << "' must be float32 or bf16_autocast, got '" << t.precision << "'");
+  DF_CHECK(t.schedule == "constant" || t.schedule == "cosine" || t.schedule == "linear" || t.schedule == "wsd",
+           "config key '" << key("schedule") << "' must be constant, cosine, linear or wsd, got '" << t.schedule << "'");
+  DF_CHECK(!t.trainable.empty(), "config key '" << key("trainable") << "' must list at least one glob");
+  return t;
+}
+
+EvalConfig EvalConfig::FromConfig(const ConfigReader& r) {
+  EvalConfig e;
+  e.every = r.Get<int64_t>("every", e.every);
+  e.batches = r.Get<int64_t>("batches", e.batches);
+  r.RejectUnknown();
+  DF_CHECK(e.batches >= 1, "config key '" << r.KeyPath("batches") << "' must be >= 1");
+  return e;
+}
+
+LogConfig LogConfig::FromConfig(const ConfigReader& r) {
+  LogConfig l;
+  l.dir = r.Get<std::string>("dir", l.dir);
+  l.every = r.Get<int64_t>("every", l.every);
+  r.RejectUnknown();
+  return l;
+}
+
+}  // namespace darkformer

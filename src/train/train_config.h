@@ -1,0 +1,65 @@
+// The train, eval and log sections of a run config. Every field's default lives here, next to
+// its doc line; configs/reference.yaml documents the same keys.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "util/config_reader.h"
+
+namespace darkformer {
+
+struct SpikeConfig {
+  int64_t window = 50;              // rolling window of recent steps for mean/std
+  int64_t min_history = 20;         // steps in the window before spikes can be flagged
+  double loss_z = 4.0;              // loss z-score above which a step is a spike
+  double grad_norm_z = 6.0;         // grad-norm z-score above which a step is a spike
+  double min_loss_ratio = 1.5;      // loss / recent minimum above which a step is a spike
+  bool skip_update = false;         // drop the optimizer update of a spike step
+  std::string on_nonfinite = "skip";  // non-finite loss or grad norm: skip | stop
+};
+
+struct TrainConfig {
+  int64_t steps = 200;               // optimizer steps
+  std::string init_from;             // weights .h5 (converted HF or ours) or a run dir's checkpoint; "" = scratch
+  double init_std = 0.02;            // normal init std when training from scratch
+  uint64_t seed = 0;                 // model init, kernel draws and the global RNG
+  std::string device = "auto";       // auto | cpu | cuda
+  std::string precision = "float32"; // float32 | bf16_autocast (CUDA: bf16 compute, fp32 master weights)
+  bool deterministic = false;        // CPU: deterministic algorithms, single thread, bit-exact resume
+  int64_t threads = 0;               // CPU intra-op threads; 0 = LibTorch's default
+  // Optimizer: AdamW. Parameters matching no_decay globs get no weight decay.
+  double lr = 3e-4;
+  double beta1 = 0.9;
+  double beta2 = 0.95;
+  double eps = 1e-8;
+  double weight_decay = 0.1;
+  std::vector<std::string> no_decay = {"*norm*", "*.kernel.*"};
+  // Schedule: constant | cosine | linear | wsd (warmup-stable-decay).
+  std::string schedule = "cosine";
+  int64_t warmup_steps = 10;
+  double min_lr_ratio = 0.1;         // final lr / peak lr for cosine, linear and wsd
+  double decay_fraction = 0.2;       // wsd: the final fraction of steps that decays
+  double grad_clip = 1.0;            // max global grad norm; 0 = off
+  int64_t grad_accum = 1;            // micro-batches per optimizer step
+  std::vector<std::string> trainable = {"*"};  // parameter-name globs; the rest is frozen
+  int64_t checkpoint_every = 100;    // steps between checkpoints (and one at the end); 0 = end only
+  int64_t keep_last = 2;             // checkpoints kept
+  SpikeConfig spikes;
+
+  static TrainConfig FromConfig(const ConfigReader& reader);
+};
+
+struct EvalConfig {
+  int64_t every = 50;     // steps between evals (and one at the end); 0 = end only
+  int64_t batches = 8;    // validation batches per eval
+  static EvalConfig FromConfig(const ConfigReader& reader);
+};
+
+struct LogConfig {
+  std::string dir = "runs/run";  // run directory
+  int64_t every = 1;             // steps between progress lines (JSONL gets every step)
+  static LogConfig FromConfig(const ConfigReader& reader);
+};
+
+}  // namespace darkformer

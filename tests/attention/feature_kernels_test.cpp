@@ -1,0 +1,284 @@
+// Kernel-level checks for performer, darkformer, lfk, random and constant: prefix invariance,
+// finite-difference gradients in fp64, finiteness at large norms (fp32 and bf16), redraws,
+// whitening calibration and option errors.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "attention/darkformer_kernel.h"
+#include "attention/feature_kernel_base.h"
+#include "attention/kernel_registry.h"
+#include "attention/lfk_kernel.h"
+#include "attention/performer_kernel.h"
+#include "attention/positive_features.h"
+
+namespace darkformer {
+namespace {
+
+KernelShape Shape(int64_t heads, int64_t head_dim, int64_t layer = 0) {
+  KernelShape shape;
+  shape.num_heads = heads;
+  shape.head_dim = head_dim;
+  shape.layer_index = layer;
+  return shape;
+}
+
+AttentionKernel Make(const std::string& name, const std::string& yaml, const KernelShape& shape) {
+  return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
+}
+
+const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "random", "constant"};
+const char* kSmallOptions = "{num_features: 16, chunk_size: 4}";
+
+std::string OptionsFor(const std::string& name) {
+  return (name == "exact" || name == "constant") ? "{}" : name == "random" ? "{seed: 3}" : kSmallOptions;
+}
+
+TEST(FeatureKernelsTest, PrefixInvarianceForEveryKernel) {
+  torch::manual_seed(0);
+  const int64_t length = 19, t = 8, heads = 2, d = 8;
+  const auto q = torch::randn({2, heads, length, d}), k = torch::randn({2, heads, length, d}),
+             v = torch::randn({2, heads, length, d});
+  auto q2 = q.clone(), k2 = k.clone(), v2 = v.clone();
+  const auto later = [&](torch::Tensor& x) { return x.narrow(2, t + 1, length - t - 1); };
+  later(q2).normal_().mul_(30.0);  // new tokens after t, and keys with huge norms
+  later(k2).normal_().mul_(30.0);
+  later(v2).normal_();
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (const auto& name : kAllKernels) {
+    // A fresh kernel per call with the same seed: the same draws both times.
+    const auto a = Make(name, OptionsFor(name), Shape(heads, d))->forward(q, k, v, call);
+    const auto b = Make(name, OptionsFor(name), Shape(heads, d))->forward(q2, k2, v2, call);
+    const double err = (a.narrow(2, 0, t + 1) - b.narrow(2, 0, t + 1)).abs().max().item<double>();
+    std::cout << "[prefix invariance] " << name << ": max change at positions <= " << t << " = " << err << "\n";
+    EXPECT_LE(err, 1e-6) << name;
+    EXPECT_GT((a.narrow(2, t + 1, 1) - b.narrow(2, t + 1, 1)).abs().max().item<double>(), 1e-3) << name;
+  }
+}
+
+// The whole pipeline (x = sqrt(s) q, stabilised features, chunked sums) against the plain formula
+// out_i = sum_{j<=i} phi(x_i).phi(y_j) v_j / sum_{j<=i} phi(x_i).phi(y_j) with unshifted features in fp64.
+TEST(FeatureKernelsTest, KernelForwardMatchesUnstabilisedFormula) {
+  torch::manual_seed(6);
+  const int64_t heads = 2, length = 23, d = 8;
+  const auto q = torch::randn({2, heads, length, d}), k = torch::randn({2, heads, length, d}),
+             v = torch::randn({2, heads, length, d});
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (const std::string name : {"performer", "darkformer", "lfk"}) {
+    for (bool causal : {true, false}) {
+      call.causal = causal;
+      auto kernel = std::dynamic_pointer_cast<FeatureKernelBase>(Make(name, kSmallOptions, Shape(heads, d)).ptr());
+      if (auto dark = std::dynamic_pointer_cast<DarkformerKernelImpl>(kernel)) {
+        torch::NoGradGuard no_grad;
+        dark->M.add_(0.2 * torch::randn_like(dark->M));
+      }
+      const auto out = kernel->forward(q, k, v, call);
+      torch::Tensor reference;
+      {
+        torch::NoGradGuard no_grad;
+        const double root = std::sqrt(call.scale);
+        const auto phi_x = torch::exp(kernel->LogFeatures(q.to(torch::kFloat64) * root));
+        const auto phi_y = torch::exp(kernel->LogFeatures(k.to(torch::kFloat64) * root));
+        auto a = torch::matmul(phi_x, phi_y.transpose(-1, -2));
+        if (causal) a = a.tril();
+        reference = torch::matmul(a, v.to(torch::kFloat64)) / a.sum(-1, true);
+      }
+      const double err = (out.to(torch::kFloat64) - reference).abs().max().item<double>();
+      std::cout << "[pipeline] " << name << (causal ? " causal" : " non-causal") << ": max|kernel - plain formula| = " << err << "\n";
+      EXPECT_LE(err, 1e-5) << name;
+    }
+  }
+}
+
+// Central differences in fp64 on every element of each tensor in `inputs`.
+double MaxGradientError(const std::function<torch::Tensor()>& loss_fn, const std::vector<torch::Tensor>& inputs) {
+  for (const auto& x : inputs) x.mutable_grad() = torch::Tensor();
+  loss_fn().backward();
+  double worst = 0.0;
+  const double eps = 1e-6;
+  torch::NoGradGuard no_grad;
+  for (const auto& x : inputs) {
+    const auto analytic = x.grad().clone();
+    auto flat = x.view({-1});
+    for (int64_t i = 0; i < flat.size(0); ++i) {
+      const double saved = flat[i].item<double>();
+      flat[i].fill_(saved + eps);
+      const double up = loss_fn().item<double>();
+      flat[i].fill_(saved - eps);
+      const double down = loss_fn().item<double>();
+      flat[i].fill_(saved);
+      const double numeric = (up - down) / (2 * eps);
+      const double a = analytic.view({-1})[i].item<double>();
+      worst = std::max(worst, std::abs(numeric - a) / std::max(1.0, std::abs(a)));
+    }
+  }
+  return worst;
+}
+
+TEST(FeatureKernelsTest, GradientsMatchFiniteDifferencesInFloat64) {
+  torch::manual_seed(1);
+  const int64_t heads = 2, length = 7, d = 3;
+  const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+  auto q = torch::randn({1, heads, length, d}, f64).requires_grad_(), k = torch::randn({1, heads, length, d}, f64).requires_grad_(),
+       v = torch::randn({1, heads, length, d}, f64).requires_grad_();
+  const auto weights = torch::randn({1, heads, length, d}, f64);
+  AttentionCall call;
+  call.scale = 0.5;
+  const std::string options = "{num_features: 6, chunk_size: 3, projection: iid}";
+  for (bool causal : {true, false}) {
+    call.causal = causal;
+    for (const std::string name : {"performer", "darkformer", "lfk"}) {
+      auto kernel = Make(name, options, Shape(heads, d));
+      kernel->to(torch::kFloat64);
+      std::vector<torch::Tensor> inputs = {q, k, v};
+      std::string extra;
+      if (name == "darkformer") {
+        auto dark = std::dynamic_pointer_cast<DarkformerKernelImpl>(kernel.ptr());
+        torch::NoGradGuard no_grad;
+        dark->M.add_(0.3 * torch::randn_like(dark->M));  // away from identity
+        inputs.push_back(dark->M);
+        extra = " (incl. M)";
+      }
+      if (name == "lfk") {
+        inputs.push_back(std::dynamic_pointer_cast<LfkKernelImpl>(kernel.ptr())->W);
+        extra = " (incl. W)";
+      }
+      const auto loss = [&] { return (kernel->forward(q, k, v, call) * weights).sum(); };
+      const double err = MaxGradientError(loss, inputs);
+      std::cout << "[finite differences] " << name << (causal ? " causal" : " non-causal") << extra
+                << ": max relative gradient error " << err << "\n";
+      EXPECT_LE(err, 1e-6) << name;
+    }
+  }
+}
+
+TEST(FeatureKernelsTest, FiniteOutputsAndGradientsAtLargeNorms) {
+  torch::manual_seed(2);
+  const int64_t heads = 2, length = 40, d = 8;
+  AttentionCall call;
+  call.scale = 1.0;  // x = q
+  for (auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+    for (double norm : {1.0, 10.0, 30.0}) {
+      const auto dir = [&] { auto x = torch::randn({1, heads, length, d}); return x / x.norm(2, -1, true) * norm; };
+      auto q = dir().to(dtype).requires_grad_(), k = dir().to(dtype).requires_grad_(),
+           v = torch::randn({1, heads, length, d}).to(dtype).requires_grad_();
+      for (const std::string name : {"performer", "darkformer", "lfk"}) {
+        auto kernel = Make(name, "{num_features: 32, chunk_size: 16}", Shape(heads, d));
+        q.mutable_grad() = torch::Tensor();
+        k.mutable_grad() = torch::Tensor();
+        const auto out = kernel->forward(q, k, v, call);
+        EXPECT_EQ(out.scalar_type(), dtype);
+        out.to(torch::kFloat32).pow(2).sum().backward();
+        bool finite = torch::isfinite(out).all().item<bool>() && torch::isfinite(q.grad()).all().item<bool>() &&
+                      torch::isfinite(k.grad()).all().item<bool>() && torch::isfinite(v.grad()).all().item<bool>();
+        for (const auto& p : kernel->parameters()) finite = finite && torch::isfinite(p.grad()).all().item<bool>();
+        std::cout << "[large norms] " << name << " " << c10::toString(dtype) << " |x|=" << norm
+                  << ": outputs and gradients finite = " << finite << "\n";
+        EXPECT_TRUE(finite) << name << " |x|=" << norm;
+      }
+    }
+  }
+}
+
+TEST(FeatureKernelsTest, KernelStateStaysFloat32UnderBfloat16) {
+  auto kernel = Make("darkformer", kSmallOptions, Shape(2, 8));
+  kernel->to(torch::kBFloat16);
+  for (const auto& p : kernel->named_parameters()) EXPECT_EQ(p.value().scalar_type(), torch::kFloat32) << p.key();
+  for (const auto& b : kernel->named_buffers()) {
+    const auto expected = b.key() == "projection" ? torch::kFloat32 : torch::kInt64;
+    EXPECT_EQ(b.value().scalar_type(), expected) << b.key();
+  }
+}
+
+TEST(FeatureKernelsTest, RedrawPolicies) {
+  auto never = std::dynamic_pointer_cast<FeatureKernelBase>(Make("performer", kSmallOptions, Shape(1, 8)).ptr());
+  auto every_n = std::dynamic_pointer_cast<FeatureKernelBase>(
+      Make("performer", "{num_features: 16, redraw: every_n, redraw_interval: 3}", Shape(1, 8)).ptr());
+  auto every_step = std::dynamic_pointer_cast<FeatureKernelBase>(
+      Make("performer", "{num_features: 16, redraw: every_step}", Shape(1, 8)).ptr());
+  const auto initial = every_n->projection().clone();
+  EXPECT_TRUE(torch::equal(initial, never->projection()));  // same seed and layer: same draw 0
+  for (int64_t step = 1; step <= 7; ++step) {
+    never->on_train_step(step);
+    every_n->on_train_step(step);
+    every_step->on_train_step(step);
+  }
+  EXPECT_EQ(never->draw_count(), 0);
+  EXPECT_EQ(every_n->draw_count(), 2);  // steps 3 and 6
+  EXPECT_EQ(every_step->draw_count(), 7);
+  EXPECT_TRUE(torch::equal(initial, never->projection()));
+  EXPECT_FALSE(torch::equal(initial, every_n->projection()));
+  // Layers draw from different seeds.
+  auto layer1 = std::dynamic_pointer_cast<FeatureKernelBase>(Make("performer", kSmallOptions, Shape(1, 8, 1)).ptr());
+  EXPECT_FALSE(torch::equal(initial, layer1->projection()));
+}
+
+TEST(FeatureKernelsTest, DarkformerFeaturesUseMAndPerHeadMatrices) {
+  auto kernel = std::dynamic_pointer_cast<DarkformerKernelImpl>(Make("darkformer", kSmallOptions, Shape(3, 4)).ptr());
+  EXPECT_EQ(kernel->M.sizes(), torch::IntArrayRef({3, 4, 4}));
+  auto shared = std::dynamic_pointer_cast<DarkformerKernelImpl>(
+      Make("darkformer", "{share_across_heads: true, rank: 2, init: scaled_identity, init_scale: 0.5}", Shape(3, 4)).ptr());
+  EXPECT_EQ(shared->M.sizes(), torch::IntArrayRef({1, 2, 4}));
+  EXPECT_EQ(shared->projection().sizes(), torch::IntArrayRef({256, 2}));
+  EXPECT_TRUE(torch::allclose(shared->M[0], 0.5 * torch::eye(2, 4)));
+  torch::NoGradGuard no_grad;
+  kernel->M.normal_();
+  const auto x = torch::randn({2, 3, 5, 4});
+  const auto expected = LogPositiveFeatures(torch::matmul(x, kernel->M.transpose(-1, -2).unsqueeze(0)), kernel->projection());
+  EXPECT_TRUE(torch::allclose(kernel->LogFeatures(x), expected));
+}
+
+TEST(FeatureKernelsTest, WhiteningCalibrationGivesInverseCovariance) {
+  torch::manual_seed(5);
+  const int64_t heads = 2, d = 4;
+  auto kernel = std::dynamic_pointer_cast<DarkformerKernelImpl>(
+      Make("darkformer", "{init: whitening, eigen_floor: 1e-6}", Shape(heads, d)).ptr());
+  // Head h: x = A_h z with distinct A_h; after calibration M Lambda M^T = I per head.
+  const auto a_HDD = torch::randn({heads, d, d}, torch::kFloat64) + 2 * torch::eye(d, torch::kFloat64);
+  const auto z = torch::randn({3, heads, 500, d}, torch::kFloat64);
+  const auto q = torch::matmul(z, a_HDD.transpose(1, 2).unsqueeze(0));
+  const auto k = torch::matmul(torch::randn_like(z), a_HDD.transpose(1, 2).unsqueeze(0));
+  const double scale = 0.25;
+  kernel->Calibrate(q, k, scale);
+  for (int64_t h = 0; h < heads; ++h) {
+    auto samples = torch::cat({q.select(1, h), k.select(1, h)}, 1).reshape({-1, d}) * std::sqrt(scale);
+    samples = samples - samples.mean(0, true);
+    const auto cov = samples.t().mm(samples) / (samples.size(0) - 1);
+    const auto m = kernel->M[h].to(torch::kFloat64);
+    const double err = (m.mm(cov).mm(m.t()) - torch::eye(d, torch::kFloat64)).abs().max().item<double>();
+    std::cout << "[whitening] head " << h << ": max|M Lambda M^T - I| = " << err << "\n";
+    EXPECT_LE(err, 1e-5);
+  }
+}
+
+TEST(FeatureKernelsTest, OptionErrorsNameTheKey) {
+  auto message = [](const std::function<void()>& f) {
+    try {
+      f();
+    } catch (const Error& e) {
+      return std::string(e.what());
+    }
+    return std::string("no error");
+  };
+  const auto unknown = message([] { Make("perfromer", "{}", Shape(1, 8)); });
+  std::cout << "[errors] " << unknown << "\n";
+  for (const auto& name : kAllKernels) EXPECT_NE(unknown.find(name), std::string::npos) << unknown;
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"performer", "{num_feature: 3}"},   {"performer", "{projection: gaussian}"},
+      {"performer", "{redraw: sometimes}"}, {"darkformer", "{init: random}"},
+      {"lfk", "{redraw: every_step}"},      {"random", "{sed: 1}"},
+      {"darkformer", "{num_features: -1}"},
+  };
+  for (const auto& [name, yaml] : cases) {
+    const auto text = message([&] { Make(name, yaml, Shape(1, 8)); });
+    const auto key = YAML::Load(yaml).begin()->first.as<std::string>();
+    std::cout << "[errors] attention." << name << " " << yaml << " -> " << text << "\n";
+    EXPECT_NE(text.find("attention." + name + "." + key), std::string::npos) << text;
+  }
+}
+
+}  // namespace
+}  // namespace darkformer
