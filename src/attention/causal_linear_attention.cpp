@@ -38,13 +38,19 @@ torch::Tensor Causal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM, c
   const double neg_inf = -std::numeric_limits<double>::infinity();
   torch::Tensor state_BHMD, norm_BHM, state_ref_BH;  // sums over earlier chunks, relative to state_ref
   std::vector<torch::Tensor> outputs;
-  for (int64_t start = 0; start < length; start += chunk_size) {
-    const int64_t c = std::min(chunk_size, length - start);
-    const auto q_BHCM = q_BHLM.narrow(2, start, c);
-    const auto k_BHCM = k_BHLM.narrow(2, start, c);
-    const auto v_BHCD = v_BHLD.narrow(2, start, c);
-    const auto b_BHC = b_BHL.narrow(-1, start, c);
-    const auto r_BHC = r_BHL.narrow(-1, start, c);
+  // split, not narrow per chunk: one backward node concatenates the chunk gradients, where each
+  // narrow's backward would materialise a full-length gradient (quadratic time and memory).
+  const auto q_chunks = q_BHLM.split(chunk_size, 2), k_chunks = k_BHLM.split(chunk_size, 2),
+             v_chunks = v_BHLD.split(chunk_size, 2), b_chunks = b_BHL.split(chunk_size, -1),
+             r_chunks = r_BHL.split(chunk_size, -1);
+  for (size_t index = 0; index < q_chunks.size(); ++index) {
+    const int64_t start = static_cast<int64_t>(index) * chunk_size;
+    const auto& q_BHCM = q_chunks[index];
+    const auto& k_BHCM = k_chunks[index];
+    const auto& v_BHCD = v_chunks[index];
+    const auto& b_BHC = b_chunks[index];
+    const auto& r_BHC = r_chunks[index];
+    const int64_t c = q_BHCM.size(2);
     // Inside the chunk: a_ij = q_i.k_j * exp(b_j - r_i) for j <= i (exponent <= 0); later keys are
     // masked before the exp, so they can neither overflow nor touch query i.
     const auto tril = tril_CC.narrow(0, 0, c).narrow(1, 0, c);
