@@ -11,5 +11,6 @@ void AddKernelCheckCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);
 void AddEvalCommand(CLI::App& app);
 void AddPrepareCommand(CLI::App& app);
+void AddSweepCommand(CLI::App& app);
 
 }  // namespace darkformer

@@ -1,17 +1,28 @@
 // `darkformer kernel-check`: a kernel against exact softmax attention on synthetic inputs
 // (estimator mean over independent draws vs exp(x.y), attention-output error, prefix invariance),
-// and with --bench its forward+backward time and peak CPU memory vs exact over lengths.
+// with --bench its forward+backward time and peak CPU memory vs exact over lengths, with
+// --estimators the synthetic anisotropic estimator comparison and with --weights the per-layer
+// anisotropy and kernel errors of a checkpoint (attention/kernel_diagnostics.h holds the math).
 #include <c10/core/Allocator.h>
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 
 #include <chrono>
+#include <fstream>
 #include <iostream>
+#include <sstream>
+#include <utility>
 
 #include "attention/darkformer_kernel.h"
 #include "attention/feature_kernel_base.h"
+#include "attention/kernel_diagnostics.h"
 #include "attention/kernel_registry.h"
 #include "cli/commands.h"
+#include "data/packed_loader.h"
+#include "data/tokenizer.h"
+#include "model/weights_io.h"
+#include "util/error.h"
+#include "util/json_line.h"
 
 namespace darkformer {
 
@@ -27,6 +38,15 @@ struct KernelCheckArgs {
   std::vector<int64_t> bench_lengths = {256, 1024, 4096, 16384};
   std::vector<int64_t> bench_head_dims = {64, 256};
   int64_t repeats = 2;
+  // (a) --estimators: synthetic q, k ~ N(0, Lambda).
+  bool estimators = false;
+  SyntheticEstimatorOptions synthetic;
+  std::vector<int64_t> num_features = {16, 64, 256};
+  // (b) --weights: per-layer diagnostics of a checkpoint on one batch of shards or a text file.
+  std::string weights, shards, text, ids, tokenizer, split = "val";
+  std::vector<std::string> kernels = {"performer", "darkformer", "lfk"};
+  int64_t seq_len = 256, batch = 1;
+  std::string json;  // JSON lines file for (a) or (b)
 };
 
 AttentionKernel Build(const KernelCheckArgs& a, const std::string& name, const std::string& options, int64_t head_dim,
@@ -157,6 +177,151 @@ void Bench(const KernelCheckArgs& a) {
   }
 }
 
+
+void WriteJson(const std::string& path, const std::vector<JsonLine>& lines) {
+  if (path.empty()) return;
+  std::ofstream out(path);
+  DF_CHECK(out.good(), "--json: cannot write '" << path << "'");
+  for (const auto& line : lines) out << line.str() << "\n";
+  std::cout << fmt::format("wrote {} JSON lines to {}\n", lines.size(), path);
+}
+
+// (a): performer vs importance-sampled performer vs darkformer on synthetic anisotropic inputs.
+void Estimators(KernelCheckArgs a) {
+  a.synthetic.draws = a.draws;
+  a.synthetic.seed = a.seed;
+  const auto& o = a.synthetic;
+  std::cout << fmt::format(
+      "estimators on x, y ~ N(0, Lambda): d={} eigenvalues log-spaced over [{:.4g}, {:.4g}], {} pairs, {} draws, iid "
+      "omega; IS: omega ~ N(0, Sigma*), Sigma* = (I + 2 Lambda)(I - 2 Lambda)^-1 (000 Thm 3.2), weight p_I/psi\n",
+      o.dim, o.lambda_max / o.lambda_ratio, o.lambda_max, o.pairs, o.draws);
+  std::cout << "  rel.err = mean |k_hat - k| / k; rel.var = mean Var(k_hat / k); var = mean Var(k_hat) over draws "
+               "(Thm 3.2's objective); exact var = its closed form\n";
+  std::cout << fmt::format("{:>22} {:>18} {:>5} {:>11} {:>11} {:>11} {:>11}\n", "estimator", "target", "m", "rel.err",
+                           "rel.var", "var", "exact var");
+  std::vector<JsonLine> lines;
+  for (const auto& s : CompareEstimators(o, a.num_features)) {
+    std::cout << fmt::format("{:>22} {:>18} {:>5} {:>11.4g} {:>11.4g} {:>11.4g} {:>11.4g}\n", s.estimator, s.target,
+                             s.num_features, s.relative_error, s.relative_variance, s.variance, s.closed_form_variance);
+    JsonLine line;
+    line.Add("estimator", s.estimator).Add("target", s.target).Add("num_features", s.num_features);
+    line.Add("dim", o.dim).Add("lambda_max", o.lambda_max).Add("lambda_ratio", o.lambda_ratio);
+    line.Add("relative_error", s.relative_error).Add("relative_variance", s.relative_variance).Add("variance", s.variance);
+    line.Add("closed_form_variance", s.closed_form_variance);
+    lines.push_back(std::move(line));
+  }
+  WriteJson(a.json, lines);
+}
+
+// Token ids [B, L] from one loader batch or the start of a text file; the tokenizer must fit the model.
+torch::Tensor InputIds(const KernelCheckArgs& a, int64_t model_vocab) {
+  DF_CHECK(a.shards.empty() + a.text.empty() + a.ids.empty() == 2,
+           "kernel-check --weights needs exactly one of --shards, --text and --ids");
+  if (!a.ids.empty()) {  // whitespace-separated token ids, e.g. for a converted HF fixture
+    std::ifstream in(a.ids);
+    DF_CHECK(in.good(), "--ids: cannot read '" << a.ids << "'");
+    std::vector<int64_t> ids;
+    for (int64_t id; in >> id && static_cast<int64_t>(ids.size()) < a.seq_len;) {
+      DF_CHECK(id >= 0 && id < model_vocab, "--ids '" << a.ids << "': id " << id << " outside the model's vocab_size "
+                                                       << model_vocab);
+      ids.push_back(id);
+    }
+    DF_CHECK(ids.size() >= 2, "--ids '" << a.ids << "' holds " << ids.size() << " ids; need at least 2");
+    return torch::tensor(ids, torch::kInt64).unsqueeze(0);
+  }
+  DF_CHECK(!a.tokenizer.empty(), "kernel-check --weights with --shards or --text needs --tokenizer");
+  Tokenizer tokenizer(a.tokenizer);
+  DF_CHECK(tokenizer.vocab_size() <= model_vocab, "tokenizer '" << a.tokenizer << "' has " << tokenizer.vocab_size()
+                                                  << " pieces but the model in '" << a.weights << "' has vocab_size "
+                                                  << model_vocab << "; its ids would index past the embedding");
+  if (!a.shards.empty()) {
+    DataConfig data;
+    data.shards_dir = a.shards;
+    data.tokenizer = a.tokenizer;
+    data.seq_len = a.seq_len;
+    data.batch_size = a.batch;
+    PackedLoader loader(data, a.split);
+    return loader.Next().input_ids_BL;
+  }
+  std::ifstream in(a.text);
+  DF_CHECK(in.good(), "--text: cannot read '" << a.text << "'");
+  std::stringstream buffer;
+  buffer << in.rdbuf();
+  std::vector<int> ids;
+  tokenizer.Encode(buffer.str(), &ids);
+  if (tokenizer.bos_id() >= 0) ids.insert(ids.begin(), tokenizer.bos_id());
+  DF_CHECK(ids.size() >= 2, "--text '" << a.text << "' gives " << ids.size() << " tokens; need at least 2");
+  const int64_t length = std::min<int64_t>(a.seq_len, static_cast<int64_t>(ids.size()));
+  return torch::tensor(std::vector<int64_t>(ids.begin(), ids.begin() + length), torch::kInt64).unsqueeze(0);
+}
+
+// performer, lfk, ... as named with --options; darkformer twice: M = I and M = whitening (Calibrate).
+std::vector<KernelSpec> Specs(const KernelCheckArgs& a) {
+  std::vector<KernelSpec> specs;
+  for (const auto& name : a.kernels) {
+    if (name != "darkformer") {
+      specs.push_back({name, name, a.options, false});
+      continue;
+    }
+    for (const std::string init : {"identity", "whitening"}) {
+      auto node = YAML::Load(a.options);
+      node["init"] = init;
+      specs.push_back({"darkformer(" + init + ")", name, YAML::Dump(node), init == "whitening"});
+    }
+  }
+  return specs;
+}
+
+// (b): per layer, anisotropy of x = sqrt(s) q and y = sqrt(s) k and each kernel's output error.
+void ModelDiagnostics(const KernelCheckArgs& a) {
+  torch::NoGradGuard no_grad;
+  torch::manual_seed(a.seed);
+  const auto config = ReadWeightsConfig(a.weights);
+  GemmaModel model(config);
+  WeightsLoadOptions load;
+  load.kernel_state_optional = true;  // the model is built exact; a kernel's trained state is not used
+  LoadWeights(a.weights, *model, load);
+  model->eval();
+  const auto ids_BL = InputIds(a, config.vocab_size);
+  const auto specs = Specs(a);
+  const int64_t length = ids_BL.size(1), batch = ids_BL.size(0);
+  std::cout << fmt::format("{}: {} layers, H={} (kv {}), D={}, s={:.4g}; batch {}x{}; options {}; reference: exact causal "
+                           "softmax (no soft-cap, no window)\n",
+                           a.weights, config.num_hidden_layers, config.num_attention_heads, config.num_key_value_heads,
+                           config.head_dim, config.QueryScale(), batch, length, a.options);
+  std::string header = fmt::format("{:>5} {:>10} {:>8} {:>10} {:>8}", "layer", "cond(x)", "erank(x)", "cond(y)", "erank(y)");
+  for (const auto& spec : specs) header += fmt::format(" {:>22}", spec.label);
+  std::cout << "  relative L2 error of the attention output vs exact; cond = lambda_max/lambda_min, erank = exp(entropy)\n"
+            << header << "\n";
+  std::vector<JsonLine> lines;
+  auto x_BLE = model->LayerInput(ids_BL, 0);
+  const int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads, d = config.head_dim;
+  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
+    auto layer = model->layers[i]->as<DecoderLayerImpl>();
+    const auto rope = model->RopeFor(i, length, ids_BL.device());
+    auto attention = model->attention_layer(i);
+    const auto h_BLE = layer->input_layernorm(x_BLE);
+    const auto [q_BHLD, k_BHLD] = attention->QueriesKeys(h_BLE, rope);
+    const auto v_BHLD = attention->v_proj(h_BLE).view({batch, length, kv_heads, d}).transpose(1, 2)
+                            .repeat_interleave(heads / kv_heads, /*dim=*/1);
+    const auto r = DiagnoseLayer(q_BHLD, k_BHLD, v_BHLD, attention->call().scale, i, specs);
+    std::string row = fmt::format("{:>5} {:>10.4g} {:>8.3f} {:>10.4g} {:>8.3f}", i, r.x.condition_number,
+                                  r.x.effective_rank, r.y.condition_number, r.y.effective_rank);
+    JsonLine line, errors;
+    line.Add("layer", i).Add("cond_x", r.x.condition_number).Add("erank_x", r.x.effective_rank).Add("trace_x", r.x.trace);
+    line.Add("cond_y", r.y.condition_number).Add("erank_y", r.y.effective_rank).Add("trace_y", r.y.trace);
+    for (const auto& e : r.errors) {
+      row += fmt::format(" {:>22.4g}", e.relative_error);
+      errors.Add(e.label, e.relative_error);
+    }
+    line.AddObject("relative_error", errors);
+    lines.push_back(std::move(line));
+    std::cout << row << "\n";
+    x_BLE = layer->forward(x_BLE, rope);
+  }
+  WriteJson(a.json, lines);
+}
+
 }  // namespace
 
 void AddKernelCheckCommand(CLI::App& app) {
@@ -175,7 +340,31 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--bench-lengths", args.bench_lengths, "sequence lengths to time")->delimiter(',')->capture_default_str();
   cmd->add_option("--bench-head-dims", args.bench_head_dims, "head dims to time")->delimiter(',')->capture_default_str();
   cmd->add_option("--repeats", args.repeats, "timed repeats per point (best kept)")->capture_default_str();
-  cmd->callback([] { args.bench ? Bench(args) : Check(args); });
+  cmd->add_flag("--estimators", args.estimators,
+                "(a) performer vs importance-sampled performer vs darkformer on synthetic q, k ~ N(0, Lambda)");
+  cmd->add_option("--dim", args.synthetic.dim, "(a) dimension d")->capture_default_str();
+  cmd->add_option("--lambda-max", args.synthetic.lambda_max, "(a) largest eigenvalue of Lambda (< 1/2)")->capture_default_str();
+  cmd->add_option("--lambda-ratio", args.synthetic.lambda_ratio, "(a) lambda_max / lambda_min (1 = isotropic)")
+      ->capture_default_str();
+  cmd->add_option("--pairs", args.synthetic.pairs, "(a) (x, y) pairs")->capture_default_str();
+  cmd->add_option("--features", args.num_features, "(a) numbers of random features m")->delimiter(',')->capture_default_str();
+  cmd->add_option("--weights", args.weights, "(b) checkpoint .h5: per-layer anisotropy and kernel errors");
+  cmd->add_option("--shards", args.shards, "(b) token shards directory (one batch)");
+  cmd->add_option("--split", args.split, "(b) shards split")->capture_default_str();
+  cmd->add_option("--text", args.text, "(b) text file (its first --seq-len tokens)");
+  cmd->add_option("--ids", args.ids, "(b) file of whitespace-separated token ids (no tokenizer)");
+  cmd->add_option("--tokenizer", args.tokenizer, "(b) SentencePiece .model");
+  cmd->add_option("--kernels", args.kernels, "(b) kernels to compare; darkformer gives identity and whitening")
+      ->delimiter(',')->capture_default_str();
+  cmd->add_option("--seq-len", args.seq_len, "(b) tokens per row")->capture_default_str();
+  cmd->add_option("--batch", args.batch, "(b) rows from the shards")->capture_default_str();
+  cmd->add_option("--json", args.json, "(a)/(b) write one JSON object per line to this file");
+  cmd->callback([] {
+    if (args.bench) return Bench(args);
+    if (args.estimators) return Estimators(args);
+    if (!args.weights.empty()) return ModelDiagnostics(args);
+    Check(args);
+  });
 }
 
 }  // namespace darkformer

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   darkformer::AddTrainCommand(app);
   darkformer::AddEvalCommand(app);
   darkformer::AddPrepareCommand(app);
+  darkformer::AddSweepCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own non-zero exit (interrupted, diverged)

@@ -66,7 +66,8 @@ void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim
 
   YAML::Emitter meta;
   meta << YAML::BeginMap << YAML::Key << "step" << YAML::Value << state.step << YAML::Key << "tokens_seen"
-       << YAML::Value << state.tokens_seen << YAML::Key << "spikes" << YAML::Value << state.spikes << YAML::Key
+       << YAML::Value << state.tokens_seen << YAML::Key << "spikes" << YAML::Value << state.spikes << YAML::Key << "previous_step_spiked" << YAML::Value
+       << state.previous_step_spiked << YAML::Key
        << "skipped_updates" << YAML::Value << state.skipped_updates << YAML::Key << "min_loss" << YAML::Value
        << state.min_loss << YAML::Key << "best_eval_accuracy" << YAML::Value << state.best_eval_accuracy
        << YAML::Key << "wall_seconds" << YAML::Value << state.wall_seconds << YAML::Key << "spike_window"
@@ -89,6 +90,7 @@ TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torc
   s.step = meta["step"].as<int64_t>();
   s.tokens_seen = meta["tokens_seen"].as<int64_t>();
   s.spikes = meta["spikes"].as<int64_t>();
+  s.previous_step_spiked = meta["previous_step_spiked"] && meta["previous_step_spiked"].as<bool>();
   s.skipped_updates = meta["skipped_updates"].as<int64_t>();
   s.min_loss = meta["min_loss"].as<double>();
   s.best_eval_accuracy = meta["best_eval_accuracy"].as<double>();
@@ -109,6 +111,16 @@ TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torc
 void PruneCheckpoints(const std::string& run_dir, int64_t keep) {
   auto all = ListCheckpoints(run_dir);
   for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i].second);
+}
+
+void RemoveStaleCheckpointFiles(const std::string& run_dir) {
+  const fs::path dir = fs::path(run_dir) / "checkpoints";
+  if (!fs::exists(dir)) return;
+  std::vector<fs::path> stale;
+  for (const auto& entry : fs::directory_iterator(dir)) {
+    if (entry.path().extension() == ".tmp") stale.push_back(entry.path());
+  }
+  for (const auto& path : stale) fs::remove(path);
 }
 
 }  // namespace darkformer

@@ -16,7 +16,8 @@ namespace darkformer {
 struct TrainerState {
   int64_t step = 0;            // optimizer steps completed
   int64_t tokens_seen = 0;
-  int64_t spikes = 0;
+  int64_t spikes = 0;          // spike events: runs of consecutive flagged steps
+  bool previous_step_spiked = false;
   int64_t skipped_updates = 0;
   double min_loss = 0.0;
   double best_eval_accuracy = 0.0;
@@ -35,5 +36,7 @@ void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim
 TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim::Optimizer& optimizer);
 // Deletes all but the newest `keep` checkpoints.
 void PruneCheckpoints(const std::string& run_dir, int64_t keep);
+// Deletes temporary files that a checkpoint write killed midway left behind.
+void RemoveStaleCheckpointFiles(const std::string& run_dir);
 
 }  // namespace darkformer

@@ -2,6 +2,9 @@
 #include "train/run_config.h"
 
 #include <filesystem>
+#include <set>
+
+#include "attention/kernel_registry.h"
 
 namespace darkformer {
 
@@ -68,6 +71,15 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
     RunConfig c;
     c.model = GemmaConfig::FromConfig(reader.Child("model"));
     c.attention = AttentionConfig::FromConfig(reader.Child("attention"), c.model.num_hidden_layers);
+    // Kernels read their own option sections when built: build each kernel in use once now, so a
+    // bad kernel option fails at load (naming its key path) rather than after the run has started.
+    std::set<std::string> checked;
+    for (int64_t layer = 0; layer < c.model.num_hidden_layers; ++layer) {
+      const auto name = c.attention.KernelForLayer(layer);
+      if (!checked.insert(name).second) continue;
+      MakeAttentionKernel(name, KernelShape{c.model.num_attention_heads, c.model.head_dim, layer},
+                          c.attention.OptionsFor(name));
+    }
     c.data = DataConfig::FromConfig(reader.Child("data"));
     c.train = TrainConfig::FromConfig(reader.Child("train"));
     c.eval = EvalConfig::FromConfig(reader.Child("eval"));

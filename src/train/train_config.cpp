@@ -19,6 +19,22 @@ static SpikeConfig ReadSpikes(const ConfigReader& r) {
   return s;
 }
 
+static FaultInjectionConfig ReadFaultInjection(const ConfigReader& r) {
+  FaultInjectionConfig f;
+  const auto lr = r.Child("lr_multiplier_at_step");
+  f.lr_multiplier_step = lr.Get<int64_t>("step", f.lr_multiplier_step);
+  f.lr_multiplier_factor = lr.Get<double>("factor", f.lr_multiplier_factor);
+  lr.RejectUnknown();
+  f.nan_loss_at_step = r.Get<int64_t>("nan_loss_at_step", f.nan_loss_at_step);
+  f.stop_at_step = r.Get<int64_t>("stop_at_step", f.stop_at_step);
+  r.RejectUnknown();
+  DF_CHECK(f.lr_multiplier_step >= 0, "config key '" << lr.KeyPath("step") << "' must be >= 0");
+  DF_CHECK(f.lr_multiplier_factor > 0, "config key '" << lr.KeyPath("factor") << "' must be positive");
+  DF_CHECK(f.nan_loss_at_step >= 0, "config key '" << r.KeyPath("nan_loss_at_step") << "' must be >= 0");
+  DF_CHECK(f.stop_at_step >= 0, "config key '" << r.KeyPath("stop_at_step") << "' must be >= 0");
+  return f;
+}
+
 TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   TrainConfig t;
   t.steps = r.Get<int64_t>("steps", t.steps);
@@ -45,6 +61,7 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.checkpoint_every = r.Get<int64_t>("checkpoint_every", t.checkpoint_every);
   t.keep_last = r.Get<int64_t>("keep_last", t.keep_last);
   t.spikes = ReadSpikes(r.Child("spikes"));
+  t.fault_injection = ReadFaultInjection(r.Child("fault_injection"));
   r.RejectUnknown();
   auto key = [&](const char* k) { return r.KeyPath(k); };
   DF_CHECK(t.steps > 0, "config key '" << key("steps") << "' must be positive");

@@ -19,6 +19,16 @@ struct SpikeConfig {
   std::string on_nonfinite = "skip";  // non-finite loss or grad norm: skip | stop
 };
 
+// Test hooks (train.fault_injection): faults injected on purpose so tests can prove the spike,
+// non-finite and interruption paths. Steps are 1-based optimizer steps; 0 = off. Leave unset in
+// real runs.
+struct FaultInjectionConfig {
+  int64_t lr_multiplier_step = 0;     // lr_multiplier_at_step.step: this step's lr is multiplied...
+  double lr_multiplier_factor = 1.0;  // lr_multiplier_at_step.factor: ...by this factor
+  int64_t nan_loss_at_step = 0;       // this step's loss (and so its gradients) becomes NaN
+  int64_t stop_at_step = 0;           // acts as a SIGINT arriving during this step
+};
+
 struct TrainConfig {
   int64_t steps = 200;               // optimizer steps
   std::string init_from;             // weights .h5 (converted HF or ours) or a run dir's checkpoint; "" = scratch
@@ -46,6 +56,7 @@ struct TrainConfig {
   int64_t checkpoint_every = 100;    // steps between checkpoints (and one at the end); 0 = end only
   int64_t keep_last = 2;             // checkpoints kept
   SpikeConfig spikes;
+  FaultInjectionConfig fault_injection;
 
   static TrainConfig FromConfig(const ConfigReader& reader);
 };

@@ -10,6 +10,7 @@
 
 #include "data/packed_loader.h"
 #include "model/gemma_model.h"
+#include "train/attention_stats.h"
 #include "train/checkpoint.h"
 #include "train/run_config.h"
 #include "train/spike_monitor.h"
@@ -45,14 +46,18 @@ class Trainer {
 
   GemmaModel model() const { return model_; }
   const TrainerState& state() const { return state_; }
+  // After Run(): the optimizer (its param groups hold the trainable parameters only).
+  torch::optim::AdamW& optimizer() const { return *optimizer_; }
 
  private:
   void BuildModel();
   void BuildOptimizer();
+  void CalibrateWhiteningKernels();
   void ApplyLr(double lr);
   void WriteCheckpoint();
   void LogStep(double loss, double grad_norm, double lr, double step_ms, int64_t tokens, const SpikeVerdict& v,
-               bool skipped);
+               bool skipped, const std::vector<LayerAttentionStats>& attention);
+  void WriteNonfinite(int64_t step, double loss, double grad_norm, const LoaderState& position);
   void LogEval(const EvalResult& r);
   void WriteSummary(bool diverged, double mean_tokens_per_s);
 

@@ -1,5 +1,5 @@
 // A one-line JSON object builder for JSONL logs (metrics, spikes, summaries): numbers, strings,
-// booleans and nested objects; non-finite numbers become null, as JSON has no NaN.
+// booleans, nested objects and lists of objects or integers; non-finite numbers become null, as JSON has no NaN.
 #pragma once
 
 #include <cmath>
@@ -7,6 +7,7 @@
 #include <iomanip>
 #include <sstream>
 #include <string>
+#include <vector>
 
 namespace darkformer {
 
@@ -41,6 +42,21 @@ class JsonLine {
   JsonLine& AddObject(const std::string& key, const JsonLine& object) {
     Key(key);
     out_ << object.str();
+    return *this;
+  }
+  // `objects` are JsonLine::str() results.
+  JsonLine& AddObjects(const std::string& key, const std::vector<std::string>& objects) {
+    Key(key);
+    out_ << "[";
+    for (size_t i = 0; i < objects.size(); ++i) out_ << (i ? "," : "") << objects[i];
+    out_ << "]";
+    return *this;
+  }
+  JsonLine& AddInts(const std::string& key, const std::vector<int64_t>& values) {
+    Key(key);
+    out_ << "[";
+    for (size_t i = 0; i < values.size(); ++i) out_ << (i ? "," : "") << values[i];
+    out_ << "]";
     return *this;
   }
   std::string str() const { return "{" + out_.str() + "}"; }

@@ -16,7 +16,7 @@ inline std::string SourceDir() {
 
 inline std::string PythonExe() {
   const char* python = std::getenv("DARKFORMER_PYTHON");
-  return python ? python : SourceDir() + "/.venv/bin/python";
+  return python ? python : DARKFORMER_TEST_PYTHON;
 }
 
 // A fresh directory under the system temp dir, removed by the caller's TempDir destructor.

@@ -1,0 +1,320 @@
+// Sweep files, grid expansion, run naming, run status and summary tables (see sweep.h).
+#include "train/sweep.h"
+
+#include <cctype>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iomanip>
+#include <set>
+#include <sstream>
+
+#include "train/run_config.h"
+#include "util/config_reader.h"
+#include "util/error.h"
+
+namespace darkformer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Flattens nested maps into dotted leaf paths: {train: {lr: [..]}} and {train.lr: [..]} both give
+// ("train.lr", [..]). Sequences and scalars are leaves.
+void Flatten(const YAML::Node& node, const std::string& prefix, std::vector<std::pair<std::string, YAML::Node>>& out) {
+  if (node.IsMap()) {
+    for (const auto& entry : node) {
+      const auto key = entry.first.as<std::string>();
+      Flatten(entry.second, prefix.empty() ? key : prefix + "." + key, out);
+    }
+    return;
+  }
+  out.emplace_back(prefix, node);
+}
+
+std::string LastComponent(const std::string& key) {
+  const auto dot = key.rfind('.');
+  return dot == std::string::npos ? key : key.substr(dot + 1);
+}
+
+std::string Sanitize(const std::string& text) {
+  std::string out;
+  for (const char c : text) {
+    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '+' || c == '-';
+    out += ok ? c : '-';
+  }
+  return out;
+}
+
+std::string CsvField(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (const char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+std::string Number(double value, int precision) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(precision) << value;
+  return s.str();
+}
+
+// The row's cells after the grid values, shared by CSV and Markdown.
+std::vector<std::string> ResultCells(const SweepRecord& r) {
+  std::vector<std::string> cells = {RunStatusName(r.status), std::to_string(r.exit_code)};
+  if (!r.summary) {
+    cells.insert(cells.end(), 9, "");
+    return cells;
+  }
+  const auto& s = *r.summary;
+  cells.push_back(std::to_string(s.steps));
+  cells.push_back(std::to_string(s.tokens_seen));
+  cells.push_back(Number(s.final_loss, 4));
+  cells.push_back(Number(s.min_loss, 4));
+  cells.push_back(Number(s.best_eval_accuracy, 4));
+  cells.push_back(std::to_string(s.spikes));
+  cells.push_back(std::to_string(s.skipped_updates));
+  cells.push_back(s.diverged ? "true" : "false");
+  cells.push_back(Number(s.wall_seconds, 1));
+  return cells;
+}
+
+const std::vector<std::string> kResultColumns = {"status",      "exit_code", "steps",  "tokens_seen",
+                                                 "final_loss",  "min_loss",  "best_eval_accuracy",
+                                                 "spikes",      "skipped_updates", "diverged", "wall_seconds"};
+
+}  // namespace
+
+SweepSpec SweepSpec::Load(const std::string& path, const std::vector<std::string>& overrides) {
+  DF_CHECK(fs::exists(path), "sweep file not found: " << path);
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    Fail(path + ": invalid YAML: " + e.what());
+  }
+  for (const auto& assignment : overrides) ApplyOverride(root, assignment);
+  auto spec = FromNode(root, path, fs::path(path).parent_path().string());
+  spec.path = path;
+  return spec;
+}
+
+SweepSpec SweepSpec::FromNode(const YAML::Node& root, const std::string& origin, const std::string& folder) {
+  try {
+    const ConfigReader reader(root, "");
+    SweepSpec spec;
+    const auto base = reader.Require<std::string>("base");
+    spec.base = fs::path(base).is_absolute() || folder.empty() ? base : (fs::path(folder) / base).lexically_normal().string();
+    spec.output = reader.Require<std::string>("output");
+    spec.parallel = reader.Get<int64_t>("parallel", spec.parallel);
+    DF_CHECK(spec.parallel >= 1, "config key 'parallel' must be >= 1, got " << spec.parallel);
+
+    reader.Allow("grid");
+    DF_CHECK(reader.Has("grid") && reader.node()["grid"].IsMap(), "config key 'grid' must be a map of key path -> list");
+    std::vector<std::pair<std::string, YAML::Node>> axes;
+    Flatten(reader.node()["grid"], "", axes);
+    for (const auto& [key, values] : axes) {
+      DF_CHECK(!key.empty(), "config key 'grid' has an empty key");
+      SweepAxis axis{key, {}};
+      if (values.IsSequence()) {
+        for (const auto& v : values) axis.values.push_back(YAML::Clone(v));
+      } else {
+        axis.values.push_back(YAML::Clone(values));  // a single value: a fixed key, shown in the tables
+      }
+      DF_CHECK(!axis.values.empty(), "config key 'grid." << key << "' has no values");
+      spec.grid.push_back(std::move(axis));
+    }
+
+    reader.Allow("fixed");
+    if (reader.Has("fixed")) {
+      DF_CHECK(reader.node()["fixed"].IsMap(), "config key 'fixed' must be a map of key path -> value");
+      std::vector<std::pair<std::string, YAML::Node>> fixed;
+      Flatten(reader.node()["fixed"], "", fixed);
+      for (const auto& [key, value] : fixed) spec.fixed.push_back(key + "=" + FlowYaml(value));
+    }
+    reader.Get<std::string>("description", "");  // free text for people reading the file
+    reader.RejectUnknown();
+    return spec;
+  } catch (const Error& e) {
+    Fail(origin + ": " + e.what());
+  }
+}
+
+std::string FlowYaml(const YAML::Node& node) {
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
+
+std::string RunName(const std::vector<std::pair<std::string, YAML::Node>>& values) {
+  std::map<std::string, int> last_count;
+  for (const auto& [key, value] : values) ++last_count[LastComponent(key)];
+  std::string name;
+  for (const auto& [key, value] : values) {
+    const auto label = last_count[LastComponent(key)] > 1 ? key : LastComponent(key);
+    const auto text = value.IsScalar() ? value.Scalar() : FlowYaml(value);
+    if (!name.empty()) name += "_";
+    name += Sanitize(label) + "-" + Sanitize(text);
+  }
+  return name.empty() ? "run" : name;
+}
+
+std::vector<SweepPoint> ExpandGrid(const std::vector<SweepAxis>& grid) {
+  std::vector<SweepPoint> points(1);
+  for (const auto& axis : grid) {
+    std::vector<SweepPoint> next;
+    for (const auto& point : points) {
+      for (const auto& value : axis.values) {
+        auto extended = point;
+        extended.values.emplace_back(axis.key, value);
+        next.push_back(std::move(extended));
+      }
+    }
+    points = std::move(next);
+  }
+  std::set<std::string> names;
+  for (auto& point : points) {
+    point.name = RunName(point.values);
+    DF_CHECK(names.insert(point.name).second,
+             "two grid points share the run name '" << point.name << "' (repeated values in the grid?)");
+  }
+  return points;
+}
+
+std::string RunDir(const SweepSpec& spec, const SweepPoint& point) {
+  return (fs::path(spec.output) / point.name).string();
+}
+
+std::vector<std::string> RunOverrides(const SweepSpec& spec, const SweepPoint& point) {
+  auto overrides = spec.fixed;
+  for (const auto& [key, value] : point.values) overrides.push_back(key + "=" + FlowYaml(value));
+  overrides.push_back("log.dir=" + FlowYaml(YAML::Node(RunDir(spec, point))));
+  return overrides;
+}
+
+std::optional<RunSummary> ReadRunSummary(const std::string& run_dir) {
+  const auto path = fs::path(run_dir) / "summary.json";
+  if (!fs::exists(path)) return std::nullopt;
+  YAML::Node node;
+  try {
+    node = YAML::LoadFile(path.string());  // JSON is YAML
+  } catch (const YAML::Exception&) {
+    return std::nullopt;  // a torn write: treat as no summary, the run resumes
+  }
+  if (!node.IsMap()) return std::nullopt;
+  auto num = [&](const char* key) { return node[key] && !node[key].IsNull() ? node[key].as<double>() : 0.0; };
+  RunSummary s;
+  s.steps = static_cast<int64_t>(num("steps"));
+  s.tokens_seen = static_cast<int64_t>(num("tokens_seen"));
+  s.final_loss = num("final_loss");
+  s.min_loss = num("min_loss");
+  s.best_eval_accuracy = num("best_eval_accuracy");
+  s.spikes = static_cast<int64_t>(num("spikes"));
+  s.skipped_updates = static_cast<int64_t>(num("skipped_updates"));
+  s.diverged = node["diverged"] && node["diverged"].as<bool>();
+  s.wall_seconds = num("wall_seconds");
+  return s;
+}
+
+const char* RunStatusName(RunStatus status) {
+  switch (status) {
+    case RunStatus::kPending: return "pending";
+    case RunStatus::kPartial: return "partial";
+    case RunStatus::kFailed: return "failed";
+    case RunStatus::kDiverged: return "diverged";
+    case RunStatus::kFinished: return "finished";
+  }
+  return "unknown";
+}
+
+RunStatus ClassifyRun(const std::string& run_dir, const std::optional<RunSummary>& summary, int64_t target_steps,
+                      int last_exit_code) {
+  if (summary && summary->diverged) return RunStatus::kDiverged;
+  if (summary && summary->steps >= target_steps) return RunStatus::kFinished;
+  if (last_exit_code > 0 && last_exit_code != 130) return RunStatus::kFailed;
+  if (summary || fs::exists(fs::path(run_dir) / "checkpoints") || fs::exists(fs::path(run_dir) / "metrics.jsonl")) {
+    return RunStatus::kPartial;
+  }
+  return RunStatus::kPending;
+}
+
+bool NeedsRun(RunStatus status) { return status != RunStatus::kFinished && status != RunStatus::kDiverged; }
+
+SweepState SweepState::Load(const std::string& path) {
+  SweepState state;
+  if (!fs::exists(path)) return state;
+  YAML::Node root;
+  try {
+    root = YAML::LoadFile(path);
+  } catch (const YAML::Exception& e) {
+    Fail(path + ": invalid YAML: " + e.what());
+  }
+  if (!root["runs"] || !root["runs"].IsMap()) return state;
+  for (const auto& entry : root["runs"]) {
+    Entry e;
+    e.status = entry.second["status"] ? entry.second["status"].as<std::string>() : "";
+    e.exit_code = entry.second["exit_code"] ? entry.second["exit_code"].as<int>() : -1;
+    e.attempts = entry.second["attempts"] ? entry.second["attempts"].as<int>() : 0;
+    state.runs[entry.first.as<std::string>()] = e;
+  }
+  return state;
+}
+
+void SweepState::Save(const std::string& path) const {
+  YAML::Emitter out;
+  out << YAML::BeginMap << YAML::Key << "runs" << YAML::Value << YAML::BeginMap;
+  for (const auto& [name, e] : runs) {
+    out << YAML::Key << name << YAML::Value << YAML::Flow << YAML::BeginMap;
+    out << YAML::Key << "status" << YAML::Value << e.status;
+    out << YAML::Key << "exit_code" << YAML::Value << e.exit_code;
+    out << YAML::Key << "attempts" << YAML::Value << e.attempts << YAML::EndMap;
+  }
+  out << YAML::EndMap << YAML::EndMap;
+  if (!fs::path(path).parent_path().empty()) fs::create_directories(fs::path(path).parent_path());
+  const auto tmp = path + ".tmp";
+  std::ofstream(tmp) << out.c_str() << "\n";
+  fs::rename(tmp, path);
+}
+
+void WriteSummaryCsv(const std::vector<SweepRecord>& records, const std::vector<std::string>& grid_keys,
+                     const std::string& path) {
+  std::ofstream out(path);
+  DF_CHECK(out, "cannot write " << path);
+  out << "run";
+  for (const auto& key : grid_keys) out << "," << CsvField(key);
+  for (const auto& column : kResultColumns) out << "," << column;
+  out << "\n";
+  for (const auto& r : records) {
+    out << CsvField(r.point.name);
+    for (const auto& [key, value] : r.point.values) out << "," << CsvField(value.IsScalar() ? value.Scalar() : FlowYaml(value));
+    for (const auto& cell : ResultCells(r)) out << "," << CsvField(cell);
+    out << "\n";
+  }
+}
+
+void WriteSummaryMarkdown(const std::vector<SweepRecord>& records, const std::vector<std::string>& grid_keys,
+                          const std::string& path, const std::string& title) {
+  std::ofstream out(path);
+  DF_CHECK(out, "cannot write " << path);
+  auto escape = [](std::string text) {
+    std::string out;
+    for (const char c : text) out += c == '|' ? std::string("\\|") : std::string(1, c);
+    return out;
+  };
+  out << "# " << title << "\n\n|";
+  for (const auto& key : grid_keys) out << " `" << key << "` |";
+  for (const auto& column : kResultColumns) out << " " << column << " |";
+  out << "\n|";
+  for (size_t i = 0; i < grid_keys.size() + kResultColumns.size(); ++i) out << (i < grid_keys.size() ? "---|" : "--:|");
+  out << "\n";
+  for (const auto& r : records) {
+    out << "|";
+    for (const auto& [key, value] : r.point.values) out << " " << escape(value.IsScalar() ? value.Scalar() : FlowYaml(value)) << " |";
+    for (const auto& cell : ResultCells(r)) out << " " << cell << " |";
+    out << "\n";
+  }
+  out << "\nStatus: finished | diverged (stopped on a non-finite loss) | failed | partial | pending. "
+         "Run names and directories are in summary.csv.\n";
+}
+
+}  // namespace darkformer

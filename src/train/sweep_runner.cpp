@@ -1,0 +1,186 @@
+// Launching a sweep's runs as child processes and keeping its state and tables (see sweep_runner.h).
+#include "train/sweep_runner.h"
+
+#include <fcntl.h>
+#include <spdlog/spdlog.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <csignal>
+#include <filesystem>
+#include <map>
+#include <thread>
+
+#include "train/run_config.h"
+#include "train/trainer.h"
+#include "util/error.h"
+
+namespace darkformer {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string StatePath(const SweepSpec& spec) { return (fs::path(spec.output) / "sweep_state.yaml").string(); }
+
+std::vector<std::string> GridKeys(const SweepSpec& spec) {
+  std::vector<std::string> keys;
+  for (const auto& axis : spec.grid) keys.push_back(axis.key);
+  return keys;
+}
+
+// fork + exec with stdout/stderr appended to <run dir>/train.log. Returns the child's pid.
+pid_t Launch(const std::vector<std::string>& argv, const std::string& run_dir) {
+  fs::create_directories(run_dir);
+  const auto log_path = (fs::path(run_dir) / "train.log").string();
+  const pid_t pid = fork();
+  DF_CHECK(pid >= 0, "fork failed for run " << run_dir);
+  if (pid == 0) {
+    const int fd = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+    if (fd >= 0) {
+      dup2(fd, STDOUT_FILENO);
+      dup2(fd, STDERR_FILENO);
+      close(fd);
+    }
+    std::signal(SIGINT, SIG_DFL);
+    std::signal(SIGTERM, SIG_DFL);
+    std::vector<char*> args;
+    for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+    args.push_back(nullptr);
+    execv(args[0], args.data());
+    _exit(127);  // exec failed
+  }
+  return pid;
+}
+
+int ExitCodeOf(int wait_status) {
+  if (WIFEXITED(wait_status)) return WEXITSTATUS(wait_status);
+  if (WIFSIGNALED(wait_status)) return 128 + WTERMSIG(wait_status);
+  return 1;
+}
+
+}  // namespace
+
+std::vector<std::string> RunCommand(const SweepSpec& spec, const SweepPoint& point, const std::string& program) {
+  std::vector<std::string> argv = {program, "train", "--config", spec.base};
+  for (const auto& o : RunOverrides(spec, point)) {
+    argv.push_back("--set");
+    argv.push_back(o);
+  }
+  return argv;
+}
+
+std::vector<SweepRecord> InspectSweep(const SweepSpec& spec) {
+  const auto state = SweepState::Load(StatePath(spec));
+  std::vector<SweepRecord> records;
+  for (const auto& point : ExpandGrid(spec.grid)) {
+    SweepRecord r;
+    r.point = point;
+    r.dir = RunDir(spec, point);
+    try {
+      r.target_steps = RunConfig::Load(spec.base, RunOverrides(spec, point)).train.steps;
+    } catch (const Error& e) {
+      Fail("sweep run '" + point.name + "': " + e.what());
+    }
+    const auto it = state.runs.find(point.name);
+    r.exit_code = it == state.runs.end() ? -1 : it->second.exit_code;
+    r.summary = ReadRunSummary(r.dir);
+    r.status = ClassifyRun(r.dir, r.summary, r.target_steps, r.exit_code);
+    records.push_back(std::move(r));
+  }
+  return records;
+}
+
+void WriteSweepSummaries(const SweepSpec& spec, const std::vector<SweepRecord>& records) {
+  fs::create_directories(spec.output);
+  const auto keys = GridKeys(spec);
+  WriteSummaryCsv(records, keys, (fs::path(spec.output) / "summary.csv").string());
+  const auto title = "Sweep " + (spec.path.empty() ? spec.output : spec.path) + " (base " + spec.base + ")";
+  WriteSummaryMarkdown(records, keys, (fs::path(spec.output) / "summary.md").string(), title);
+}
+
+int RunSweep(const SweepSpec& spec, const SweepOptions& options) {
+  auto records = InspectSweep(spec);
+  const int64_t parallel = options.parallel > 0 ? options.parallel : spec.parallel;
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    spdlog::info("sweep run {:>2}/{}: {:<40} {}", i + 1, records.size(), r.point.name, RunStatusName(r.status));
+    if (NeedsRun(r.status)) todo.push_back(i);
+  }
+  spdlog::info("sweep: {} runs, {} to run ({} at a time), output {}", records.size(), todo.size(), parallel,
+               spec.output);
+  if (options.dry_run) {
+    for (const auto i : todo) {
+      std::string line;
+      for (const auto& a : RunCommand(spec, records[i].point, options.program)) line += "'" + a + "' ";
+      spdlog::info("would run: {}", line);
+    }
+    return 0;
+  }
+  fs::create_directories(spec.output);
+  auto state = SweepState::Load(StatePath(spec));
+  WriteSweepSummaries(spec, records);
+
+  InstallStopSignalHandlers();
+  std::map<pid_t, size_t> running;
+  size_t next = 0;
+  bool forwarded = false;
+  while (next < todo.size() || !running.empty()) {
+    const bool stopping = g_stop_requested.load();
+    while (!stopping && next < todo.size() && static_cast<int64_t>(running.size()) < parallel) {
+      auto& r = records[todo[next++]];
+      const auto argv = RunCommand(spec, r.point, options.program);
+      const pid_t pid = Launch(argv, r.dir);
+      running[pid] = static_cast<size_t>(&r - records.data());
+      auto& entry = state.runs[r.point.name];
+      entry.status = "running";
+      ++entry.attempts;
+      state.Save(StatePath(spec));
+      spdlog::info("sweep: started {} (pid {}, log {}/train.log)", r.point.name, pid, r.dir);
+    }
+    if (stopping && running.empty()) break;  // the rest stays pending for the next invocation
+    if (stopping && !forwarded) {  // a terminal's Ctrl-C reaches the children too; kill/SIGTERM may not
+      for (const auto& [pid, index] : running) kill(pid, SIGINT);
+      forwarded = true;
+    }
+    int wait_status = 0;
+    const pid_t done = waitpid(-1, &wait_status, WNOHANG);
+    if (done <= 0 || !running.count(done)) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+      continue;
+    }
+    auto& r = records[running[done]];
+    running.erase(done);
+    r.exit_code = ExitCodeOf(wait_status);
+    r.summary = ReadRunSummary(r.dir);
+    r.status = ClassifyRun(r.dir, r.summary, r.target_steps, r.exit_code);
+    auto& entry = state.runs[r.point.name];
+    entry.exit_code = r.exit_code;
+    entry.status = RunStatusName(r.status);
+    state.Save(StatePath(spec));
+    WriteSweepSummaries(spec, records);
+    if (r.summary) {
+      spdlog::info("sweep: {} {} (exit {}): {} steps, final loss {:.4f}, best accuracy {:.4f}, {} spikes, {:.0f} s",
+                   r.point.name, RunStatusName(r.status), r.exit_code, r.summary->steps, r.summary->final_loss,
+                   r.summary->best_eval_accuracy, r.summary->spikes, r.summary->wall_seconds);
+    } else {
+      spdlog::warn("sweep: {} {} (exit {}); see {}/train.log", r.point.name, RunStatusName(r.status), r.exit_code,
+                   r.dir);
+    }
+  }
+  WriteSweepSummaries(spec, records);
+  int finished = 0, diverged = 0, failed = 0;
+  for (const auto& r : records) {
+    finished += r.status == RunStatus::kFinished;
+    diverged += r.status == RunStatus::kDiverged;
+    failed += r.status == RunStatus::kFailed;
+  }
+  spdlog::info("sweep: {} finished, {} diverged, {} failed, {} not done; tables in {}/summary.{{csv,md}}", finished,
+               diverged, failed, records.size() - finished - diverged - failed, spec.output);
+  if (g_stop_requested.load()) return kExitInterrupted;
+  return failed > 0 ? 1 : 0;
+}
+
+}  // namespace darkformer

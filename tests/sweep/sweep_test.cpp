@@ -1,0 +1,273 @@
+// Sweeps: sweep-file parsing, grid expansion and naming, run status, summary tables, and the
+// runner's skip/resume/failure handling with a stand-in program (a shell script) instead of a
+// real training run.
+#include "train/sweep.h"
+
+#include <gtest/gtest.h>
+#include <sys/stat.h>
+
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+
+#include "train/sweep_runner.h"
+#include "util/error.h"
+
+namespace darkformer {
+namespace {
+
+namespace fs = std::filesystem;
+
+class TempDir {
+ public:
+  TempDir() {
+    std::random_device rd;
+    path_ = (fs::temp_directory_path() / ("df_sweep_" + std::to_string(rd()))).string();
+    fs::create_directories(path_);
+  }
+  ~TempDir() { fs::remove_all(path_); }
+  std::string File(const std::string& name) const { return path_ + "/" + name; }
+
+ private:
+  std::string path_;
+};
+
+void Write(const std::string& path, const std::string& text) {
+  fs::create_directories(fs::path(path).parent_path());
+  std::ofstream(path) << text;
+}
+
+std::string Read(const std::string& path) {
+  std::ifstream in(path);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+const char* kBaseConfig = R"(model:
+  vocab_size: 64
+  hidden_size: 16
+  intermediate_size: 32
+  num_hidden_layers: 1
+  num_attention_heads: 2
+  num_key_value_heads: 1
+  head_dim: 8
+data: {shards_dir: none, tokenizer: none.model}
+train: {steps: 3}
+)";
+
+SweepSpec SpecIn(const TempDir& dir, const std::string& body) {
+  Write(dir.File("base.yaml"), kBaseConfig);
+  Write(dir.File("sweep.yaml"), "base: base.yaml\noutput: " + dir.File("out") + "\n" + body);
+  return SweepSpec::Load(dir.File("sweep.yaml"));
+}
+
+TEST(SweepSpec, ParsesGridFixedAndResolvesBase) {
+  TempDir dir;
+  const auto spec = SpecIn(dir, "grid:\n  attention.kernel: [performer, darkformer]\n  train: {lr: [1.0e-4, 1.0e-3, 0.01]}\n"
+                                "fixed: {train.steps: 5, eval: {every: 0}}\nparallel: 2\n");
+  EXPECT_EQ(spec.base, dir.File("base.yaml"));
+  ASSERT_EQ(spec.grid.size(), 2u);
+  EXPECT_EQ(spec.grid[0].key, "attention.kernel");
+  EXPECT_EQ(spec.grid[1].key, "train.lr");
+  EXPECT_EQ(spec.grid[1].values.size(), 3u);
+  EXPECT_EQ(spec.fixed, (std::vector<std::string>{"train.steps=5", "eval.every=0"}));
+  EXPECT_EQ(spec.parallel, 2);
+}
+
+TEST(SweepSpec, UnknownKeyIsAnErrorNamingIt) {
+  TempDir dir;
+  try {
+    SpecIn(dir, "grid: {train.lr: [0.1]}\nparalel: 2\n");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("paralel"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("sweep.yaml"), std::string::npos) << e.what();
+  }
+}
+
+TEST(SweepSpec, OverridesApplyToTheSweepFile) {
+  TempDir dir;
+  Write(dir.File("base.yaml"), kBaseConfig);
+  Write(dir.File("sweep.yaml"), "base: base.yaml\noutput: a\ngrid: {train.lr: [0.1]}\n");
+  const auto spec = SweepSpec::Load(dir.File("sweep.yaml"), {"output=b", "fixed.train.steps=7"});
+  EXPECT_EQ(spec.output, "b");
+  EXPECT_EQ(spec.fixed, (std::vector<std::string>{"train.steps=7"}));
+}
+
+TEST(ExpandGrid, CartesianProductLastAxisFastest) {
+  std::vector<SweepAxis> grid = {{"attention.kernel", {YAML::Node("performer"), YAML::Node("darkformer")}},
+                                 {"train.seed", {YAML::Node(0), YAML::Node(1), YAML::Node(2)}}};
+  const auto points = ExpandGrid(grid);
+  ASSERT_EQ(points.size(), 6u);
+  EXPECT_EQ(points[0].name, "kernel-performer_seed-0");
+  EXPECT_EQ(points[2].name, "kernel-performer_seed-2");
+  EXPECT_EQ(points[3].name, "kernel-darkformer_seed-0");
+  EXPECT_EQ(points[5].values[1].second.as<int>(), 2);
+}
+
+TEST(ExpandGrid, EmptyGridIsOneRun) {
+  const auto points = ExpandGrid({});
+  ASSERT_EQ(points.size(), 1u);
+  EXPECT_EQ(points[0].name, "run");
+}
+
+// Characters outside [A-Za-z0-9.+-] (so also "_", the separator between axes) become "-".
+TEST(RunName, SharedLastComponentsUseTheFullPathAndOddCharactersAreReplaced) {
+  const auto name = RunName({{"attention.performer.num_features", YAML::Node(64)},
+                             {"attention.darkformer.num_features", YAML::Node(32)},
+                             {"train.trainable", YAML::Load("['*q_proj*', '*k_proj*']")}});
+  EXPECT_EQ(name.rfind("attention.performer.num-features-64_attention.darkformer.num-features-32_trainable-", 0), 0u)
+      << name;
+  EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-_"),
+            std::string::npos)
+      << name;
+  EXPECT_EQ(RunName({{"train.lr", YAML::Load("1.0e-4")}}), "lr-1.0e-4");
+}
+
+TEST(ExpandGrid, RepeatedValuesAreAnError) {
+  EXPECT_THROW(ExpandGrid({{"train.lr", {YAML::Node(0.1), YAML::Node(0.1)}}}), Error);
+}
+
+TEST(RunOverrides, FixedThenGridThenLogDir) {
+  SweepSpec spec;
+  spec.output = "runs/x";
+  spec.fixed = {"train.steps=5"};
+  const auto points = ExpandGrid({{"train.trainable", {YAML::Load("['*q_proj*', '*.kernel.*']")}}});
+  const auto overrides = RunOverrides(spec, points[0]);
+  ASSERT_EQ(overrides.size(), 3u);
+  EXPECT_EQ(overrides[0], "train.steps=5");
+  EXPECT_EQ(YAML::Load(overrides[1].substr(overrides[1].find('=') + 1))[1].as<std::string>(), "*.kernel.*");
+  EXPECT_EQ(overrides[2], "log.dir=runs/x/" + points[0].name);
+}
+
+TEST(ClassifyRun, FromSummaryCheckpointsAndExitCode) {
+  TempDir dir;
+  const auto run = dir.File("run");
+  EXPECT_EQ(ClassifyRun(run, std::nullopt, 10, -1), RunStatus::kPending);
+  Write(run + "/metrics.jsonl", "{}\n");
+  EXPECT_EQ(ClassifyRun(run, std::nullopt, 10, -1), RunStatus::kPartial);
+  EXPECT_EQ(ClassifyRun(run, std::nullopt, 10, 130), RunStatus::kPartial);
+  EXPECT_EQ(ClassifyRun(run, std::nullopt, 10, 2), RunStatus::kFailed);
+  Write(run + "/summary.json", R"({"steps":4,"final_loss":null,"diverged":false,"kernel":"exact"})");
+  auto summary = ReadRunSummary(run);
+  ASSERT_TRUE(summary);
+  EXPECT_EQ(summary->steps, 4);
+  EXPECT_EQ(summary->final_loss, 0.0);  // JSON null (non-finite) reads as 0
+  EXPECT_EQ(ClassifyRun(run, summary, 10, 130), RunStatus::kPartial);
+  EXPECT_EQ(ClassifyRun(run, summary, 4, 0), RunStatus::kFinished);
+  summary->diverged = true;
+  EXPECT_EQ(ClassifyRun(run, summary, 10, 3), RunStatus::kDiverged);
+  EXPECT_FALSE(NeedsRun(RunStatus::kDiverged));
+  EXPECT_FALSE(NeedsRun(RunStatus::kFinished));
+  EXPECT_TRUE(NeedsRun(RunStatus::kFailed));
+  EXPECT_TRUE(NeedsRun(RunStatus::kPartial));
+}
+
+TEST(SweepState, RoundTrips) {
+  TempDir dir;
+  SweepState state;
+  state.runs["kernel-exact"] = {"finished", 0, 1};
+  state.runs["kernel-performer"] = {"failed", 2, 3};
+  state.Save(dir.File("out/sweep_state.yaml"));
+  const auto loaded = SweepState::Load(dir.File("out/sweep_state.yaml"));
+  ASSERT_EQ(loaded.runs.size(), 2u);
+  EXPECT_EQ(loaded.runs.at("kernel-performer").status, "failed");
+  EXPECT_EQ(loaded.runs.at("kernel-performer").exit_code, 2);
+  EXPECT_EQ(loaded.runs.at("kernel-performer").attempts, 3);
+  EXPECT_TRUE(SweepState::Load(dir.File("absent.yaml")).runs.empty());
+}
+
+TEST(SweepSummary, CsvAndMarkdownHaveGridValuesAndResults) {
+  TempDir dir;
+  const auto points = ExpandGrid({{"attention.kernel", {YAML::Node("performer"), YAML::Node("darkformer")}}});
+  std::vector<SweepRecord> records(2);
+  records[0].point = points[0];
+  records[0].status = RunStatus::kFinished;
+  records[0].exit_code = 0;
+  records[0].summary = RunSummary{10, 1280, 2.5, 2.25, 0.3125, 1, 0, false, 12.34};
+  records[1].point = points[1];
+  WriteSummaryCsv(records, {"attention.kernel"}, dir.File("s.csv"));
+  WriteSummaryMarkdown(records, {"attention.kernel"}, dir.File("s.md"), "title");
+  const auto csv = Read(dir.File("s.csv"));
+  EXPECT_EQ(csv,
+            "run,attention.kernel,status,exit_code,steps,tokens_seen,final_loss,min_loss,best_eval_accuracy,spikes,"
+            "skipped_updates,diverged,wall_seconds\n"
+            "kernel-performer,performer,finished,0,10,1280,2.5000,2.2500,0.3125,1,0,false,12.3\n"
+            "kernel-darkformer,darkformer,pending,-1,,,,,,,,,\n");
+  const auto md = Read(dir.File("s.md"));
+  EXPECT_NE(md.find("| performer | finished | 0 | 10 | 1280 | 2.5000 | 2.2500 | 0.3125 | 1 | 0 | false | 12.3 |"),
+            std::string::npos)
+      << md;
+}
+
+// A stand-in for `darkformer train`: reads log.dir from the --set arguments and acts by run name:
+// lr-0.5 fails (exit 5), lr-0.9 diverges (exit 3), lr-0.3 is interrupted on its first attempt
+// (exit 130 after 1 step), the rest finish 3 steps. Every launch appends to <dir>/launches.
+const char* kFakeTrain = R"(#!/bin/sh
+for a in "$@"; do case "$a" in log.dir=*) dir="${a#log.dir=}";; esac; done
+mkdir -p "$dir"; echo x >> "$dir/launches"
+case "$dir" in
+  *lr-0.5) exit 5;;
+  *lr-0.9) echo '{"steps":2,"diverged":true}' > "$dir/summary.json"; exit 3;;
+  *lr-0.3) if [ ! -f "$dir/once" ]; then touch "$dir/once"; echo '{"steps":1,"diverged":false}' > "$dir/summary.json"; exit 130; fi;;
+esac
+echo '{"steps":3,"final_loss":2.0,"min_loss":1.5,"best_eval_accuracy":0.25,"spikes":0,"diverged":false}' > "$dir/summary.json"
+)";
+
+int Launches(const std::string& run_dir) {
+  std::ifstream in(run_dir + "/launches");
+  int n = 0;
+  for (std::string line; std::getline(in, line);) ++n;
+  return n;
+}
+
+TEST(RunSweep, SkipsFinishedResumesPartialRetriesFailedKeepsDiverged) {
+  TempDir dir;
+  Write(dir.File("fake_train.sh"), kFakeTrain);
+  chmod(dir.File("fake_train.sh").c_str(), 0755);
+  const auto spec = SpecIn(dir, "grid: {train.lr: [0.1, 0.3, 0.5, 0.9]}\nparallel: 2\n");
+  SweepOptions options;
+  options.program = dir.File("fake_train.sh");
+
+  EXPECT_EQ(RunSweep(spec, options), 1);  // lr-0.5 failed; the sweep went on
+  auto records = InspectSweep(spec);
+  ASSERT_EQ(records.size(), 4u);
+  EXPECT_EQ(records[0].status, RunStatus::kFinished);
+  EXPECT_EQ(records[1].status, RunStatus::kPartial);
+  EXPECT_EQ(records[2].status, RunStatus::kFailed);
+  EXPECT_EQ(records[2].exit_code, 5);
+  EXPECT_EQ(records[3].status, RunStatus::kDiverged);
+  EXPECT_TRUE(fs::exists(dir.File("out/summary.csv")));
+  EXPECT_TRUE(fs::exists(dir.File("out/summary.md")));
+  EXPECT_NE(Read(dir.File("out/sweep_state.yaml")).find("exit_code: 5"), std::string::npos);
+
+  EXPECT_EQ(RunSweep(spec, options), 1);  // second pass: only the partial and the failed run launch
+  EXPECT_EQ(Launches(records[0].dir), 1);
+  EXPECT_EQ(Launches(records[1].dir), 2);
+  EXPECT_EQ(Launches(records[2].dir), 2);
+  EXPECT_EQ(Launches(records[3].dir), 1);
+  records = InspectSweep(spec);
+  EXPECT_EQ(records[1].status, RunStatus::kFinished);
+  const auto csv = Read(dir.File("out/summary.csv"));
+  EXPECT_NE(csv.find("lr-0.1,0.1,finished,0,3,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("lr-0.9,0.9,diverged,3,2,"), std::string::npos) << csv;
+}
+
+TEST(RunSweep, InvalidRunConfigFailsBeforeLaunchingAnything) {
+  TempDir dir;
+  const auto spec = SpecIn(dir, "grid: {train.no_such_key: [1]}\n");
+  SweepOptions options;
+  options.program = "/bin/false";
+  try {
+    RunSweep(spec, options);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.no_such_key"), std::string::npos) << e.what();
+  }
+  EXPECT_FALSE(fs::exists(dir.File("out")));
+}
+
+}  // namespace
+}  // namespace darkformer

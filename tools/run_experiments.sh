@@ -1,0 +1,46 @@
+#!/usr/bin/env bash
+# The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
+# attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
+# performer and darkformer) and the plots. Usage: tools/run_experiments.sh micro|gpu
+#   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
+# Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
+# SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
+# Everything is resumable: rerun the same command after an interruption.
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+SIZE="${1:?usage: tools/run_experiments.sh micro|gpu}"
+[[ "$SIZE" == micro || "$SIZE" == gpu ]] || { echo "size must be micro or gpu, got '$SIZE'" >&2; exit 2; }
+CONF="configs/experiments/$SIZE"
+RUNS="runs/experiments/$SIZE"
+DF="${DF:-build/darkformer}"
+PYTHON="${PYTHON:-.venv/bin/python}"
+C4_GLOB="${C4_GLOB:-/work/shared/data/c4/*.json.gz}"
+start=$(date +%s)
+[[ "${SKIP_BUILD:-0}" == 1 ]] || tools/build.sh --target darkformer
+
+# Data: C4 shards with the demo tokenizer; without a C4 sample, the demo corpus stands in.
+SHARDS=data/c4/shards
+if compgen -G "$C4_GLOB" >/dev/null; then
+  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
+else
+  echo "no C4 files match C4_GLOB=$C4_GLOB: using the demo corpus shards as a stand-in" >&2
+  "$DF" prepare -i 'data/demo/c4-demo-train.*.json.gz' --val-input 'data/demo/c4-demo-validation.*.json.gz' \
+    -t data/demo/tokenizer.model -o data/demo/shards
+  SHARDS=data/demo/shards
+fi
+
+echo "== step 1: pretrain (exact attention)"
+"$DF" train --config "$CONF/pretrain.yaml" --set "data.shards_dir=$SHARDS"
+# Steps 2-4. A sweep exits 1 when some run failed (recorded in its summary); go on with the rest.
+status=0
+for sweep in kernels qkv lr_sweep; do
+  echo "== sweep $sweep"
+  "$DF" sweep --config "$CONF/$sweep.yaml" --set "fixed.data.shards_dir=$SHARDS" || status=$?
+  [[ $status == 130 ]] && exit 130
+done
+
+echo "== plots"
+"$PYTHON" tools/plot_runs.py --runs "$RUNS" --out "$RUNS/plots" --label "$SIZE"
+echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/*/summary.md, plots: $RUNS/plots/"
+exit $status
