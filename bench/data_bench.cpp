@@ -43,7 +43,7 @@ void TimeLoader(const DataConfig& config, int batches) {
   double s = Seconds(start);
   std::printf("loader   packing=%-6s B=%lld L=%lld  %d batches in %.3f s: %.0f batches/s, %.1f us/batch, %.1f M "
               "tokens/s (%lld rows, %lld batches/epoch; checksum %lld)\n",
-              config.packing.c_str(), static_cast<long long>(config.batch_size),
+              darkformer::EnumName(config.packing, darkformer::kPackingNames).c_str(), static_cast<long long>(config.batch_size),
               static_cast<long long>(config.seq_len), batches, s, batches / s, 1e6 * s / batches,
               batches * config.batch_size * config.seq_len / s / 1e6, static_cast<long long>(loader.num_rows()),
               static_cast<long long>(loader.batches_per_epoch()), static_cast<long long>(checksum));
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
     config.tokenizer = options.tokenizer;
     config.seq_len = seq_len;
     config.batch_size = batch_size;
-    for (const char* packing : {"concat", "pad"}) {
+    for (const auto packing : {darkformer::Packing::kConcat, darkformer::Packing::kPad}) {
       config.packing = packing;
       TimeLoader(config, batches);
     }

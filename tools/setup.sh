@@ -12,7 +12,7 @@ NVIDIA_WHEELS=(nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-c
 PY_PACKAGES=(numpy typing_extensions filelock sympy networkx jinja2 fsspec "setuptools<82"
              transformers==5.23.0 safetensors h5py pyyaml matplotlib sentencepiece)
 APT_PACKAGES=(cmake ninja-build g++ git pkg-config python3-venv
-              libyaml-cpp-dev libspdlog-dev libfmt-dev libcli11-dev libhdf5-dev
+              libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libhdf5-dev
               libsentencepiece-dev sentencepiece libgtest-dev libgmock-dev zlib1g-dev python3.11-doc)
 
 stamp_key="$(printf '%s\n' "$TORCH_VERSION" "${NVIDIA_WHEELS[@]}" "${PY_PACKAGES[@]}" "${APT_PACKAGES[@]}" \

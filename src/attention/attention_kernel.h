@@ -7,6 +7,7 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
 #include <string>
 
 namespace darkformer {
@@ -39,6 +40,14 @@ class AttentionKernelImpl : public torch::nn::Module {
   virtual bool supports_sliding_window() const { return false; }
   // Called once per optimizer step by the trainer (redraw policies).
   virtual void on_train_step(int64_t /*step*/) {}
+  // Data-aware initialisation: whether the kernel wants one batch of its layer's queries and keys
+  // before training (e.g. darkformer `init: whitening`), and the call that hands them over, as the
+  // kernel sees them in forward (after norms and RoPE, before the scale s; k repeated to H heads).
+  virtual bool wants_calibration() const { return false; }
+  // The largest log-feature of x = sqrt(s) q, for spike diagnostics; NaN for kernels without
+  // features (exact, baselines).
+  virtual double MaxLogFeature(const torch::Tensor& /*x_BHLD*/) const { return std::nan(""); }
+  virtual void Calibrate(const torch::Tensor& /*q_BHLD*/, const torch::Tensor& /*k_BHLD*/, double /*scale*/) {}
 };
 
 TORCH_MODULE(AttentionKernel);

@@ -12,11 +12,10 @@ DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Confi
   if (rank == 0) rank = d;
   DF_CHECK(rank > 0, "config key '" << options.KeyPath("rank") << "' must be positive (or 0 for head_dim), got " << rank);
   const bool shared = options.Get<bool>("share_across_heads", false);
-  const auto init = options.Get<std::string>("init", "identity");
-  if (init == "identity") init_ = DarkformerInit::kIdentity;
-  else if (init == "scaled_identity") init_ = DarkformerInit::kScaledIdentity;
-  else if (init == "whitening") init_ = DarkformerInit::kWhitening;
-  else Fail("config key '" + options.KeyPath("init") + "': unknown init '" + init + "'; valid: identity, scaled_identity, whitening");
+  init_ = options.GetEnum("init", init_,
+                          {{"identity", DarkformerInit::kIdentity},
+                           {"scaled_identity", DarkformerInit::kScaledIdentity},
+                           {"whitening", DarkformerInit::kWhitening}});
   const double init_scale = options.Get<double>("init_scale", 1.0);
   eigen_floor_ = options.Get<double>("eigen_floor", eigen_floor_);
   DF_CHECK(eigen_floor_ > 0, "config key '" << options.KeyPath("eigen_floor") << "' must be positive, got " << eigen_floor_);

@@ -19,7 +19,8 @@ class DarkformerKernelImpl : public FeatureKernelBase {
   // x = sqrt(s) q and y = sqrt(s) k (per head, or over all heads when M is shared), computed in
   // fp64 with eigenvalues floored at eigen_floor. With r < d, M keeps the r directions of largest
   // variance: M = diag(lambda_top^-1/2) U_top^T.
-  void Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale);
+  void Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) override;
+  bool wants_calibration() const override { return init_ == DarkformerInit::kWhitening; }
 
   DarkformerInit init() const { return init_; }
   torch::Tensor M;  // (H or 1) x r x d, trainable

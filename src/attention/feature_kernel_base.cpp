@@ -17,11 +17,10 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
   o.chunk_size = reader.Get<int64_t>("chunk_size", o.chunk_size);
   DF_CHECK(o.chunk_size > 0, "config key '" << reader.KeyPath("chunk_size") << "' must be positive, got " << o.chunk_size);
   if (!with_redraw) return o;
-  const auto redraw = reader.Get<std::string>("redraw", "never");
-  if (redraw == "never") o.redraw = RedrawPolicy::kNever;
-  else if (redraw == "every_step") o.redraw = RedrawPolicy::kEveryStep;
-  else if (redraw == "every_n") o.redraw = RedrawPolicy::kEveryN;
-  else Fail("config key '" + reader.KeyPath("redraw") + "': unknown redraw policy '" + redraw + "'; valid: never, every_step, every_n");
+  o.redraw = reader.GetEnum("redraw", o.redraw,
+                             {{"never", RedrawPolicy::kNever},
+                              {"every_step", RedrawPolicy::kEveryStep},
+                              {"every_n", RedrawPolicy::kEveryN}});
   o.redraw_interval = reader.Get<int64_t>("redraw_interval", o.redraw_interval);
   DF_CHECK(o.redraw_interval > 0, "config key '" << reader.KeyPath("redraw_interval") << "' must be positive, got " << o.redraw_interval);
   return o;

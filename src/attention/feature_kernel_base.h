@@ -41,6 +41,9 @@ class FeatureKernelBase : public AttentionKernelImpl {
 
   // log phi(x) for x_BHLD already scaled by sqrt(s) (features in fp32 / fp64).
   virtual torch::Tensor LogFeatures(const torch::Tensor& x_BHLD) const = 0;
+  double MaxLogFeature(const torch::Tensor& x_BHLD) const override {
+    return LogFeatures(x_BHLD).max().item<double>();
+  }
 
   const FeatureKernelOptions& options() const { return options_; }
   // The current draw w_MR (undefined for kernels without a drawn projection).

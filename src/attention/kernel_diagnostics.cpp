@@ -231,11 +231,8 @@ LayerDiagnostics DiagnoseLayer(const torch::Tensor &q_BHLD,
   for (const auto &spec : kernels) {
     auto kernel = Build(spec.name, shape, spec.options_yaml);
     if (spec.calibrate) {
-      auto *dark = dynamic_cast<DarkformerKernelImpl *>(kernel.get());
-      DF_CHECK(dark != nullptr, "kernel '"
-                                    << spec.label
-                                    << "': only darkformer can be calibrated");
-      dark->Calibrate(q, k, scale);
+      DF_CHECK(kernel->wants_calibration(), "kernel '" << spec.label << "' takes no calibration");
+      kernel->Calibrate(q, k, scale);
     }
     const auto result = kernel->forward(q, k, v, call).to(torch::kFloat64);
     out.errors.push_back(

@@ -4,6 +4,7 @@
 #include <ATen/CPUGeneratorImpl.h>
 
 #include "util/error.h"
+#include "util/hashing.h"
 
 namespace darkformer {
 
@@ -41,11 +42,9 @@ torch::Tensor DrawProjection(ProjectionKind kind, int64_t num_features, int64_t 
 }
 
 uint64_t DrawSeed(uint64_t seed, int64_t draw_index) {
-  // splitmix64-style mixing keeps (seed, draw) pairs apart across layers and redraws.
-  uint64_t z = seed + 0x9E3779B97F4A7C15ULL * static_cast<uint64_t>(draw_index + 1);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
-  return z ^ (z >> 31);
+  // The draw_index-th output of a SplitMix64 stream started at `seed`: keeps (seed, draw) pairs
+  // apart across layers and redraws.
+  return SplitMix64(seed + kSplitMix64Gamma * static_cast<uint64_t>(draw_index));
 }
 
 }  // namespace darkformer

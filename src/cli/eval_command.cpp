@@ -1,5 +1,5 @@
 // `darkformer eval --config run.yaml [--checkpoint path|run_dir]`: loss, perplexity and
-// next-token accuracy of a checkpoint on the validation split.
+// next-token accuracy of a checkpoint on the validation split, as one JSON line on stdout.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -7,7 +7,7 @@
 #include "cli/commands.h"
 #include "model/weights_io.h"
 #include "train/trainer.h"
-#include "util/json_line.h"
+#include "util/json.h"
 
 namespace darkformer {
 
@@ -28,10 +28,10 @@ void AddEvalCommand(CLI::App& app) {
     Trainer trainer(config);
     PackedLoader loader(config.data, split);
     const auto r = trainer.EvaluateFrom(loader, batches > 0 ? batches : config.eval.batches);
-    JsonLine line;
-    line.Add("checkpoint", config.train.init_from).Add("split", split).Add("loss", r.loss);
-    line.Add("perplexity", r.perplexity).Add("accuracy", r.accuracy).Add("tokens", r.tokens);
-    std::cout << line.str() << "\n";
+    // The result alone on stdout (logs go to stderr), so scripts can parse it.
+    std::cout << ToJsonLine({{"checkpoint", config.train.init_from}, {"split", split}, {"loss", r.loss},
+                             {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}})
+              << std::endl;
   });
 }
 

@@ -22,7 +22,7 @@
 #include "data/tokenizer.h"
 #include "model/weights_io.h"
 #include "util/error.h"
-#include "util/json_line.h"
+#include "util/json.h"
 
 namespace darkformer {
 
@@ -178,11 +178,11 @@ void Bench(const KernelCheckArgs& a) {
 }
 
 
-void WriteJson(const std::string& path, const std::vector<JsonLine>& lines) {
+void WriteJson(const std::string& path, const std::vector<Json>& lines) {
   if (path.empty()) return;
   std::ofstream out(path);
   DF_CHECK(out.good(), "--json: cannot write '" << path << "'");
-  for (const auto& line : lines) out << line.str() << "\n";
+  for (const auto& line : lines) out << ToJsonLine(line) << "\n";
   std::cout << fmt::format("wrote {} JSON lines to {}\n", lines.size(), path);
 }
 
@@ -199,16 +199,14 @@ void Estimators(KernelCheckArgs a) {
                "(Thm 3.2's objective); exact var = its closed form\n";
   std::cout << fmt::format("{:>22} {:>18} {:>5} {:>11} {:>11} {:>11} {:>11}\n", "estimator", "target", "m", "rel.err",
                            "rel.var", "var", "exact var");
-  std::vector<JsonLine> lines;
+  std::vector<Json> lines;
   for (const auto& s : CompareEstimators(o, a.num_features)) {
     std::cout << fmt::format("{:>22} {:>18} {:>5} {:>11.4g} {:>11.4g} {:>11.4g} {:>11.4g}\n", s.estimator, s.target,
                              s.num_features, s.relative_error, s.relative_variance, s.variance, s.closed_form_variance);
-    JsonLine line;
-    line.Add("estimator", s.estimator).Add("target", s.target).Add("num_features", s.num_features);
-    line.Add("dim", o.dim).Add("lambda_max", o.lambda_max).Add("lambda_ratio", o.lambda_ratio);
-    line.Add("relative_error", s.relative_error).Add("relative_variance", s.relative_variance).Add("variance", s.variance);
-    line.Add("closed_form_variance", s.closed_form_variance);
-    lines.push_back(std::move(line));
+    lines.push_back({{"estimator", s.estimator}, {"target", s.target}, {"num_features", s.num_features},
+                     {"dim", o.dim}, {"lambda_max", o.lambda_max}, {"lambda_ratio", o.lambda_ratio},
+                     {"relative_error", s.relative_error}, {"relative_variance", s.relative_variance},
+                     {"variance", s.variance}, {"closed_form_variance", s.closed_form_variance}});
   }
   WriteJson(a.json, lines);
 }
@@ -293,32 +291,25 @@ void ModelDiagnostics(const KernelCheckArgs& a) {
   for (const auto& spec : specs) header += fmt::format(" {:>22}", spec.label);
   std::cout << "  relative L2 error of the attention output vs exact; cond = lambda_max/lambda_min, erank = exp(entropy)\n"
             << header << "\n";
-  std::vector<JsonLine> lines;
-  auto x_BLE = model->LayerInput(ids_BL, 0);
+  std::vector<Json> lines;
   const int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads, d = config.head_dim;
-  for (int64_t i = 0; i < config.num_hidden_layers; ++i) {
-    auto layer = model->layers[i]->as<DecoderLayerImpl>();
-    const auto rope = model->RopeFor(i, length, ids_BL.device());
-    auto attention = model->attention_layer(i);
-    const auto h_BLE = layer->input_layernorm(x_BLE);
-    const auto [q_BHLD, k_BHLD] = attention->QueriesKeys(h_BLE, rope);
-    const auto v_BHLD = attention->v_proj(h_BLE).view({batch, length, kv_heads, d}).transpose(1, 2)
+  model->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
+    const auto [q_BHLD, k_BHLD] = in.attention.QueriesKeys(in.h_BLE, in.rope);
+    const auto v_BHLD = in.attention.v_proj(in.h_BLE).view({batch, length, kv_heads, d}).transpose(1, 2)
                             .repeat_interleave(heads / kv_heads, /*dim=*/1);
-    const auto r = DiagnoseLayer(q_BHLD, k_BHLD, v_BHLD, attention->call().scale, i, specs);
-    std::string row = fmt::format("{:>5} {:>10.4g} {:>8.3f} {:>10.4g} {:>8.3f}", i, r.x.condition_number,
+    const auto r = DiagnoseLayer(q_BHLD, k_BHLD, v_BHLD, in.attention.call().scale, in.layer, specs);
+    std::string row = fmt::format("{:>5} {:>10.4g} {:>8.3f} {:>10.4g} {:>8.3f}", in.layer, r.x.condition_number,
                                   r.x.effective_rank, r.y.condition_number, r.y.effective_rank);
-    JsonLine line, errors;
-    line.Add("layer", i).Add("cond_x", r.x.condition_number).Add("erank_x", r.x.effective_rank).Add("trace_x", r.x.trace);
-    line.Add("cond_y", r.y.condition_number).Add("erank_y", r.y.effective_rank).Add("trace_y", r.y.trace);
+    Json errors = Json::object();
     for (const auto& e : r.errors) {
       row += fmt::format(" {:>22.4g}", e.relative_error);
-      errors.Add(e.label, e.relative_error);
+      errors[e.label] = e.relative_error;
     }
-    line.AddObject("relative_error", errors);
-    lines.push_back(std::move(line));
+    lines.push_back({{"layer", in.layer}, {"cond_x", r.x.condition_number}, {"erank_x", r.x.effective_rank},
+                     {"trace_x", r.x.trace}, {"cond_y", r.y.condition_number}, {"erank_y", r.y.effective_rank},
+                     {"trace_y", r.y.trace}, {"relative_error", errors}});
     std::cout << row << "\n";
-    x_BLE = layer->forward(x_BLE, rope);
-  }
+  });
   WriteJson(a.json, lines);
 }
 

@@ -36,7 +36,13 @@ C4Reader::~C4Reader() {
   if (file_) gzclose(file_);
 }
 
+void C4Reader::FailDamaged() const {
+  Fail(path_ + ": corrupt or truncated gzip after line " + std::to_string(counts_.lines) +
+       " (the last complete line read): " + damage_);
+}
+
 bool C4Reader::Refill() {
+  if (!damage_.empty()) FailDamaged();  // the lines before the damage are all read
   if (at_eof_) return false;
   // Keep the unconsumed tail of the current line at the front; grow only for very long lines.
   if (begin_ > 0) {
@@ -47,14 +53,15 @@ bool C4Reader::Refill() {
   if (end_ == buffer_.size()) buffer_.resize(buffer_.size() * 2);
   size_t room = buffer_.size() - end_;
   int got = gzread(file_, buffer_.data() + end_, static_cast<unsigned>(room));
-  // A truncated gzip makes gzread return 0 (like a clean end) with Z_BUF_ERROR set, so the error
-  // state is checked on every short read, not only on a negative return.
+  // A truncated gzip makes gzread return what it could decode (or 0, like a clean end) with
+  // Z_BUF_ERROR set, so the error state is checked on every read, not only on a negative return.
   int errnum = Z_OK;
   const char* message = gzerror(file_, &errnum);
   if (got < 0 || (errnum != Z_OK && errnum != Z_STREAM_END)) {
-    Fail(path_ + ": corrupt or truncated gzip after line " + std::to_string(counts_.lines) + ": " +
-         (message && *message ? message : "read error") +
-         (errnum == Z_ERRNO ? std::string(" (") + std::strerror(errno) + ")" : std::string()));
+    damage_ = std::string(message && *message ? message : "read error") +
+              (errnum == Z_ERRNO ? std::string(" (") + std::strerror(errno) + ")" : std::string());
+    if (got <= 0) FailDamaged();
+    // The bytes decoded before the damage still hold complete lines: hand those out first.
   }
   if (got == 0) {
     at_eof_ = true;

@@ -45,8 +45,10 @@ class C4Reader {
  private:
   // Sets `line` to the next line (without '\n'); false at the end of the file.
   bool ReadLine(std::string_view* line);
-  // Reads more decompressed bytes into the buffer; false at a clean end of file.
+  // Reads more decompressed bytes into the buffer; false at a clean end of file. Throws once
+  // the lines before a damaged part of the file are used up.
   bool Refill();
+  [[noreturn]] void FailDamaged() const;
 
   std::string path_;
   gzFile file_ = nullptr;
@@ -54,6 +56,7 @@ class C4Reader {
   size_t begin_ = 0;  // first unconsumed byte of buffer_
   size_t end_ = 0;    // one past the last valid byte of buffer_
   bool at_eof_ = false;
+  std::string damage_;  // zlib's error, once seen; the lines decoded before it are still read
   C4ReadCounts counts_;
   std::vector<std::string> first_errors_;
 };

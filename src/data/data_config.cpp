@@ -12,7 +12,7 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   c.tokenizer = reader.Require<std::string>("tokenizer");
   c.seq_len = reader.Get<int64_t>("seq_len", c.seq_len);
   c.batch_size = reader.Get<int64_t>("batch_size", c.batch_size);
-  c.packing = reader.Get<std::string>("packing", c.packing);
+  c.packing = reader.GetEnum("packing", c.packing, kPackingNames);
   c.bos_per_document = reader.Get<bool>("bos_per_document", c.bos_per_document);
   c.seed = reader.Get<uint64_t>("seed", c.seed);
   c.rank = reader.Get<int64_t>("rank", c.rank);
@@ -22,8 +22,6 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   DF_CHECK(c.seq_len > 0, "config key '" << reader.KeyPath("seq_len") << "' must be positive, got " << c.seq_len);
   DF_CHECK(c.batch_size > 0,
            "config key '" << reader.KeyPath("batch_size") << "' must be positive, got " << c.batch_size);
-  DF_CHECK(c.packing == "concat" || c.packing == "pad",
-           "config key '" << reader.KeyPath("packing") << "' must be \"concat\" or \"pad\", got \"" << c.packing << "\"");
   DF_CHECK(c.world_size > 0,
            "config key '" << reader.KeyPath("world_size") << "' must be positive, got " << c.world_size);
   DF_CHECK(c.rank >= 0 && c.rank < c.world_size, "config key '" << reader.KeyPath("rank") << "' must be in [0, "

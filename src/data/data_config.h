@@ -4,10 +4,16 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "util/config_reader.h"
 
 namespace darkformer {
+
+enum class Packing { kConcat, kPad };
+inline const std::vector<std::pair<std::string, Packing>> kPackingNames = {{"concat", Packing::kConcat},
+                                                                          {"pad", Packing::kPad}};
 
 struct DataConfig {
   // Directory written by `darkformer prepare` (holds manifest.yaml).
@@ -20,7 +26,7 @@ struct DataConfig {
   int64_t batch_size = 8;
   // "concat": documents joined with EOS into one stream cut into rows; "pad": one document per
   // row (long ones continue on further rows), padded, with no loss on padding.
-  std::string packing = "concat";
+  Packing packing = Packing::kConcat;
   // Start every document with the BOS id recorded in the shards (Gemma does).
   bool bos_per_document = true;
   // Seeds the per-epoch shuffle of rows.

@@ -1,7 +1,7 @@
 // Feistel-network index permutation with cycle walking (see index_permutation.h).
 #include "data/index_permutation.h"
 
-#include "data/hashing.h"
+#include "util/hashing.h"
 
 namespace darkformer {
 

@@ -1,5 +1,5 @@
-// A strict parser for one JSON-lines record of C4: a JSON object from which we keep the string
-// field "text", decoding every JSON escape (\uXXXX surrogate pairs included) to UTF-8.
+// One JSON-lines record of C4: a JSON object from which we keep the string field "text" (every
+// JSON escape decoded to UTF-8). Parsed with nlohmann::json's SAX interface.
 #pragma once
 
 #include <string>
@@ -10,7 +10,7 @@ namespace darkformer {
 enum class JsonRecordStatus {
   kOk,         // a well-formed object with a string "text" field
   kBlank,      // an empty or all-whitespace line
-  kMalformed,  // not a single well-formed JSON object
+  kMalformed,  // not a single well-formed JSON object (RFC 8259; lone UTF-16 surrogates included)
   kNoText,     // a well-formed object without a string "text" field
 };
 
@@ -19,8 +19,5 @@ enum class JsonRecordStatus {
 // validated and skipped, so a record with numbers or nested objects still parses. On kMalformed,
 // `error` (when not null) says what and at which byte offset.
 JsonRecordStatus ParseC4Record(std::string_view line, std::string* text, std::string* error = nullptr);
-
-// Appends the UTF-8 encoding of `code_point` (at most U+10FFFF) to `out`.
-void AppendUtf8(char32_t code_point, std::string* out);
 
 }  // namespace darkformer

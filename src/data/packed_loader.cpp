@@ -3,7 +3,7 @@
 
 #include <algorithm>
 
-#include "data/hashing.h"
+#include "util/hashing.h"
 #include "data/index_permutation.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
@@ -58,7 +58,7 @@ PackedLoader::PackedLoader(const DataConfig& config, const std::string& split)
   dataset_ = std::make_unique<TokenDataset>(config.shards_dir, manifest_, split, config.bos_per_document);
   pad_id_ = manifest_.pad_id >= 0 ? manifest_.pad_id : manifest_.eos_id;
   const int64_t L = config.seq_len;
-  if (config.packing == "concat") {
+  if (config.packing == Packing::kConcat) {
     // Row r reads stream tokens [r L, r L + L + 1): L inputs and, shifted by one, L labels.
     num_rows_ = dataset_->stream_size() > 0 ? (dataset_->stream_size() - 1) / L : 0;
   } else {
@@ -81,7 +81,7 @@ PackedLoader::PackedLoader(const DataConfig& config, const std::string& split)
 
 void PackedLoader::FillRow(int64_t row, int64_t* inputs, int64_t* labels) const {
   const int64_t L = config_.seq_len;
-  if (config_.packing == "concat") {
+  if (config_.packing == Packing::kConcat) {
     dataset_->CopyStream(row * L, L + 1, scratch_.data());
     std::copy(scratch_.begin(), scratch_.begin() + L, inputs);
     std::copy(scratch_.begin() + 1, scratch_.begin() + L + 1, labels);

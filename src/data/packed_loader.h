@@ -16,11 +16,9 @@
 #include "data/data_config.h"
 #include "data/shard_manifest.h"
 #include "data/token_dataset.h"
+#include "util/labels.h"
 
 namespace darkformer {
-
-// Label value that carries no loss; the trainer's cross_entropy uses it as ignore_index.
-inline constexpr int64_t kIgnoreIndex = -100;
 
 struct Batch {
   torch::Tensor input_ids_BL;  // int64 [B, L]

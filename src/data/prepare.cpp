@@ -17,9 +17,9 @@
 #include <set>
 #include <thread>
 
-#include "data/atomic_file.h"
+#include "util/atomic_file.h"
 #include "data/c4_reader.h"
-#include "data/hashing.h"
+#include "util/hashing.h"
 #include "data/token_shard_format.h"
 #include "data/token_shard_writer.h"
 #include "data/tokenizer.h"

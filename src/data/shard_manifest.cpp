@@ -3,7 +3,7 @@
 
 #include <filesystem>
 
-#include "data/atomic_file.h"
+#include "util/atomic_file.h"
 #include "util/error.h"
 
 namespace darkformer {

@@ -6,7 +6,7 @@
 #include <cerrno>
 #include <cstring>
 
-#include "data/atomic_file.h"
+#include "util/atomic_file.h"
 #include "data/token_shard_format.h"
 #include "util/error.h"
 

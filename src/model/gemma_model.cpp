@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attention/kernel_registry.h"
+#include "util/labels.h"
 
 namespace darkformer {
 
@@ -105,11 +106,15 @@ torch::Tensor GemmaModelImpl::Hidden(const torch::Tensor& input_ids_BL) {
   return norm(x);
 }
 
-torch::Tensor GemmaModelImpl::LayerInput(const torch::Tensor& input_ids_BL, int64_t layer) {
+void GemmaModelImpl::ForEachAttentionInput(const torch::Tensor& input_ids_BL, const AttentionInputFn& fn) {
   const int64_t length = input_ids_BL.size(1);
-  auto x = Embed(input_ids_BL);
-  for (int64_t i = 0; i < layer; ++i) x = layers_[i]->forward(x, RopeFor(i, length, input_ids_BL.device()));
-  return x;
+  auto x_BLE = Embed(input_ids_BL);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    const auto rope = RopeFor(i, length, input_ids_BL.device());
+    const auto h_BLE = layers_[i]->input_layernorm(x_BLE);
+    fn(AttentionInput{i, *layers_[i]->self_attn, h_BLE, rope});
+    x_BLE = layers_[i]->forward(x_BLE, rope);
+  }
 }
 
 torch::Tensor GemmaModelImpl::forward(const torch::Tensor& input_ids_BL) {
@@ -125,11 +130,11 @@ torch::Tensor CausalLmLoss(const torch::Tensor& logits_BLV, const torch::Tensor&
   const int64_t vocab = logits_BLV.size(-1);
   return torch::nn::functional::cross_entropy(
       logits_BLV.to(torch::kFloat32).reshape({-1, vocab}), labels_BL.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(-100));
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex));
 }
 
 torch::Tensor ShiftedLabels(const torch::Tensor& input_ids_BL) {
-  auto labels = torch::full_like(input_ids_BL, -100);
+  auto labels = torch::full_like(input_ids_BL, kIgnoreIndex);
   const int64_t length = input_ids_BL.size(1);
   labels.narrow(1, 0, length - 1).copy_(input_ids_BL.narrow(1, 1, length - 1));
   return labels;

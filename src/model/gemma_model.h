@@ -4,6 +4,7 @@
 
 #include <torch/torch.h>
 
+#include <functional>
 #include <vector>
 
 #include "attention/attention_config.h"
@@ -20,8 +21,20 @@ class GemmaModelImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids_BL);
   // Final hidden states before the LM head.
   torch::Tensor Hidden(const torch::Tensor& input_ids_BL);
-  // Inputs of layer `layer` (the residual stream entering it), for diagnostics.
-  torch::Tensor LayerInput(const torch::Tensor& input_ids_BL, int64_t layer);
+  // One layer's attention input: the residual stream after input_layernorm, and the layer's RoPE
+  // tables. attention.QueriesKeys(h_BLE, rope) gives q and k as the kernel sees them.
+  struct AttentionInput {
+    int64_t layer;
+    AttentionLayerImpl& attention;
+    const torch::Tensor& h_BLE;
+    const RotaryTables& rope;
+  };
+  using AttentionInputFn = std::function<void(const AttentionInput&)>;
+  // Runs input_ids_BL through the decoder layers, handing `fn` each layer's attention input
+  // before that layer runs: a kernel fn changes (calibrates) is in effect for its own layer's
+  // output and so for every later layer's input. The one walk that calibration, spike statistics
+  // and kernel-check share.
+  void ForEachAttentionInput(const torch::Tensor& input_ids_BL, const AttentionInputFn& fn);
   RotaryTables RopeFor(int64_t layer, int64_t length, const torch::Device& device) const;
 
   // Swaps every layer's attention kernel for those the config names; other parameters untouched.
@@ -50,9 +63,9 @@ class GemmaModelImpl : public torch::nn::Module {
 TORCH_MODULE(GemmaModel);
 
 // Mean next-token cross-entropy in fp32; labels_BL are already aligned with positions
-// (labels[t] is the target for position t), -100 is ignored.
+// (labels[t] is the target for position t), kIgnoreIndex (-100) is ignored.
 torch::Tensor CausalLmLoss(const torch::Tensor& logits_BLV, const torch::Tensor& labels_BL);
-// labels for plain next-token prediction on input_ids: shift left by one, -100 at the end.
+// labels for plain next-token prediction on input_ids: shift left by one, kIgnoreIndex at the end.
 torch::Tensor ShiftedLabels(const torch::Tensor& input_ids_BL);
 
 }  // namespace darkformer

@@ -4,6 +4,7 @@
 #include <H5Cpp.h>
 #include <spdlog/spdlog.h>
 
+#include <cerrno>
 #include <cstdio>
 #include <filesystem>
 #include <set>
@@ -42,38 +43,47 @@ void WriteStringAttribute(H5::H5Object& object, const std::string& name, const s
   attribute.write(type, value);
 }
 
+// Reads a dataset as the dtype its `dtype` attribute names, after checking that the stored HDF5
+// type can hold it: a float attribute over integer data (or the reverse) is an error naming the
+// tensor, never a silent conversion.
 torch::Tensor ReadDataset(const H5::DataSet& dataset, const std::string& name, const std::string& file) {
   const auto space = dataset.getSpace();
   std::vector<hsize_t> dims(space.getSimpleExtentNdims());
   space.getSimpleExtentDims(dims.data());
   std::vector<int64_t> shape(dims.begin(), dims.end());
-  std::string dtype = "float32";
-  if (dataset.attrExists("dtype")) dtype = ReadStringAttribute(dataset, "dtype");
   const auto type_class = dataset.getTypeClass();
-  if (dtype == "bfloat16" || dtype == "float16") {
+  const size_t type_size = dataset.getDataType().getSize();
+  const std::string stored = type_class == H5T_FLOAT     ? std::to_string(8 * type_size) + "-bit float"
+                             : type_class == H5T_INTEGER ? std::to_string(8 * type_size) + "-bit integer"
+                                                         : "HDF5 type class " + std::to_string(type_class);
+  std::string dtype;
+  if (dataset.attrExists("dtype")) {
+    dtype = ReadStringAttribute(dataset, "dtype");
+  } else if (type_class == H5T_FLOAT) {
+    dtype = type_size == 8 ? "float64" : "float32";
+  } else if (type_class == H5T_INTEGER) {
+    dtype = type_size == 1 ? "uint8" : "int64";
+  }
+  const bool bits16 = dtype == "bfloat16" || dtype == "float16";
+  const bool fits = bits16 ? type_class == H5T_INTEGER && type_size == 2
+                  : (dtype == "float32" || dtype == "float64") ? type_class == H5T_FLOAT
+                  : (dtype == "uint8" || dtype == "int64") ? type_class == H5T_INTEGER
+                                                           : false;
+  DF_CHECK(fits, file << ": tensor '" << name << "' is stored as " << stored
+                      << (dtype.empty() ? std::string(" with no dtype attribute")
+                                        : ", which does not hold its dtype attribute '" + dtype + "'"));
+  if (bits16) {
     auto bits = torch::empty(shape, torch::kInt16);
     dataset.read(bits.data_ptr(), H5::PredType::NATIVE_UINT16);
     return bits.view(dtype == "bfloat16" ? torch::kBFloat16 : torch::kFloat16);
   }
-  if (dtype == "uint8") {
-    auto values = torch::empty(shape, torch::kUInt8);
-    dataset.read(values.data_ptr(), H5::PredType::NATIVE_UINT8);
-    return values;
-  }
-  if (dtype == "int64" || type_class == H5T_INTEGER) {
-    auto values = torch::empty(shape, torch::kInt64);
-    dataset.read(values.data_ptr(), H5::PredType::NATIVE_INT64);
-    return values;
-  }
-  DF_CHECK(dtype == "float32" || dtype == "float64",
-           file << ": tensor '" << name << "' has unsupported dtype attribute '" << dtype << "'");
-  if (dtype == "float64") {
-    auto values = torch::empty(shape, torch::kFloat64);
-    dataset.read(values.data_ptr(), H5::PredType::NATIVE_DOUBLE);
-    return values;
-  }
-  auto values = torch::empty(shape, torch::kFloat32);
-  dataset.read(values.data_ptr(), H5::PredType::NATIVE_FLOAT);
+  const auto [torch_type, memory_type] =
+      dtype == "uint8"     ? std::pair{torch::kUInt8, H5::PredType::NATIVE_UINT8}
+      : dtype == "int64"   ? std::pair{torch::kInt64, H5::PredType::NATIVE_INT64}
+      : dtype == "float64" ? std::pair{torch::kFloat64, H5::PredType::NATIVE_DOUBLE}
+                           : std::pair{torch::kFloat32, H5::PredType::NATIVE_FLOAT};
+  auto values = torch::empty(shape, torch_type);
+  dataset.read(values.data_ptr(), memory_type);
   return values;
 }
 
@@ -122,6 +132,22 @@ auto WithHdf5Errors(const std::string& path, Fn&& fn) {
   } catch (const H5::Exception& e) {
     Fail(path + ": HDF5 error in " + e.getFuncName() + ": " + e.getDetailMsg());
   }
+}
+
+// A full disk met halfway through an HDF5 write leaves the library with a file it cannot close
+// (and noise from the C++ API's destructors), so the space is checked before writing starts.
+void CheckFreeSpace(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
+                    const std::map<std::string, std::string>& string_attributes) {
+  constexpr int64_t kPerDatasetOverhead = 4096, kFileOverhead = 64 * 1024;  // generous HDF5 metadata
+  int64_t bytes = kFileOverhead;
+  for (const auto& [name, tensor] : tensors) bytes += tensor.nbytes() + kPerDatasetOverhead;
+  for (const auto& [name, value] : string_attributes) bytes += static_cast<int64_t>(value.size()) + kPerDatasetOverhead;
+  const auto dir = std::filesystem::path(path).parent_path();
+  std::error_code error;
+  const auto space = std::filesystem::space(dir.empty() ? "." : dir, error);
+  DF_CHECK(error || static_cast<int64_t>(space.available) >= bytes,
+           path << ": no space left on device: about " << bytes << " bytes needed, " << space.available
+                << " bytes free in " << dir.string());
 }
 
 }  // namespace
@@ -174,7 +200,9 @@ void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::
                     const std::map<std::string, int64_t>& int_attributes) {
   // Written under a temporary name and renamed: a crash mid-write never leaves a torn file.
   const std::string tmp = path + ".tmp";
-  WithHdf5Errors(path, [&] {
+  CheckFreeSpace(path, tensors, string_attributes);
+  try {
+    WithHdf5Errors(path, [&] {
     H5::H5File file(tmp, H5F_ACC_TRUNC);
     for (const auto& [key, value] : string_attributes) WriteStringAttribute(file, key, value);
     for (const auto& [key, value] : int_attributes) {
@@ -189,7 +217,20 @@ void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::
     }
     file.close();
     return 0;
-  });
+    });
+  } catch (const Error&) {
+    // HDF5 reports a full disk as a generic write failure: say what happened, and free the space.
+    const int saved = errno;
+    std::error_code error;
+    const auto dir = std::filesystem::path(path).parent_path();
+    const auto space = std::filesystem::space(dir.empty() ? "." : dir, error);
+    std::filesystem::remove(tmp, error);
+    if (saved == ENOSPC || (!error && space.available < (1 << 20))) {
+      Fail(path + ": no space left on device (" + std::to_string(space.available) + " bytes free in " +
+           dir.string() + ")");
+    }
+    throw;
+  }
   std::filesystem::rename(tmp, path);
 }
 
@@ -216,6 +257,10 @@ void LoadWeights(const std::string& path, GemmaModelImpl& model, const WeightsLo
     DF_CHECK(it->second.sizes() == target.sizes(),
              path << ": tensor '" << name << "' has shape " << it->second.sizes() << " in the file, but the model expects "
                   << target.sizes());
+    DF_CHECK(!target.is_floating_point() || it->second.is_floating_point(),
+             path << ": tensor '" << name << "' is " << c10::toString(it->second.scalar_type())
+                  << " in the file, not floating point; the model's " << name << " is "
+                  << c10::toString(target.scalar_type()));
   }
   if (!missing.empty()) {
     std::string list;

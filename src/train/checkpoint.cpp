@@ -26,20 +26,27 @@ std::string TensorBytes(const torch::Tensor& t) {
   return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
 }
 
+}  // namespace
+
 std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& run_dir) {
   std::vector<std::pair<int64_t, std::string>> found;
   const fs::path dir = fs::path(run_dir) / "checkpoints";
-  if (!fs::exists(dir)) return found;
+  std::error_code error;
+  if (!fs::is_directory(dir, error)) return found;
   for (const auto& entry : fs::directory_iterator(dir)) {
     const auto name = entry.path().filename().string();
-    if (name.rfind("step_", 0) != 0 || entry.path().extension() != ".h5") continue;
-    found.emplace_back(std::stoll(name.substr(5)), entry.path().string());
+    constexpr size_t kPrefix = 5, kSuffix = 3;  // "step_", ".h5"
+    if (name.size() <= kPrefix + kSuffix || name.rfind("step_", 0) != 0 ||
+        name.compare(name.size() - kSuffix, kSuffix, ".h5") != 0) {
+      continue;
+    }
+    const auto digits = name.substr(kPrefix, name.size() - kPrefix - kSuffix);
+    if (digits.size() > 18 || digits.find_first_not_of("0123456789") != std::string::npos) continue;
+    found.emplace_back(std::stoll(digits), entry.path().string());
   }
   std::sort(found.begin(), found.end());
   return found;
 }
-
-}  // namespace
 
 std::string CheckpointPath(const std::string& run_dir, int64_t step) {
   return (fs::path(run_dir) / "checkpoints" / fmt::format("step_{:08d}.h5", step)).string();
@@ -65,14 +72,10 @@ void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim
   tensors["trainer/rng_cpu"] = at::detail::getDefaultCPUGenerator().get_state();
 
   YAML::Emitter meta;
-  meta << YAML::BeginMap << YAML::Key << "step" << YAML::Value << state.step << YAML::Key << "tokens_seen"
-       << YAML::Value << state.tokens_seen << YAML::Key << "spikes" << YAML::Value << state.spikes << YAML::Key << "previous_step_spiked" << YAML::Value
-       << state.previous_step_spiked << YAML::Key
-       << "skipped_updates" << YAML::Value << state.skipped_updates << YAML::Key << "min_loss" << YAML::Value
-       << state.min_loss << YAML::Key << "best_eval_accuracy" << YAML::Value << state.best_eval_accuracy
-       << YAML::Key << "wall_seconds" << YAML::Value << state.wall_seconds << YAML::Key << "spike_window"
-       << YAML::Value << state.spike_window << YAML::Key << "loader" << YAML::Value << state.loader.ToYaml()
-       << YAML::EndMap;
+  meta << YAML::BeginMap;
+  TrainerState::VisitFields([&](const char* name, const auto& field) { meta << YAML::Key << name << YAML::Value << field; },
+                            state);
+  meta << YAML::Key << "loader" << YAML::Value << state.loader.ToYaml() << YAML::EndMap;
   std::map<std::string, std::string> attributes = {{"format", "darkformer-weights"},
                                                    {"config_yaml", model.config().ToYamlText()},
                                                    {"source", "darkformer checkpoint"},
@@ -85,17 +88,19 @@ TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torc
   LoadWeights(path, model);
   const auto meta_text = ReadStringAttributeH5(path, "trainer_state");
   DF_CHECK(!meta_text.empty(), path << ": not a training checkpoint (no trainer_state attribute)");
-  const auto meta = YAML::Load(meta_text);
   TrainerState s;
-  s.step = meta["step"].as<int64_t>();
-  s.tokens_seen = meta["tokens_seen"].as<int64_t>();
-  s.spikes = meta["spikes"].as<int64_t>();
-  s.previous_step_spiked = meta["previous_step_spiked"] && meta["previous_step_spiked"].as<bool>();
-  s.skipped_updates = meta["skipped_updates"].as<int64_t>();
-  s.min_loss = meta["min_loss"].as<double>();
-  s.best_eval_accuracy = meta["best_eval_accuracy"].as<double>();
-  s.wall_seconds = meta["wall_seconds"].as<double>();
-  s.spike_window = meta["spike_window"].as<std::string>();
+  YAML::Node meta;
+  try {
+    meta = YAML::Load(meta_text);
+    TrainerState::VisitFields(
+        [&](const char* name, auto& field) {
+          // Fields added after a checkpoint was written keep their defaults.
+          if (meta[name]) field = meta[name].as<std::decay_t<decltype(field)>>();
+        },
+        s);
+  } catch (const YAML::Exception& e) {
+    Fail(path + ": unreadable trainer_state attribute: " + e.what());
+  }
   s.loader = LoaderState::FromYaml(meta["loader"], path + " (trainer_state.loader)");
 
   const auto optimizer_bytes = TensorBytes(ReadTensorH5(path, "trainer/optimizer"));

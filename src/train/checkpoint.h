@@ -7,6 +7,8 @@
 
 #include <optional>
 #include <string>
+#include <utility>
+#include <vector>
 
 #include "data/packed_loader.h"
 #include "model/gemma_model.h"
@@ -20,14 +22,35 @@ struct TrainerState {
   bool previous_step_spiked = false;
   int64_t skipped_updates = 0;
   double min_loss = 0.0;
+  double last_loss = 0.0;      // the last step's train loss
+  double final_loss = 0.0;     // summary.json's final_loss (see RunSummary)
   double best_eval_accuracy = 0.0;
   double wall_seconds = 0.0;   // accumulated over resumed segments
-  LoaderState loader;
   std::string spike_window;    // SpikeMonitor::Serialize()
+  LoaderState loader;          // stored beside the fields below, as its own YAML map
+
+  // fn(name, field...) for the scalar fields, the one list that saving and loading share.
+  template <typename Fn, typename... Self>
+  static void VisitFields(Fn&& fn, Self&... self) {
+    fn("step", self.step...);
+    fn("tokens_seen", self.tokens_seen...);
+    fn("spikes", self.spikes...);
+    fn("previous_step_spiked", self.previous_step_spiked...);
+    fn("skipped_updates", self.skipped_updates...);
+    fn("min_loss", self.min_loss...);
+    fn("last_loss", self.last_loss...);
+    fn("final_loss", self.final_loss...);
+    fn("best_eval_accuracy", self.best_eval_accuracy...);
+    fn("wall_seconds", self.wall_seconds...);
+    fn("spike_window", self.spike_window...);
+  }
 };
 
 std::string CheckpointPath(const std::string& run_dir, int64_t step);
-// The newest complete checkpoint of a run directory, if any (temporary files are ignored).
+// The checkpoints of a run directory, oldest first: files named step_<digits>.h5 (temporary and
+// foreign files are ignored).
+std::vector<std::pair<int64_t, std::string>> ListCheckpoints(const std::string& run_dir);
+// The newest of them, if any.
 std::optional<std::string> LatestCheckpoint(const std::string& run_dir);
 
 void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim::Optimizer& optimizer,

@@ -3,7 +3,8 @@
 
 #include <cmath>
 #include <cstdint>
-#include <string>
+
+#include "train/train_config.h"
 
 namespace darkformer {
 
@@ -20,16 +21,16 @@ inline double DecayProgress(int64_t step, int64_t begin, int64_t end) {
 }
 
 // lr at 0-based `step` of `total` steps for the named schedule.
-inline double ScheduledLr(const std::string& schedule, double lr, int64_t step, int64_t total, int64_t warmup,
+inline double ScheduledLr(LrSchedule schedule, double lr, int64_t step, int64_t total, int64_t warmup,
                           double min_ratio, double decay_fraction) {
   const double min_lr = lr * min_ratio;
   if (step < warmup) return lr * WarmupFactor(step, warmup);
-  if (schedule == "constant") return lr;
-  if (schedule == "cosine") {
+  if (schedule == LrSchedule::kConstant) return lr;
+  if (schedule == LrSchedule::kCosine) {
     const double p = DecayProgress(step, warmup, total - 1);
     return min_lr + 0.5 * (lr - min_lr) * (1.0 + std::cos(M_PI * p));
   }
-  if (schedule == "linear") return lr - (lr - min_lr) * DecayProgress(step, warmup, total - 1);
+  if (schedule == LrSchedule::kLinear) return lr - (lr - min_lr) * DecayProgress(step, warmup, total - 1);
   // wsd: stable at lr, then linear decay over the last decay_fraction of the steps.
   const auto decay_begin = static_cast<int64_t>(std::llround(static_cast<double>(total) * (1.0 - decay_fraction)));
   return lr - (lr - min_lr) * DecayProgress(step, decay_begin < warmup ? warmup : decay_begin, total - 1);

@@ -23,6 +23,7 @@ YAML::Node MergeYaml(const YAML::Node& base, const YAML::Node& overlay) {
 static YAML::Node LoadWithBases(const std::string& path, int depth) {
   DF_CHECK(depth < 16, path << ": `base:` chain deeper than 16 files (a cycle?)");
   DF_CHECK(fs::exists(path), "config file not found: " << path);
+  DF_CHECK(!fs::is_directory(path), path << ": is a directory, not a config file");
   YAML::Node node;
   try {
     node = YAML::LoadFile(path);
@@ -30,9 +31,27 @@ static YAML::Node LoadWithBases(const std::string& path, int depth) {
     Fail(path + ": invalid YAML: " + e.what());
   }
   if (!node.IsMap() || !node["base"]) return node;
-  const auto base_path = (fs::path(path).parent_path() / node["base"].as<std::string>()).string();
+  // `base:` is one file or a list of files merged in order (later ones win); this file wins over all.
+  const auto bases = node["base"];
+  std::vector<std::string> base_files;
+  if (bases.IsScalar()) {
+    base_files.push_back(bases.Scalar());
+  } else if (bases.IsSequence()) {
+    for (const auto& entry : bases) {
+      DF_CHECK(entry.IsScalar(), path << ": config key 'base' (line " << entry.Mark().line + 1
+                                      << "): list entries must be file paths, got " << YamlTypeName(entry));
+      base_files.push_back(entry.Scalar());
+    }
+  } else {
+    Fail(path + ": config key 'base' (line " + std::to_string(bases.Mark().line + 1) +
+         ") must be a file path or a list of file paths, got " + YamlTypeName(bases));
+  }
   node.remove("base");
-  return MergeYaml(LoadWithBases(base_path, depth + 1), node);
+  YAML::Node merged(YAML::NodeType::Map);
+  for (const auto& base : base_files) {
+    merged = MergeYaml(merged, LoadWithBases((fs::path(path).parent_path() / base).string(), depth + 1));
+  }
+  return MergeYaml(merged, node);
 }
 
 void ApplyOverride(YAML::Node& root, const std::string& assignment) {
@@ -73,11 +92,15 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
     c.attention = AttentionConfig::FromConfig(reader.Child("attention"), c.model.num_hidden_layers);
     // Kernels read their own option sections when built: build each kernel in use once now, so a
     // bad kernel option fails at load (naming its key path) rather than after the run has started.
-    std::set<std::string> checked;
-    for (int64_t layer = 0; layer < c.model.num_hidden_layers; ++layer) {
-      const auto name = c.attention.KernelForLayer(layer);
-      if (!checked.insert(name).second) continue;
-      MakeAttentionKernel(name, KernelShape{c.model.num_attention_heads, c.model.head_dim, layer},
+    // Sections of kernels this run does not use are checked too: an option that would be rejected
+    // once the kernel is switched on (a sweep axis, a finetune) is an error today, not later.
+    std::set<std::string> names;
+    for (int64_t layer = 0; layer < c.model.num_hidden_layers; ++layer) names.insert(c.attention.KernelForLayer(layer));
+    for (const auto& name : KernelNames()) {
+      if (c.attention.options.IsMap() && c.attention.options[name]) names.insert(name);
+    }
+    for (const auto& name : names) {
+      MakeAttentionKernel(name, KernelShape{c.model.num_attention_heads, c.model.head_dim, 0},
                           c.attention.OptionsFor(name));
     }
     c.data = DataConfig::FromConfig(reader.Child("data"));

@@ -53,35 +53,19 @@ std::string CsvField(const std::string& text) {
   return quoted + "\"";
 }
 
-std::string Number(double value, int precision) {
-  std::ostringstream s;
-  s << std::fixed << std::setprecision(precision) << value;
-  return s.str();
-}
-
 // The row's cells after the grid values, shared by CSV and Markdown.
 std::vector<std::string> ResultCells(const SweepRecord& r) {
   std::vector<std::string> cells = {RunStatusName(r.status), std::to_string(r.exit_code)};
-  if (!r.summary) {
-    cells.insert(cells.end(), 9, "");
-    return cells;
-  }
-  const auto& s = *r.summary;
-  cells.push_back(std::to_string(s.steps));
-  cells.push_back(std::to_string(s.tokens_seen));
-  cells.push_back(Number(s.final_loss, 4));
-  cells.push_back(Number(s.min_loss, 4));
-  cells.push_back(Number(s.best_eval_accuracy, 4));
-  cells.push_back(std::to_string(s.spikes));
-  cells.push_back(std::to_string(s.skipped_updates));
-  cells.push_back(s.diverged ? "true" : "false");
-  cells.push_back(Number(s.wall_seconds, 1));
+  const auto summary = r.summary ? r.summary->Cells() : std::vector<std::string>(RunSummary::ColumnNames().size());
+  cells.insert(cells.end(), summary.begin(), summary.end());
   return cells;
 }
 
-const std::vector<std::string> kResultColumns = {"status",      "exit_code", "steps",  "tokens_seen",
-                                                 "final_loss",  "min_loss",  "best_eval_accuracy",
-                                                 "spikes",      "skipped_updates", "diverged", "wall_seconds"};
+std::vector<std::string> ResultColumns() {
+  std::vector<std::string> columns = {"status", "exit_code"};
+  for (const auto& name : RunSummary::ColumnNames()) columns.push_back(name);
+  return columns;
+}
 
 }  // namespace
 
@@ -192,30 +176,6 @@ std::vector<std::string> RunOverrides(const SweepSpec& spec, const SweepPoint& p
   return overrides;
 }
 
-std::optional<RunSummary> ReadRunSummary(const std::string& run_dir) {
-  const auto path = fs::path(run_dir) / "summary.json";
-  if (!fs::exists(path)) return std::nullopt;
-  YAML::Node node;
-  try {
-    node = YAML::LoadFile(path.string());  // JSON is YAML
-  } catch (const YAML::Exception&) {
-    return std::nullopt;  // a torn write: treat as no summary, the run resumes
-  }
-  if (!node.IsMap()) return std::nullopt;
-  auto num = [&](const char* key) { return node[key] && !node[key].IsNull() ? node[key].as<double>() : 0.0; };
-  RunSummary s;
-  s.steps = static_cast<int64_t>(num("steps"));
-  s.tokens_seen = static_cast<int64_t>(num("tokens_seen"));
-  s.final_loss = num("final_loss");
-  s.min_loss = num("min_loss");
-  s.best_eval_accuracy = num("best_eval_accuracy");
-  s.spikes = static_cast<int64_t>(num("spikes"));
-  s.skipped_updates = static_cast<int64_t>(num("skipped_updates"));
-  s.diverged = node["diverged"] && node["diverged"].as<bool>();
-  s.wall_seconds = num("wall_seconds");
-  return s;
-}
-
 const char* RunStatusName(RunStatus status) {
   switch (status) {
     case RunStatus::kPending: return "pending";
@@ -282,7 +242,7 @@ void WriteSummaryCsv(const std::vector<SweepRecord>& records, const std::vector<
   DF_CHECK(out, "cannot write " << path);
   out << "run";
   for (const auto& key : grid_keys) out << "," << CsvField(key);
-  for (const auto& column : kResultColumns) out << "," << column;
+  for (const auto& column : ResultColumns()) out << "," << column;
   out << "\n";
   for (const auto& r : records) {
     out << CsvField(r.point.name);
@@ -303,9 +263,9 @@ void WriteSummaryMarkdown(const std::vector<SweepRecord>& records, const std::ve
   };
   out << "# " << title << "\n\n|";
   for (const auto& key : grid_keys) out << " `" << key << "` |";
-  for (const auto& column : kResultColumns) out << " " << column << " |";
+  for (const auto& column : ResultColumns()) out << " " << column << " |";
   out << "\n|";
-  for (size_t i = 0; i < grid_keys.size() + kResultColumns.size(); ++i) out << (i < grid_keys.size() ? "---|" : "--:|");
+  for (size_t i = 0; i < grid_keys.size() + ResultColumns().size(); ++i) out << (i < grid_keys.size() ? "---|" : "--:|");
   out << "\n";
   for (const auto& r : records) {
     out << "|";

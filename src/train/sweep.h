@@ -20,6 +20,8 @@
 #include <utility>
 #include <vector>
 
+#include "train/run_summary.h"
+
 namespace darkformer {
 
 struct SweepAxis {
@@ -60,19 +62,6 @@ std::string FlowYaml(const YAML::Node& node);
 std::vector<std::string> RunOverrides(const SweepSpec& spec, const SweepPoint& point);
 std::string RunDir(const SweepSpec& spec, const SweepPoint& point);
 
-// The run's summary.json (written by the trainer at the end of a run, also when it stops early).
-struct RunSummary {
-  int64_t steps = 0;
-  int64_t tokens_seen = 0;
-  double final_loss = 0.0;
-  double min_loss = 0.0;
-  double best_eval_accuracy = 0.0;
-  int64_t spikes = 0;
-  int64_t skipped_updates = 0;
-  bool diverged = false;
-  double wall_seconds = 0.0;
-};
-std::optional<RunSummary> ReadRunSummary(const std::string& run_dir);
 
 // pending: never started; partial: started, not finished (interrupted, or killed) and will be
 // resumed from its checkpoint; failed: the last attempt exited with an error (retried on the next
@@ -107,8 +96,7 @@ struct SweepRecord {
   int exit_code = -1;
   std::optional<RunSummary> summary;
 };
-// Columns: run, one per grid key, status, exit_code, steps, tokens_seen, final_loss, min_loss,
-// best_eval_accuracy, spikes, skipped_updates, diverged, wall_seconds.
+// Columns: run, one per grid key, status, exit_code, then RunSummary's fields.
 void WriteSummaryCsv(const std::vector<SweepRecord>& records, const std::vector<std::string>& grid_keys,
                      const std::string& path);
 void WriteSummaryMarkdown(const std::vector<SweepRecord>& records, const std::vector<std::string>& grid_keys,

@@ -11,11 +11,9 @@ static SpikeConfig ReadSpikes(const ConfigReader& r) {
   s.grad_norm_z = r.Get<double>("grad_norm_z", s.grad_norm_z);
   s.min_loss_ratio = r.Get<double>("min_loss_ratio", s.min_loss_ratio);
   s.skip_update = r.Get<bool>("skip_update", s.skip_update);
-  s.on_nonfinite = r.Get<std::string>("on_nonfinite", s.on_nonfinite);
+  s.on_nonfinite = r.GetEnum("on_nonfinite", s.on_nonfinite, kNonfiniteActionNames);
   r.RejectUnknown();
   DF_CHECK(s.window >= 2, "config key '" << r.KeyPath("window") << "' must be >= 2");
-  DF_CHECK(s.on_nonfinite == "skip" || s.on_nonfinite == "stop",
-           "config key '" << r.KeyPath("on_nonfinite") << "' must be skip or stop, got '" << s.on_nonfinite << "'");
   return s;
 }
 
@@ -41,8 +39,8 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.init_from = r.Get<std::string>("init_from", t.init_from);
   t.init_std = r.Get<double>("init_std", t.init_std);
   t.seed = r.Get<uint64_t>("seed", t.seed);
-  t.device = r.Get<std::string>("device", t.device);
-  t.precision = r.Get<std::string>("precision", t.precision);
+  t.device = r.GetEnum("device", t.device, kTrainDeviceNames);
+  t.precision = r.GetEnum("precision", t.precision, kPrecisionNames);
   t.deterministic = r.Get<bool>("deterministic", t.deterministic);
   t.threads = r.Get<int64_t>("threads", t.threads);
   t.lr = r.Get<double>("lr", t.lr);
@@ -51,7 +49,7 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.eps = r.Get<double>("eps", t.eps);
   t.weight_decay = r.Get<double>("weight_decay", t.weight_decay);
   t.no_decay = r.Get<std::vector<std::string>>("no_decay", t.no_decay);
-  t.schedule = r.Get<std::string>("schedule", t.schedule);
+  t.schedule = r.GetEnum("schedule", t.schedule, kLrScheduleNames);
   t.warmup_steps = r.Get<int64_t>("warmup_steps", t.warmup_steps);
   t.min_lr_ratio = r.Get<double>("min_lr_ratio", t.min_lr_ratio);
   t.decay_fraction = r.Get<double>("decay_fraction", t.decay_fraction);
@@ -68,12 +66,13 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   DF_CHECK(t.lr > 0, "config key '" << key("lr") << "' must be positive");
   DF_CHECK(t.grad_accum >= 1, "config key '" << key("grad_accum") << "' must be >= 1");
   DF_CHECK(t.keep_last >= 1, "config key '" << key("keep_last") << "' must be >= 1");
-  DF_CHECK(t.device == "auto" || t.device == "cpu" || t.device == "cuda",
-           "config key '" << key("device") << "' must be auto, cpu or cuda, got '" << t.device << "'");
-  DF_CHECK(t.precision == "float32" || t.precision == "bf16_autocast",
-           "config key '" << key("precision") << "' must be float32 or bf16_autocast, got '" << t.precision << "'");
-  DF_CHECK(t.schedule == "constant" || t.schedule == "cosine" || t.schedule == "linear" || t.schedule == "wsd",
-           "config key '" << key("schedule") << "' must be constant, cosine, linear or wsd, got '" << t.schedule << "'");
+  DF_CHECK(t.warmup_steps >= 0, "config key '" << key("warmup_steps") << "' must be >= 0, got " << t.warmup_steps);
+  DF_CHECK(t.checkpoint_every >= 0,
+           "config key '" << key("checkpoint_every") << "' must be >= 0 (0 = at the end only), got " << t.checkpoint_every);
+  DF_CHECK(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "config key '" << key("min_lr_ratio") << "' must be in [0, 1]");
+  DF_CHECK(t.decay_fraction >= 0 && t.decay_fraction <= 1, "config key '" << key("decay_fraction") << "' must be in [0, 1]");
+  DF_CHECK(t.grad_clip >= 0, "config key '" << key("grad_clip") << "' must be >= 0 (0 = off)");
+  DF_CHECK(t.threads >= 0, "config key '" << key("threads") << "' must be >= 0 (0 = LibTorch's default)");
   DF_CHECK(!t.trainable.empty(), "config key '" << key("trainable") << "' must list at least one glob");
   return t;
 }
@@ -84,6 +83,7 @@ EvalConfig EvalConfig::FromConfig(const ConfigReader& r) {
   e.batches = r.Get<int64_t>("batches", e.batches);
   r.RejectUnknown();
   DF_CHECK(e.batches >= 1, "config key '" << r.KeyPath("batches") << "' must be >= 1");
+  DF_CHECK(e.every >= 0, "config key '" << r.KeyPath("every") << "' must be >= 0 (0 = at the end only)");
   return e;
 }
 
@@ -92,6 +92,8 @@ LogConfig LogConfig::FromConfig(const ConfigReader& r) {
   l.dir = r.Get<std::string>("dir", l.dir);
   l.every = r.Get<int64_t>("every", l.every);
   r.RejectUnknown();
+  DF_CHECK(!l.dir.empty(), "config key '" << r.KeyPath("dir") << "' must not be empty");
+  DF_CHECK(l.every >= 0, "config key '" << r.KeyPath("every") << "' must be >= 0 (0 = no progress lines)");
   return l;
 }
 

@@ -9,6 +9,22 @@
 
 namespace darkformer {
 
+enum class NonfiniteAction { kSkip, kStop };
+enum class TrainDevice { kAuto, kCpu, kCuda };
+enum class Precision { kFloat32, kBf16Autocast };
+enum class LrSchedule { kConstant, kCosine, kLinear, kWsd };
+
+// Spellings of the enum-valued keys (config files, logs).
+inline const std::vector<std::pair<std::string, NonfiniteAction>> kNonfiniteActionNames = {
+    {"skip", NonfiniteAction::kSkip}, {"stop", NonfiniteAction::kStop}};
+inline const std::vector<std::pair<std::string, TrainDevice>> kTrainDeviceNames = {
+    {"auto", TrainDevice::kAuto}, {"cpu", TrainDevice::kCpu}, {"cuda", TrainDevice::kCuda}};
+inline const std::vector<std::pair<std::string, Precision>> kPrecisionNames = {
+    {"float32", Precision::kFloat32}, {"bf16_autocast", Precision::kBf16Autocast}};
+inline const std::vector<std::pair<std::string, LrSchedule>> kLrScheduleNames = {
+    {"constant", LrSchedule::kConstant}, {"cosine", LrSchedule::kCosine}, {"linear", LrSchedule::kLinear},
+    {"wsd", LrSchedule::kWsd}};
+
 struct SpikeConfig {
   int64_t window = 50;              // rolling window of recent steps for mean/std
   int64_t min_history = 20;         // steps in the window before spikes can be flagged
@@ -16,7 +32,7 @@ struct SpikeConfig {
   double grad_norm_z = 6.0;         // grad-norm z-score above which a step is a spike
   double min_loss_ratio = 1.5;      // loss / recent minimum above which a step is a spike
   bool skip_update = false;         // drop the optimizer update of a spike step
-  std::string on_nonfinite = "skip";  // non-finite loss or grad norm: skip | stop
+  NonfiniteAction on_nonfinite = NonfiniteAction::kSkip;  // non-finite loss or grad norm: skip | stop
 };
 
 // Test hooks (train.fault_injection): faults injected on purpose so tests can prove the spike,
@@ -34,8 +50,8 @@ struct TrainConfig {
   std::string init_from;             // weights .h5 (converted HF or ours) or a run dir's checkpoint; "" = scratch
   double init_std = 0.02;            // normal init std when training from scratch
   uint64_t seed = 0;                 // model init, kernel draws and the global RNG
-  std::string device = "auto";       // auto | cpu | cuda
-  std::string precision = "float32"; // float32 | bf16_autocast (CUDA: bf16 compute, fp32 master weights)
+  TrainDevice device = TrainDevice::kAuto;   // auto | cpu | cuda
+  Precision precision = Precision::kFloat32; // float32 | bf16_autocast (CUDA: bf16 compute, fp32 master weights)
   bool deterministic = false;        // CPU: deterministic algorithms, single thread, bit-exact resume
   int64_t threads = 0;               // CPU intra-op threads; 0 = LibTorch's default
   // Optimizer: AdamW. Parameters matching no_decay globs get no weight decay.
@@ -46,7 +62,7 @@ struct TrainConfig {
   double weight_decay = 0.1;
   std::vector<std::string> no_decay = {"*norm*", "*.kernel.*"};
   // Schedule: constant | cosine | linear | wsd (warmup-stable-decay).
-  std::string schedule = "cosine";
+  LrSchedule schedule = LrSchedule::kCosine;
   int64_t warmup_steps = 10;
   double min_lr_ratio = 0.1;         // final lr / peak lr for cosine, linear and wsd
   double decay_fraction = 0.2;       // wsd: the final fraction of steps that decays

@@ -2,25 +2,21 @@
 #include "train/trainer.h"
 
 #include <ATen/autocast_mode.h>
-#include <fmt/format.h>
 #include <fnmatch.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <csignal>
-#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
-#include "attention/darkformer_kernel.h"
 #include "model/weights_io.h"
-#include "train/attention_stats.h"
 #include "train/lr_schedule.h"
-#include "util/json_line.h"
 
 namespace darkformer {
 
 namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
 std::atomic<bool> g_stop_requested{false};
 
 void InstallStopSignalHandlers() {
@@ -36,32 +32,9 @@ bool MatchesAny(const std::string& name, const std::vector<std::string>& globs) 
   return false;
 }
 
-// Keeps the lines of a JSONL log whose "step" is at most `step` (lines without one are kept).
-static void TruncateJsonlAfterStep(const std::string& path, int64_t step) {
-  std::ifstream in(path);
-  if (!in) return;
-  std::string kept, line;
-  bool dropped = false;
-  while (std::getline(in, line)) {
-    const auto at = line.find("\"step\":");
-    if (at != std::string::npos) {
-      const char* digits = line.c_str() + at + 7;
-      char* end = nullptr;
-      const long long line_step = std::strtoll(digits, &end, 10);
-      if (end == digits || line.back() != '}' || line_step > step) {  // a later step, or a line torn by a kill
-        dropped = true;
-        continue;
-      }
-    }
-    kept += line + "\n";
-  }
-  in.close();
-  if (dropped) std::ofstream(path, std::ios::trunc) << kept;
-}
-
 Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
   const auto& t = config_.train;
-  if (t.device == "cuda" || (t.device == "auto" && torch::cuda::is_available())) {
+  if (t.device == TrainDevice::kCuda || (t.device == TrainDevice::kAuto && torch::cuda::is_available())) {
     DF_CHECK(torch::cuda::is_available(), "config key 'train.device' is cuda, but no CUDA device is available");
     device_ = torch::Device(torch::kCUDA);
   }
@@ -74,6 +47,186 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
   attention << config_.resolved["attention"];
   attention_yaml_ = config_.resolved["attention"] ? attention.c_str() : "";
 }
+
+// ---- Run and its phases -------------------------------------------------------------------
+
+int Trainer::Run() {
+  log_ = std::make_unique<RunLog>(config_.log.dir);  // locks the run directory
+  if (AlreadyFinished()) return kExitOk;
+  log_->WriteConfig(config_.resolved);
+  Setup();
+  Resume();
+  log_->OpenAfterStep(state_.step);
+  const auto& t = config_.train;
+  if (t.precision == Precision::kBf16Autocast && device_.is_cuda()) {
+    at::autocast::set_autocast_enabled(at::kCUDA, true);
+    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
+  }
+  model_->train();
+  const auto run_start = Clock::now();
+  const double wall_before = state_.wall_seconds;
+  while (state_.step < t.steps) {
+    const auto step = TrainStep();
+    if (!step.finite && t.spikes.on_nonfinite == NonfiniteAction::kStop) {
+      ++state_.skipped_updates;  // the stopped step is not logged as done
+      WriteNonfinite(step);
+      return Finish(kExitDiverged);
+    }
+    RecordStep(step);
+    MaybeEvaluate();
+    state_.wall_seconds = wall_before + std::chrono::duration<double>(Clock::now() - run_start).count();
+    const bool stop = g_stop_requested.load() || t.fault_injection.stop_at_step == state_.step;
+    MaybeCheckpoint(stop);
+    if (stop && state_.step < t.steps) {
+      spdlog::warn("stop requested: checkpoint written at step {} in {}; rerun the same command to resume",
+                   state_.step, config_.log.dir);
+      return Finish(kExitInterrupted);
+    }
+  }
+  return Finish(kExitOk);
+}
+
+// A finished run's results are final: rerunning its command must not rewrite them.
+bool Trainer::AlreadyFinished() const {
+  const auto summary = log_->ReadSummary();
+  const auto latest = ListCheckpoints(config_.log.dir);
+  if (!summary || summary->steps < config_.train.steps || latest.empty() || latest.back().first < summary->steps) {
+    return false;
+  }
+  spdlog::info("{} already finished {} of {} steps (summary.json); nothing to do. Raise train.steps to train on.",
+               config_.log.dir, summary->steps, config_.train.steps);
+  return true;
+}
+
+void Trainer::Setup() {
+  BuildModel();
+  BuildOptimizer();
+  train_loader_ = std::make_unique<PackedLoader>(config_.data, "train");
+  CheckVocabulary(*train_loader_);
+  if (train_loader_->manifest().TotalDocuments(/*val=*/true) > 0) {
+    val_loader_ = std::make_unique<PackedLoader>(config_.data, "val");
+  }
+  spikes_ = std::make_unique<SpikeMonitor>(config_.train.spikes);
+}
+
+// Resumes from the newest checkpoint that loads; an unreadable one (a disk error, a bad copy) is
+// skipped with a warning naming it, so one bad file costs its steps, not the run.
+void Trainer::Resume() {
+  auto checkpoints = ListCheckpoints(config_.log.dir);
+  if (checkpoints.empty()) {
+    CalibrateKernels();  // a fresh start; a resumed run restores the kernels' trained state instead
+  }
+  std::string failures;
+  for (auto it = checkpoints.rbegin(); it != checkpoints.rend(); ++it) {
+    try {
+      state_ = LoadCheckpoint(it->second, *model_, *optimizer_);
+    } catch (const std::exception& e) {
+      spdlog::warn("checkpoint {} is unreadable, trying an older one: {}", it->second, e.what());
+      failures += "\n  " + it->second + ": " + e.what();
+      continue;
+    }
+    train_loader_->Restore(state_.loader);
+    spikes_->Restore(state_.spike_window);
+    spdlog::info("resumed from {} at step {}", it->second, state_.step);
+    break;
+  }
+  DF_CHECK(checkpoints.empty() || failures.empty() || state_.step > 0,
+           "no checkpoint of " << config_.log.dir << " could be loaded (the run is not restarted from scratch "
+                               << "over them; move them away to do that):" << failures);
+  // A checkpoint write killed midway leaves a .tmp file.
+  RemoveStaleCheckpointFiles(config_.log.dir);
+}
+
+Trainer::StepResult Trainer::TrainStep() {
+  const auto& t = config_.train;
+  const auto start = Clock::now();
+  const int64_t this_step = state_.step + 1;  // 1-based, as logged
+  StepResult r;
+  r.lr = ScheduledLr(t.schedule, t.lr, state_.step, t.steps, t.warmup_steps, t.min_lr_ratio, t.decay_fraction);
+  if (t.fault_injection.lr_multiplier_step == this_step) r.lr *= t.fault_injection.lr_multiplier_factor;
+  ApplyLr(r.lr);
+  optimizer_->zero_grad(/*set_to_none=*/true);
+  r.position = train_loader_->state();
+  torch::Tensor last_ids_BL;
+  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+    const auto batch = train_loader_->Next();
+    const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
+    auto loss = CausalLmLoss(model_->forward(ids), labels) / static_cast<double>(t.grad_accum);
+    if (t.fault_injection.nan_loss_at_step == this_step) loss = loss * std::numeric_limits<double>::quiet_NaN();
+    loss.backward();
+    r.loss += loss.item<double>();
+    r.tokens += ids.numel();
+    last_ids_BL = ids;
+  }
+  const double clip = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
+  r.grad_norm = torch::nn::utils::clip_grad_norm_(trainable_, clip);
+  r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
+  if (r.finite) r.verdict = spikes_->Observe(r.loss, r.grad_norm);
+  // Before the update, so the magnitudes are those this step's forward saw.
+  if (r.verdict.spike) r.attention = MeasureAttention(*model_, last_ids_BL);
+  if (!r.finite) {
+    spdlog::warn("step {}: non-finite loss {} or grad norm {} ({})", this_step, r.loss, r.grad_norm,
+                 EnumName(t.spikes.on_nonfinite, kNonfiniteActionNames));
+  }
+  r.skipped = !r.finite || (r.verdict.spike && t.spikes.skip_update);
+  if (!r.skipped) optimizer_->step();
+  r.step_ms = std::chrono::duration<double, std::milli>(Clock::now() - start).count();
+  return r;
+}
+
+void Trainer::RecordStep(const StepResult& r) {
+  if (r.skipped) ++state_.skipped_updates;
+  // A spike is an event: consecutive flagged steps (a loss that stays up) count once.
+  if (r.verdict.spike && !state_.previous_step_spiked) ++state_.spikes;
+  state_.previous_step_spiked = r.verdict.spike;
+  ++state_.step;
+  state_.tokens_seen += r.tokens;
+  for (int64_t i = 0; i < config_.model.num_hidden_layers; ++i) {
+    model_->attention_layer(i)->kernel()->on_train_step(state_.step);
+  }
+  if (r.finite) {
+    state_.min_loss = state_.step == 1 || state_.min_loss == 0.0 ? r.loss : std::min(state_.min_loss, r.loss);
+    state_.last_loss = r.loss;
+    state_.final_loss = r.loss;
+  }
+  segment_tokens_ += static_cast<double>(r.tokens);
+  segment_seconds_ += r.step_ms / 1000.0;
+  LogStep(r);
+}
+
+void Trainer::MaybeEvaluate() {
+  const bool last = state_.step == config_.train.steps;
+  const int64_t every = config_.eval.every;
+  if (!val_loader_ || !(last || (every > 0 && state_.step % every == 0))) return;
+  const auto r = Evaluate(*val_loader_, config_.eval.batches);
+  if (last) state_.final_loss = r.loss;
+  state_.best_eval_accuracy = std::max(state_.best_eval_accuracy, r.accuracy);
+  LogEval(r);
+}
+
+void Trainer::MaybeCheckpoint(bool stop) {
+  const int64_t every = config_.train.checkpoint_every;
+  if (stop || state_.step == config_.train.steps || (every > 0 && state_.step % every == 0)) WriteCheckpoint();
+}
+
+int Trainer::Finish(int exit_code) {
+  RunSummary s;
+  s.steps = state_.step;
+  s.tokens_seen = state_.tokens_seen;
+  s.final_loss = state_.final_loss;
+  s.min_loss = state_.min_loss;
+  s.best_eval_accuracy = state_.best_eval_accuracy;
+  s.spikes = state_.spikes;
+  s.skipped_updates = state_.skipped_updates;
+  s.diverged = exit_code == kExitDiverged;
+  s.wall_seconds = state_.wall_seconds;
+  s.mean_tokens_per_s = segment_seconds_ > 0 ? segment_tokens_ / segment_seconds_ : 0.0;
+  s.kernel = config_.attention.kernel;
+  log_->Summary(s);
+  return exit_code;
+}
+
+// ---- Building blocks ----------------------------------------------------------------------
 
 void Trainer::BuildModel() {
   torch::manual_seed(config_.train.seed);
@@ -105,27 +258,6 @@ void Trainer::BuildModel() {
   spdlog::info("parameters: {} trainable, {} frozen ({} tensors trainable)", trainable, frozen, trainable_.size());
 }
 
-// DARKFormer's data-aware start (000 App. C): M = Lambda^-1/2 from the queries and keys of one
-// training batch, layer by layer, so each layer sees inputs from already-calibrated layers.
-void Trainer::CalibrateWhiteningKernels() {
-  std::vector<std::pair<int64_t, DarkformerKernelImpl*>> targets;
-  for (int64_t i = 0; i < config_.model.num_hidden_layers; ++i) {
-    auto* kernel = dynamic_cast<DarkformerKernelImpl*>(model_->attention_layer(i)->kernel().get());
-    if (kernel && kernel->init() == DarkformerInit::kWhitening) targets.emplace_back(i, kernel);
-  }
-  if (targets.empty()) return;
-  PackedLoader calibration(config_.data, "train");  // its own loader: the training order is untouched
-  const auto ids = calibration.Next().input_ids_BL.to(device_);
-  torch::NoGradGuard no_grad;
-  for (const auto& [layer, kernel] : targets) {
-    const auto x = model_->LayerInput(ids, layer);
-    const auto qk = model_->attention_layer(layer)->QueriesKeys(x, model_->RopeFor(layer, ids.size(1), device_));
-    kernel->Calibrate(qk.first, qk.second, model_->attention_layer(layer)->call().scale);
-  }
-  spdlog::info("darkformer whitening: M calibrated on {} layer(s) from one batch of {} tokens", targets.size(),
-               ids.numel());
-}
-
 void Trainer::BuildOptimizer() {
   std::vector<torch::Tensor> decay, no_decay;
   for (const auto& item : model_->named_parameters()) {
@@ -141,6 +273,38 @@ void Trainer::BuildOptimizer() {
   if (!decay.empty()) groups.emplace_back(decay, options(t.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
   optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
+}
+
+// Shards tokenized with a larger vocabulary than the model's would index past the embedding at
+// some later batch; refuse at the start instead.
+void Trainer::CheckVocabulary(const PackedLoader& loader) const {
+  const auto& tokenizer = loader.manifest().tokenizer;
+  DF_CHECK(tokenizer.vocab_size <= config_.model.vocab_size,
+           "data.shards_dir " << config_.data.shards_dir << " was tokenized with a vocabulary of " << tokenizer.vocab_size
+                              << " pieces (" << tokenizer.Describe() << "), larger than model.vocab_size "
+                              << config_.model.vocab_size << ": token ids up to " << tokenizer.vocab_size - 1
+                              << " would index past the embedding");
+}
+
+// Data-aware kernel initialisation (DARKFormer's whitening, 000 App. C): each kernel that asks is
+// handed one training batch's queries and keys at its own layer, layer by layer, so it sees the
+// inputs that the already-calibrated layers below produce.
+void Trainer::CalibrateKernels() {
+  int64_t wanted = 0;
+  for (int64_t i = 0; i < config_.model.num_hidden_layers; ++i) {
+    wanted += model_->attention_layer(i)->kernel()->wants_calibration() ? 1 : 0;
+  }
+  if (wanted == 0) return;
+  PackedLoader calibration(config_.data, "train");  // its own loader: the training order is untouched
+  const auto ids_BL = calibration.Next().input_ids_BL.to(device_);
+  torch::NoGradGuard no_grad;
+  model_->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
+    auto kernel = in.attention.kernel();
+    if (!kernel->wants_calibration()) return;
+    const auto [q_BHLD, k_BHLD] = in.attention.QueriesKeys(in.h_BLE, in.rope);
+    kernel->Calibrate(q_BHLD, k_BHLD, in.attention.call().scale);
+  });
+  spdlog::info("kernels calibrated on {} layer(s) from one batch of {} tokens", wanted, ids_BL.numel());
 }
 
 void Trainer::ApplyLr(double lr) {
@@ -178,27 +342,8 @@ EvalResult Trainer::Evaluate(PackedLoader& loader, int64_t batches) {
 
 EvalResult Trainer::EvaluateFrom(PackedLoader& loader, int64_t batches) {
   BuildModel();
+  CheckVocabulary(loader);
   return Evaluate(loader, batches);
-}
-
-void Trainer::WriteNonfinite(int64_t step, double loss, double grad_norm, const LoaderState& position) {
-  JsonLine where;
-  where.Add("step", step).Add("loss", loss).Add("grad_norm", grad_norm);
-  // The position before the step took its batches: restoring it replays the offending batch.
-  where.Add("loader_seed", static_cast<int64_t>(position.seed)).Add("loader_epoch", position.epoch);
-  where.Add("loader_step", position.step).Add("grad_accum", config_.train.grad_accum);
-  std::vector<int64_t> rows;  // unshuffled row indices of every micro-batch (PackedLoader::FillRow)
-  for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {
-    const int64_t per_epoch = train_loader_->batches_per_epoch();
-    const int64_t batch = position.step + micro;
-    for (const auto row : train_loader_->RowsOfBatch(position.epoch + batch / per_epoch, batch % per_epoch)) {
-      rows.push_back(row);
-    }
-  }
-  where.AddInts("rows", rows);
-  std::ofstream(fs::path(config_.log.dir) / "nonfinite.json") << where.str() << "\n";
-  spdlog::error("stopping on a non-finite loss at step {}; the batch position is in {}/nonfinite.json", step,
-                config_.log.dir);
 }
 
 void Trainer::WriteCheckpoint() {
@@ -208,175 +353,58 @@ void Trainer::WriteCheckpoint() {
   PruneCheckpoints(config_.log.dir, config_.train.keep_last);
 }
 
-void Trainer::LogStep(double loss, double grad_norm, double lr, double step_ms, int64_t tokens, const SpikeVerdict& v,
-                      bool skipped, const std::vector<LayerAttentionStats>& attention) {
-  JsonLine line;
-  line.Add("type", "train").Add("step", state_.step).Add("tokens_seen", state_.tokens_seen).Add("loss", loss);
-  line.Add("lr", lr).Add("grad_norm", grad_norm).Add("tokens_per_s", tokens / (step_ms / 1000.0));
-  line.Add("step_ms", step_ms).Add("loss_z", v.loss_z).Add("grad_norm_z", v.grad_norm_z);
-  line.Add("gpu_mem_bytes", static_cast<int64_t>(0)).Add("spike", v.spike).Add("skipped", skipped);
-  metrics_ << line.str() << "\n" << std::flush;
-  if (v.spike) {
-    JsonLine event;
-    event.Add("step", state_.step).Add("loss", loss).Add("window_mean", v.loss_mean).Add("window_std", v.loss_std);
-    event.Add("z", v.loss_z).Add("grad_norm", grad_norm).Add("grad_norm_z", v.grad_norm_z);
-    event.Add("loss_ratio_to_min", v.loss_ratio_to_min).Add("lr", lr).Add("reason", v.reason).Add("skipped", skipped);
-    std::vector<std::string> layers;
-    for (const auto& a : attention) {
-      JsonLine layer;
-      layer.Add("layer", a.layer).Add("kernel", a.kernel).Add("max_logit", a.max_logit);
-      layer.Add("max_log_feature", a.max_log_feature);
-      layers.push_back(layer.str());
+void Trainer::WriteNonfinite(const StepResult& step) {
+  const auto& position = step.position;
+  std::vector<int64_t> rows;  // unshuffled row indices of every micro-batch (PackedLoader::FillRow)
+  for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {
+    const int64_t per_epoch = train_loader_->batches_per_epoch();
+    const int64_t batch = position.step + micro;
+    for (const auto row : train_loader_->RowsOfBatch(position.epoch + batch / per_epoch, batch % per_epoch)) {
+      rows.push_back(row);
     }
-    event.AddObjects("layers", layers);
-    spike_log_ << event.str() << "\n" << std::flush;
   }
-  if (config_.log.every > 0 && (state_.step % config_.log.every == 0 || state_.step == config_.train.steps)) {
-    const double remaining_s = step_ms / 1000.0 * static_cast<double>(config_.train.steps - state_.step);
+  // The position before the step took its batches: restoring it replays the offending batch.
+  const int64_t this_step = state_.step + 1;
+  log_->Nonfinite({{"step", this_step}, {"loss", step.loss}, {"grad_norm", step.grad_norm},
+                   {"loader_seed", position.seed}, {"loader_epoch", position.epoch},
+                   {"loader_step", position.step}, {"grad_accum", config_.train.grad_accum}, {"rows", rows}});
+  spdlog::error("stopping on a non-finite loss at step {}; the batch position is in {}", this_step,
+                log_->Path("nonfinite.json"));
+}
+
+void Trainer::LogStep(const StepResult& r) {
+  const double tokens_per_s = static_cast<double>(r.tokens) / (r.step_ms / 1000.0);
+  const auto& v = r.verdict;
+  log_->Metrics({{"type", "train"}, {"step", state_.step}, {"tokens_seen", state_.tokens_seen}, {"loss", r.loss},
+                 {"lr", r.lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tokens_per_s}, {"step_ms", r.step_ms},
+                 {"loss_z", v.loss_z}, {"grad_norm_z", v.grad_norm_z}, {"gpu_mem_bytes", 0}, {"spike", v.spike},
+                 {"skipped", r.skipped}});
+  if (v.spike) {
+    Json layers = Json::array();
+    for (const auto& a : r.attention) {
+      layers.push_back({{"layer", a.layer}, {"kernel", a.kernel}, {"max_logit", a.max_logit},
+                        {"max_log_feature", a.max_log_feature}});
+    }
+    log_->Spike({{"step", state_.step}, {"loss", r.loss}, {"window_mean", v.loss_mean}, {"window_std", v.loss_std},
+                 {"z", v.loss_z}, {"grad_norm", r.grad_norm}, {"grad_norm_z", v.grad_norm_z},
+                 {"loss_ratio_to_min", v.loss_ratio_to_min}, {"lr", r.lr}, {"reason", v.reason},
+                 {"skipped", r.skipped}, {"layers", layers}});
+  }
+  const auto& t = config_.train;
+  if (config_.log.every > 0 && (state_.step % config_.log.every == 0 || state_.step == t.steps)) {
+    const double remaining_s = r.step_ms / 1000.0 * static_cast<double>(t.steps - state_.step);
     spdlog::info("step {:>6}/{} | loss {:.4f} (z {:+.1f}) | norm {:.3f} (z {:+.1f}) | lr {:.2e} | {:.0f} ms | "
                  "{:.0f} tok/s | ETA {:.0f}s{}",
-                 state_.step, config_.train.steps, loss, v.loss_z, grad_norm, v.grad_norm_z, lr, step_ms,
-                 tokens / (step_ms / 1000.0), remaining_s, v.spike ? " | SPIKE " + v.reason : "");
+                 state_.step, t.steps, r.loss, v.loss_z, r.grad_norm, v.grad_norm_z, r.lr, r.step_ms, tokens_per_s,
+                 remaining_s, v.spike ? " | SPIKE " + v.reason : "");
   }
 }
 
 void Trainer::LogEval(const EvalResult& r) {
-  JsonLine line;
-  line.Add("type", "eval").Add("step", state_.step).Add("tokens_seen", state_.tokens_seen).Add("loss", r.loss);
-  line.Add("perplexity", r.perplexity).Add("accuracy", r.accuracy).Add("tokens", r.tokens);
-  metrics_ << line.str() << "\n" << std::flush;
+  log_->Metrics({{"type", "eval"}, {"step", state_.step}, {"tokens_seen", state_.tokens_seen}, {"loss", r.loss},
+                 {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}});
   spdlog::info("eval @ {}: loss {:.4f} | ppl {:.2f} | next-token accuracy {:.4f} | {} tokens", state_.step, r.loss,
                r.perplexity, r.accuracy, r.tokens);
-}
-
-void Trainer::WriteSummary(bool diverged, double mean_tokens_per_s) {
-  JsonLine s;
-  s.Add("steps", state_.step).Add("tokens_seen", state_.tokens_seen).Add("final_loss", last_eval_loss_);
-  s.Add("min_loss", state_.min_loss).Add("best_eval_accuracy", state_.best_eval_accuracy);
-  s.Add("spikes", state_.spikes).Add("skipped_updates", state_.skipped_updates).Add("diverged", diverged);
-  s.Add("wall_seconds", state_.wall_seconds).Add("mean_tokens_per_s", mean_tokens_per_s);
-  s.Add("kernel", config_.attention.kernel);
-  std::ofstream(fs::path(config_.log.dir) / "summary.json") << s.str() << "\n";
-}
-
-int Trainer::Run() {
-  const auto& t = config_.train;
-  fs::create_directories(config_.log.dir);
-  {
-    YAML::Emitter out;
-    out << config_.resolved;
-    std::ofstream(fs::path(config_.log.dir) / "config.yaml") << out.c_str() << "\n";
-  }
-  BuildModel();
-  BuildOptimizer();
-  train_loader_ = std::make_unique<PackedLoader>(config_.data, "train");
-  if (train_loader_->manifest().TotalDocuments(/*val=*/true) > 0) val_loader_ = std::make_unique<PackedLoader>(config_.data, "val");
-  spikes_ = std::make_unique<SpikeMonitor>(t.spikes);
-  CalibrateWhiteningKernels();  // a resumed run then restores the trained M from its checkpoint
-
-  if (const auto latest = LatestCheckpoint(config_.log.dir)) {
-    state_ = LoadCheckpoint(*latest, *model_, *optimizer_);
-    train_loader_->Restore(state_.loader);
-    spikes_->Restore(state_.spike_window);
-    spdlog::info("resumed from {} at step {}", *latest, state_.step);
-  }
-  // Steps logged after the checkpoint we resume from will run again: drop their lines so each step
-  // appears once. A checkpoint write killed midway leaves a .tmp file: remove it.
-  TruncateJsonlAfterStep((fs::path(config_.log.dir) / "metrics.jsonl").string(), state_.step);
-  TruncateJsonlAfterStep((fs::path(config_.log.dir) / "spikes.jsonl").string(), state_.step);
-  RemoveStaleCheckpointFiles(config_.log.dir);
-  metrics_.open(fs::path(config_.log.dir) / "metrics.jsonl", std::ios::app);
-  spike_log_.open(fs::path(config_.log.dir) / "spikes.jsonl", std::ios::app);
-  if (t.precision == "bf16_autocast" && device_.is_cuda()) {
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  }
-  model_->train();
-  bool diverged = false;
-  double tokens_total = 0.0, seconds_total = 0.0;
-  const auto run_start = std::chrono::steady_clock::now();
-  const double wall_before = state_.wall_seconds;
-  const auto& faults = t.fault_injection;
-  while (state_.step < t.steps) {
-    const auto start = std::chrono::steady_clock::now();
-    const int64_t this_step = state_.step + 1;  // 1-based, as logged
-    double lr = ScheduledLr(t.schedule, t.lr, state_.step, t.steps, t.warmup_steps, t.min_lr_ratio,
-                            t.decay_fraction);
-    if (faults.lr_multiplier_step == this_step) lr *= faults.lr_multiplier_factor;
-    ApplyLr(lr);
-    optimizer_->zero_grad(/*set_to_none=*/true);
-    const LoaderState batch_position = train_loader_->state();  // where this step's batches start
-    double loss_sum = 0.0;
-    int64_t tokens = 0;
-    torch::Tensor last_ids_BL;
-    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-      const auto batch = train_loader_->Next();
-      const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
-      auto loss = CausalLmLoss(model_->forward(ids), labels) / static_cast<double>(t.grad_accum);
-      if (faults.nan_loss_at_step == this_step) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      loss.backward();
-      loss_sum += loss.item<double>();
-      tokens += ids.numel();
-      last_ids_BL = ids;
-    }
-    const double clip = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
-    const double grad_norm = torch::nn::utils::clip_grad_norm_(trainable_, clip);
-    const bool finite = std::isfinite(loss_sum) && std::isfinite(grad_norm);
-    const auto verdict = finite ? spikes_->Observe(loss_sum, grad_norm) : SpikeVerdict{};
-    // Before the update, so the magnitudes are those this step's forward saw.
-    const auto attention = verdict.spike ? MeasureAttention(*model_, last_ids_BL) : std::vector<LayerAttentionStats>{};
-    bool skipped = false;
-    if (!finite) {
-      ++state_.skipped_updates;
-      skipped = true;
-      spdlog::warn("step {}: non-finite loss {} or grad norm {} ({})", this_step, loss_sum, grad_norm,
-                   t.spikes.on_nonfinite);
-      if (t.spikes.on_nonfinite == "stop") {
-        WriteNonfinite(this_step, loss_sum, grad_norm, batch_position);
-        diverged = true;
-        break;
-      }
-    } else if (verdict.spike && t.spikes.skip_update) {
-      ++state_.skipped_updates;
-      skipped = true;
-    } else {
-      optimizer_->step();
-    }
-    // A spike is an event: consecutive flagged steps (a loss that stays up) count once.
-    if (verdict.spike && !state_.previous_step_spiked) ++state_.spikes;
-    state_.previous_step_spiked = verdict.spike;
-    ++state_.step;
-    state_.tokens_seen += tokens;
-    for (int64_t i = 0; i < config_.model.num_hidden_layers; ++i) model_->attention_layer(i)->kernel()->on_train_step(state_.step);
-    if (finite) state_.min_loss = state_.step == 1 || state_.min_loss == 0.0 ? loss_sum : std::min(state_.min_loss, loss_sum);
-    const double step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    tokens_total += static_cast<double>(tokens);
-    seconds_total += step_ms / 1000.0;
-    LogStep(loss_sum, grad_norm, lr, step_ms, tokens, verdict, skipped, attention);
-
-    const bool last = state_.step == t.steps;
-    if (val_loader_ && ((config_.eval.every > 0 && state_.step % config_.eval.every == 0) || last)) {
-      const auto r = Evaluate(*val_loader_, config_.eval.batches);
-      last_eval_loss_ = r.loss;
-      state_.best_eval_accuracy = std::max(state_.best_eval_accuracy, r.accuracy);
-      LogEval(r);
-    } else if (last) {
-      last_eval_loss_ = loss_sum;
-    }
-    state_.wall_seconds = wall_before + std::chrono::duration<double>(std::chrono::steady_clock::now() - run_start).count();
-    const bool stop = g_stop_requested.load() || faults.stop_at_step == state_.step;
-    if (last || stop || (t.checkpoint_every > 0 && state_.step % t.checkpoint_every == 0)) {
-      WriteCheckpoint();
-    }
-    if (stop && !last) {
-      spdlog::warn("stop requested: checkpoint written at step {} in {}; rerun the same command to resume",
-                   state_.step, config_.log.dir);
-      WriteSummary(false, seconds_total > 0 ? tokens_total / seconds_total : 0.0);
-      return kExitInterrupted;
-    }
-  }
-  WriteSummary(diverged, seconds_total > 0 ? tokens_total / seconds_total : 0.0);
-  return diverged ? kExitDiverged : kExitOk;
 }
 
 }  // namespace darkformer

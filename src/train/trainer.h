@@ -1,10 +1,10 @@
 // The training loop: builds the model (from scratch, converted HF weights or our checkpoint, with
 // a possibly different attention kernel), freezes by name globs, runs AdamW with a schedule,
 // clipping and accumulation, logs JSONL metrics and spikes, evaluates, checkpoints and resumes.
+// Run() reads as torchtitan's train(): set up, resume, then step / log / evaluate / checkpoint.
 #pragma once
 
 #include <atomic>
-#include <fstream>
 #include <memory>
 #include <string>
 
@@ -13,6 +13,7 @@
 #include "train/attention_stats.h"
 #include "train/checkpoint.h"
 #include "train/run_config.h"
+#include "train/run_log.h"
 #include "train/spike_monitor.h"
 
 namespace darkformer {
@@ -50,16 +51,35 @@ class Trainer {
   torch::optim::AdamW& optimizer() const { return *optimizer_; }
 
  private:
+  // What one optimizer step did.
+  struct StepResult {
+    double loss = 0.0, grad_norm = 0.0, lr = 0.0, step_ms = 0.0;
+    int64_t tokens = 0;
+    bool finite = true, skipped = false;
+    SpikeVerdict verdict;
+    std::vector<LayerAttentionStats> attention;  // measured on spikes only
+    LoaderState position;                        // where the step's batches started
+  };
+
+  // Run()'s phases, in order.
+  bool AlreadyFinished() const;
+  void Setup();
+  void Resume();
+  StepResult TrainStep();
+  void RecordStep(const StepResult& step);
+  void MaybeEvaluate();
+  void MaybeCheckpoint(bool stop);
+  int Finish(int exit_code);
+
   void BuildModel();
   void BuildOptimizer();
-  void CalibrateWhiteningKernels();
+  void CheckVocabulary(const PackedLoader& loader) const;
+  void CalibrateKernels();
   void ApplyLr(double lr);
   void WriteCheckpoint();
-  void LogStep(double loss, double grad_norm, double lr, double step_ms, int64_t tokens, const SpikeVerdict& v,
-               bool skipped, const std::vector<LayerAttentionStats>& attention);
-  void WriteNonfinite(int64_t step, double loss, double grad_norm, const LoaderState& position);
+  void WriteNonfinite(const StepResult& step);
+  void LogStep(const StepResult& step);
   void LogEval(const EvalResult& r);
-  void WriteSummary(bool diverged, double mean_tokens_per_s);
 
   RunConfig config_;
   torch::Device device_{torch::kCPU};
@@ -69,10 +89,10 @@ class Trainer {
   std::unique_ptr<PackedLoader> train_loader_;
   std::unique_ptr<PackedLoader> val_loader_;
   std::unique_ptr<SpikeMonitor> spikes_;
+  std::unique_ptr<RunLog> log_;
   TrainerState state_;
   std::string attention_yaml_;
-  std::ofstream metrics_, spike_log_;
-  double last_eval_loss_ = 0.0;
+  double segment_tokens_ = 0.0, segment_seconds_ = 0.0;  // this process's steps, for tokens/s
 };
 
 }  // namespace darkformer

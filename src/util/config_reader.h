@@ -8,6 +8,7 @@
 #include <memory>
 #include <set>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "util/error.h"
@@ -26,6 +27,10 @@ class ConfigReader {
   // Value of `key`; absent is an error naming the key path.
   template <typename T>
   T Require(const std::string& key) const;
+  // An enum-valued key, parsed once at load: `names` maps each accepted spelling to its value.
+  // Absent: `fallback`. Any other string is an error naming the key path and the valid names.
+  template <typename E>
+  E GetEnum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& names) const;
   // The child section `key` (an empty map node when absent). Marks `key` as known.
   ConfigReader Child(const std::string& key) const;
   // Marks `key` as known without reading it (for sections read elsewhere).
@@ -79,6 +84,31 @@ T ConfigReader::Require(const std::string& key) const {
   DF_CHECK(node_.IsMap() && node_[key] && !node_[key].IsNull(),
            "config key '" << KeyPath(key) << "' is required");
   return Convert<T>(node_[key], key);
+}
+
+template <typename E>
+E ConfigReader::GetEnum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& names) const {
+  if (!Has(key)) {
+    seen_->insert(key);
+    return fallback;
+  }
+  const auto text = Get<std::string>(key, "");
+  std::string valid;
+  for (const auto& [name, value] : names) {
+    if (name == text) return value;
+    valid += (valid.empty() ? "" : ", ") + name;
+  }
+  Fail("config key '" + KeyPath(key) + "' must be one of " + valid + "; got '" + text + "' (line " +
+       std::to_string(node_[key].Mark().line + 1) + ")");
+}
+
+// The spelling of `value` in `names` (for logs and resolved configs).
+template <typename E>
+std::string EnumName(E value, const std::vector<std::pair<std::string, E>>& names) {
+  for (const auto& [name, v] : names) {
+    if (v == value) return name;
+  }
+  return "?";
 }
 
 }  // namespace darkformer

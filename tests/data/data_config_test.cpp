@@ -27,7 +27,7 @@ TEST(DataConfigTest, ReadsValuesAndDefaults) {
   EXPECT_EQ(c.tokenizer, "t.model");
   EXPECT_EQ(c.seq_len, 128);
   EXPECT_EQ(c.batch_size, 8);
-  EXPECT_EQ(c.packing, "pad");
+  EXPECT_EQ(c.packing, Packing::kPad);
   EXPECT_TRUE(c.bos_per_document);
   EXPECT_EQ(c.seed, 7u);
   EXPECT_EQ(c.rank, 1);

@@ -30,16 +30,20 @@ TEST(JsonRecordTest, DecodesUnicodeEscapesToUtf8) {
   EXPECT_EQ(text, "\xF0\x9F\x98\x80!");
 }
 
-TEST(JsonRecordTest, LoneSurrogatesBecomeReplacementCharacters) {
+TEST(JsonRecordTest, LoneSurrogatesAreMalformed) {
+  // nlohmann::json refuses UTF-16 escapes that do not form a code point; such a record is skipped
+  // and counted as malformed rather than decoded with replacement characters.
+  std::string text, error;
+  EXPECT_EQ(ParseC4Record(R"({"text":"a\ud83db"})", &text, &error), JsonRecordStatus::kMalformed);
+  EXPECT_NE(error.find("at byte"), std::string::npos);
+  EXPECT_EQ(Parse(R"({"text":"\ude00"})", &text), JsonRecordStatus::kMalformed);
+}
+
+TEST(JsonRecordTest, ATextKeyReboundToANonStringIsNoText) {
   std::string text;
-  const std::string kReplacement = "\xEF\xBF\xBD";
-  ASSERT_EQ(Parse(R"({"text":"a\ud83db"})", &text), JsonRecordStatus::kOk);
-  EXPECT_EQ(text, "a" + kReplacement + "b");
-  ASSERT_EQ(Parse(R"({"text":"\ude00"})", &text), JsonRecordStatus::kOk);
-  EXPECT_EQ(text, kReplacement);
-  // A high surrogate followed by an escape that is not a low surrogate: both decode separately.
-  ASSERT_EQ(Parse(R"({"text":"\ud83d\u0041"})", &text), JsonRecordStatus::kOk);
-  EXPECT_EQ(text, kReplacement + "A");
+  EXPECT_EQ(Parse(R"({"text":"a","text":{"x":1}})", &text), JsonRecordStatus::kNoText);
+  EXPECT_EQ(Parse(R"({"text":[1],"text":"b"})", &text), JsonRecordStatus::kOk);
+  EXPECT_EQ(text, "b");
 }
 
 TEST(JsonRecordTest, PassesRawUtf8Through) {
@@ -111,15 +115,6 @@ TEST(JsonRecordTest, RefusesDeepNesting) {
   std::string line = "{\"text\":\"x\",\"deep\":" + std::string(1000, '[') + std::string(1000, ']') + "}";
   std::string text;
   EXPECT_EQ(Parse(line, &text), JsonRecordStatus::kMalformed);
-}
-
-TEST(JsonRecordTest, AppendUtf8EncodesEachLength) {
-  std::string out;
-  AppendUtf8(0x24, &out);
-  AppendUtf8(0xA2, &out);
-  AppendUtf8(0x20AC, &out);
-  AppendUtf8(0x10348, &out);
-  EXPECT_EQ(out, "\x24\xC2\xA2\xE2\x82\xAC\xF0\x90\x8D\x88");
 }
 
 }  // namespace

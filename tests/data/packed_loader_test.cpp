@@ -36,7 +36,7 @@ class PackedLoaderTest : public ::testing::Test {
     delete source_;
   }
 
-  static DataConfig Config(const std::string& packing = "concat", int64_t seq_len = 16, int64_t batch_size = 4) {
+  static DataConfig Config(Packing packing = Packing::kConcat, int64_t seq_len = 16, int64_t batch_size = 4) {
     DataConfig c;
     c.shards_dir = shards_->path();
     c.tokenizer = testing::TinyTokenizer();
@@ -95,7 +95,7 @@ TEST_F(PackedLoaderTest, ConcatRowsAreTheDocumentStreamCutIntoShiftedWindows) {
 }
 
 TEST_F(PackedLoaderTest, PadRowsHoldOneDocumentWithNoLossOnPadding) {
-  DataConfig config = Config("pad", 12);
+  DataConfig config = Config(Packing::kPad, 12);
   PackedLoader loader(config);
   const int64_t L = config.seq_len;
   const int64_t pad = loader.manifest().pad_id;
@@ -166,7 +166,7 @@ TEST_F(PackedLoaderTest, RanksReadDisjointRows) {
 }
 
 TEST_F(PackedLoaderTest, RestoredLoaderContinuesWithTheSameBatches) {
-  for (const char* packing : {"concat", "pad"}) {
+  for (const Packing packing : {Packing::kConcat, Packing::kPad}) {
     PackedLoader uninterrupted(Config(packing));
     const int64_t per_epoch = uninterrupted.batches_per_epoch();
     const int64_t saved_at = per_epoch - 2;  // resume shortly before an epoch boundary
@@ -186,8 +186,8 @@ TEST_F(PackedLoaderTest, RestoredLoaderContinuesWithTheSameBatches) {
     for (int64_t i = 0; i < 5; ++i) {
       Batch want = uninterrupted.Next();
       Batch got = resumed.Next();
-      ASSERT_TRUE(torch::equal(want.input_ids_BL, got.input_ids_BL)) << packing << " batch " << i;
-      ASSERT_TRUE(torch::equal(want.labels_BL, got.labels_BL)) << packing << " batch " << i;
+      ASSERT_TRUE(torch::equal(want.input_ids_BL, got.input_ids_BL)) << EnumName(packing, kPackingNames) << " batch " << i;
+      ASSERT_TRUE(torch::equal(want.labels_BL, got.labels_BL)) << EnumName(packing, kPackingNames) << " batch " << i;
     }
     EXPECT_EQ(resumed.state().epoch, 1);
     EXPECT_EQ(resumed.state(), uninterrupted.state());
@@ -222,9 +222,9 @@ TEST_F(PackedLoaderTest, RefusesShardsMadeWithAnotherTokenizer) {
 }
 
 TEST_F(PackedLoaderTest, ValidationSplitLoadsAndTooSmallDataIsAnError) {
-  PackedLoader val(Config("concat", 16, 2), "val");
+  PackedLoader val(Config(Packing::kConcat, 16, 2), "val");
   EXPECT_GT(val.num_rows(), 0);
-  EXPECT_THROW(PackedLoader(Config("concat", 16, 100000)), Error);
+  EXPECT_THROW(PackedLoader(Config(Packing::kConcat, 16, 100000)), Error);
   DataConfig missing = Config();
   missing.shards_dir = source_->path();  // no manifest.yaml there
   EXPECT_THROW(PackedLoader loader(missing), Error);

@@ -1,5 +1,5 @@
 // Crash-safe file output (see atomic_file.h).
-#include "data/atomic_file.h"
+#include "util/atomic_file.h"
 
 #include <fcntl.h>
 #include <unistd.h>

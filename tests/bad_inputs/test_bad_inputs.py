@@ -1,0 +1,445 @@
+"""Bad inputs and hostile run directories end in a clean error, never a crash or a false success.
+
+Each case drives the real `darkformer` binary. A bad input must exit 2 with exactly one error line
+on stderr that names the culprit (a path, config key path or tensor), no traceback or
+"terminate called", nothing on stdout, and no summary.json for a run that never started. The
+cases about reruns, resumes and interruptions check the run directory's files instead.
+
+    python test_bad_inputs.py CASE     # one case: exit 0 pass, 1 fail
+    python test_bad_inputs.py --list   # the case names (tests/CMakeLists.txt lists the same)
+"""
+
+import glob
+import gzip
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+import zlib
+
+import h5py
+import numpy as np
+import yaml
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import testkit as tk  # noqa: E402
+
+CASES = {}
+failures = []
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def check(ok, what, detail=""):
+    print(("ok   " if ok else "FAIL ") + what + ("" if ok or not detail else "\n       " + detail))
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def error_lines(stderr):
+    return [l for l in stderr.splitlines() if "[error]" in l or "[critical]" in l]
+
+
+def expect_bad(res, *needles, run_dir=None, what="bad input"):
+    """rc 2, one error line naming every needle (a tuple: any of them), no crash, no result."""
+    errors = error_lines(res.stderr)
+    line = errors[0] if errors else ""
+    tail = res.stderr.strip().splitlines()[-3:]
+    check(res.returncode == 2, "%s: exit code 2 (got %s)" % (what, res.returncode), " | ".join(tail))
+    check(len(errors) == 1, "%s: exactly one error line on stderr (got %d)" % (what, len(errors)), " | ".join(tail))
+    print("     error line: " + line)
+    for needle in needles:
+        options = needle if isinstance(needle, tuple) else (needle,)
+        check(any(o.lower() in line.lower() for o in options), "%s: error names %s" % (what, " or ".join(options)))
+    crash = [m for m in ("Traceback", "terminate called", "Exception raised from", "frame #0", "Aborted",
+                         "Segmentation fault") if m in res.stderr]
+    check(not crash, "%s: no traceback or crash text on stderr %s" % (what, crash or ""))
+    stray = [l for l in res.stderr.splitlines() if l.strip() and not l.startswith("[")]
+    check(not stray, "%s: the error is one line (no continuation lines)" % what, " | ".join(stray[:3]))
+    check(res.stdout.strip() == "", "%s: nothing on stdout" % what, res.stdout[:200])
+    if run_dir is not None:
+        check(not os.path.exists(os.path.join(run_dir, "summary.json")), "%s: no summary.json" % what)
+
+
+def expect_ok(res, what):
+    return check(res.returncode == 0, "%s: exit code 0 (got %s)" % (what, res.returncode),
+                 " | ".join(res.stderr.strip().splitlines()[-3:]))
+
+
+def setup_run(tmp, name="run", **sections):
+    """A valid tiny run config written to tmp/<name>.yaml: (config path, run dir, config dict)."""
+    run_dir = os.path.join(tmp, name)
+    config = tk.run_config(run_dir, tk.tiny_shards(tmp), **sections)
+    path = os.path.join(tmp, name + ".yaml")
+    tk.write_yaml(path, config)
+    return path, run_dir, config
+
+
+def train(config_path, *sets, timeout=180):
+    return tk.run(["train", "--config", config_path, *[a for s in sets for a in ("--set", s)]], timeout=timeout)
+
+
+def train_steps(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return []
+    return [r["step"] for r in tk.read_jsonl(path) if r.get("type") == "train"]
+
+
+def checkpoints(run_dir):
+    return sorted(os.path.basename(p) for p in glob.glob(os.path.join(run_dir, "checkpoints", "step_*.h5")))
+
+
+# ---- Cases -------------------------------------------------------------------------------------
+
+@case
+def log_dir_under_file(tmp):
+    blocker = os.path.join(tmp, "plain-file")
+    open(blocker, "w").write("not a directory\n")
+    path, _, _ = setup_run(tmp, log={"dir": blocker + "/sub"})
+    expect_bad(train(path), blocker + "/sub", what="log.dir under a regular file")
+
+
+@case
+def log_dir_is_file(tmp):
+    blocker = os.path.join(tmp, "plain-file")
+    open(blocker, "w").write("not a directory\n")
+    path, _, _ = setup_run(tmp, log={"dir": blocker})
+    expect_bad(train(path), blocker, what="log.dir is a regular file")
+    check(open(blocker).read() == "not a directory\n", "the file is left as it was")
+
+
+@case
+def config_is_directory(tmp):
+    directory = os.path.join(tmp, "configs.d")
+    os.mkdir(directory)
+    expect_bad(train(directory), directory, what="--config is a directory")
+
+
+@case
+def prepare_output_is_file(tmp):
+    shards = tk.tiny_shards(tmp)
+    source = os.path.join(tmp, "c4.json.gz")
+    tk.write_c4(source, tk.corpus_documents(20))
+    target = os.path.join(tmp, "out-file")
+    open(target, "w").write("keep me\n")
+    res = tk.run(["prepare", "-i", source, "-t", shards["tokenizer"], "-o", target, "-j", "1"])
+    expect_bad(res, target, what="prepare -o is a regular file")
+    check(open(target).read() == "keep me\n", "the file is left as it was")
+
+
+@case
+def base_list(tmp):
+    _, run_dir, full = setup_run(tmp, train={"steps": 2})
+    a = dict(full, train=dict(full["train"], seed=5, lr=0.001, min_lr_ratio=0.3, weight_decay=0.2))
+    tk.write_yaml(os.path.join(tmp, "a.yaml"), a)
+    tk.write_yaml(os.path.join(tmp, "b.yaml"), {"train": {"lr": 0.002, "min_lr_ratio": 0.4}})
+    main = os.path.join(tmp, "main.yaml")
+    tk.write_yaml(main, {"base": ["a.yaml", "b.yaml"], "train": {"min_lr_ratio": 0.5, "weight_decay": 0.05}})
+    if not expect_ok(train(main), "train with base: [a.yaml, b.yaml]"):
+        return
+    resolved = yaml.safe_load(open(os.path.join(run_dir, "config.yaml")))
+    t = resolved.get("train", {})
+    check(t.get("seed") == 5, "a key only in the first base is kept (train.seed %s)" % t.get("seed"))
+    check(t.get("lr") == 0.002, "the later base overrides the earlier (train.lr %s)" % t.get("lr"))
+    check(t.get("min_lr_ratio") == 0.5, "the including file overrides both (train.min_lr_ratio %s)"
+          % t.get("min_lr_ratio"))
+    check(t.get("weight_decay") == 0.05, "the including file overrides the first base (train.weight_decay %s)"
+          % t.get("weight_decay"))
+    check("base" not in resolved, "config.yaml has no base key left")
+    check(train_steps(run_dir) == [1, 2], "the run trained steps 1..2")
+
+
+@case
+def base_map(tmp):
+    path, run_dir, config = setup_run(tmp)
+    tk.write_yaml(path, dict(config, base={"a": 1}))
+    expect_bad(train(path), "base", run_dir=run_dir, what="base: {a: 1}")
+
+
+@case
+def stray_checkpoint_files(tmp):
+    path, run_dir, _ = setup_run(tmp, train={"steps": 2})
+    if not expect_ok(train(path), "first run (2 steps)"):
+        return
+    for name in ("step_abc.h5", "step_.h5", "notes.txt"):
+        open(os.path.join(run_dir, "checkpoints", name), "w").write("stray\n")
+    res = train(path, "train.steps=4")
+    expect_ok(res, "rerun to 4 steps beside stray files")
+    steps = train_steps(run_dir)
+    check(steps == [1, 2, 3, 4], "resumed: metrics.jsonl has steps 1..4 once each (got %s)" % steps)
+
+
+@case
+def vocab_too_small(tmp):
+    shards = tk.tiny_shards(tmp, vocab_size=200)
+    check(shards["vocab_size"] == 200, "the tokenizer has 200 pieces (%d)" % shards["vocab_size"])
+    import sentencepiece as spm
+    sp = spm.SentencePieceProcessor(model_file=shards["tokenizer"])
+    largest = max(max(ids) for ids in sp.encode(tk.corpus_documents(200)))
+    path, run_dir, _ = setup_run(tmp)
+    res = train(path, "model.vocab_size=100")
+    expect_bad(res, ("200", str(largest)), "100", "vocab", run_dir=run_dir, what="model.vocab_size 100 < 200")
+    check(train_steps(run_dir) == [], "no step was trained")
+
+
+def rewrite_dataset(path, name, data, dtype_attribute):
+    """Replaces dataset `name` with `data`, keeping the file's other datasets and attributes."""
+    with h5py.File(path, "r+") as f:
+        attrs = {k: v for k, v in f[name].attrs.items() if k != "dtype"}
+        del f[name]
+        ds = f.create_dataset(name, data=data)
+        for k, v in attrs.items():
+            ds.attrs[k] = v
+        if dtype_attribute:
+            ds.attrs["dtype"] = dtype_attribute
+
+
+@case
+def int_weights(tmp):
+    path, run_dir, _ = setup_run(tmp, train={"steps": 1, "checkpoint_every": 0})
+    if not expect_ok(train(path), "1-step run that writes a checkpoint"):
+        return
+    source = os.path.join(run_dir, "checkpoints", "step_00000001.h5")
+    with h5py.File(source, "r") as f:
+        check("norm.weight" in f, "the checkpoint holds dataset norm.weight")
+        values = np.asarray(f["norm.weight"])
+    for label, data, attribute in (("int32, no dtype attribute", values.astype(np.int32), None),
+                                   ("int64, dtype attribute int64", values.astype(np.int64), "int64")):
+        weights = os.path.join(tmp, "int-weights-%s.h5" % (attribute or "none"))
+        shutil.copy(source, weights)
+        rewrite_dataset(weights, "norm.weight", data, attribute)
+        finetune = os.path.join(tmp, "finetune-%s" % (attribute or "none"))
+        res = train(path, "log.dir=" + finetune, "train.init_from=" + weights)
+        expect_bad(res, "norm.weight", "floating", run_dir=finetune, what="init_from with norm.weight " + label)
+
+
+@case
+def truncated_gzip(tmp):
+    shards = tk.tiny_shards(tmp)
+    source = os.path.join(tmp, "c4-broken.json.gz")
+    tk.write_c4(source, tk.corpus_documents(2000, seed=3))
+    blob = open(source, "rb").read()
+    cut = blob[:int(len(blob) * 0.6)]
+    open(source, "wb").write(cut)
+    complete = zlib.decompressobj(wbits=31).decompress(cut).count(b"\n")  # lines readable before the cut
+    out = os.path.join(tmp, "shards-broken")
+    res = tk.run(["prepare", "-i", source, "-t", shards["tokenizer"], "-o", out, "-j", "1"])
+    expect_bad(res, source, "after line", what="prepare on a truncated gzip")
+    m = re.search(r"after line (\d+)", "\n".join(error_lines(res.stderr)))
+    n = int(m.group(1)) if m else -1
+    check(0 < n <= complete, "'after line N' with 0 < N <= %d complete lines (N = %d)" % (complete, n))
+    check(not os.path.exists(os.path.join(out, "manifest.yaml")), "no manifest.yaml written")
+
+
+@case
+def negative_warmup(tmp):
+    path, run_dir, _ = setup_run(tmp)
+    expect_bad(train(path, "train.warmup_steps=-1"), "train.warmup_steps", run_dir=run_dir,
+               what="train.warmup_steps -1")
+
+
+@case
+def negative_checkpoint_every(tmp):
+    path, run_dir, _ = setup_run(tmp)
+    expect_bad(train(path, "train.checkpoint_every=-1"), "train.checkpoint_every", run_dir=run_dir,
+               what="train.checkpoint_every -1")
+
+
+@case
+def unused_kernel_options(tmp):
+    path, run_dir, _ = setup_run(tmp, attention={"kernel": "exact", "performer": {"bogus_option": 1}})
+    expect_bad(train(path), "attention.performer.bogus_option", run_dir=run_dir,
+               what="unknown option of an unused kernel")
+
+
+@case
+def metrics_unwritable(tmp):
+    path, run_dir, _ = setup_run(tmp)
+    os.makedirs(os.path.join(run_dir, "metrics.jsonl"))
+    expect_bad(train(path), "metrics.jsonl", run_dir=run_dir, what="metrics.jsonl is a directory")
+
+
+@case
+def disk_full(tmp):
+    mount = os.path.join(tmp, "small-fs")
+    os.mkdir(mount)
+    mounted = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=256k", "tmpfs", mount],
+                             capture_output=True, text=True)
+    if mounted.returncode != 0:
+        print("SKIP: cannot mount a tmpfs here: " + mounted.stderr.strip())
+        return
+    try:
+        run_dir = os.path.join(mount, "run")
+        shards = tk.tiny_shards(tmp)
+        model = {"family": "gemma", "vocab_size": shards["vocab_size"], "hidden_size": 64,
+                 "intermediate_size": 128, "num_hidden_layers": 2, "num_attention_heads": 2,
+                 "num_key_value_heads": 1, "head_dim": 32, "max_position_embeddings": 64}
+        path = os.path.join(tmp, "run.yaml")
+        tk.write_yaml(path, tk.run_config(run_dir, shards, model=model))
+        res = train(path)
+        expect_bad(res, "no space left", run_dir, what="checkpoint on a full 256 KiB disk")
+        left = checkpoints(run_dir)
+        check(left == [], "no (truncated) checkpoint under a final name (%s)" % left)
+    finally:
+        subprocess.run(["umount", mount], check=False)
+
+
+@case
+def rerun_finished(tmp):
+    path, run_dir, _ = setup_run(tmp)
+    if not expect_ok(train(path), "first run"):
+        return
+
+    def snapshot():
+        files = {n: open(os.path.join(run_dir, n), "rb").read() for n in ("summary.json", "metrics.jsonl")}
+        ckpts = {n: os.stat(os.path.join(run_dir, "checkpoints", n)).st_mtime_ns for n in checkpoints(run_dir)}
+        return files, ckpts
+
+    before = snapshot()
+    time.sleep(0.05)  # so a rewritten checkpoint would get a new mtime
+    expect_ok(train(path), "identical rerun of a finished run")
+    after = snapshot()
+    for name in before[0]:
+        check(before[0][name] == after[0][name], "%s is byte-identical" % name)
+    check(before[1] == after[1], "checkpoints unchanged (names and mtimes): %s" % sorted(before[1]),
+          "after: %s" % after[1])
+
+
+@case
+def interrupted_summary(tmp):
+    path, run_dir, _ = setup_run(tmp)
+    res = train(path, "train.fault_injection.stop_at_step=2")
+    check(res.returncode == 130, "stop at step 2 exits 130 (got %s)" % res.returncode,
+          " | ".join(res.stderr.strip().splitlines()[-2:]))
+    summary_path = os.path.join(run_dir, "summary.json")
+    if not check(os.path.exists(summary_path), "summary.json written"):
+        return
+    summary = json.load(open(summary_path))
+    losses = {r["step"]: r["loss"] for r in tk.read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+              if r.get("type") == "train"}
+    print("     summary: %s; step losses %s" % (summary, losses))
+    check(summary.get("steps") == 2, "summary steps == 2 (%s)" % summary.get("steps"))
+    final, loss2 = summary.get("final_loss") or 0.0, losses.get(2)
+    check(loss2 is not None and final != 0 and abs(final - loss2) <= 1e-6 * abs(loss2),
+          "summary final_loss %s == step-2 loss %s" % (final, loss2))
+    check((summary.get("mean_tokens_per_s") or 0) > 0, "mean_tokens_per_s > 0 (%s)" % summary.get("mean_tokens_per_s"))
+
+
+@case
+def concurrent_trainers(tmp):
+    path, run_dir, _ = setup_run(tmp, train={"steps": 1000000, "checkpoint_every": 0})
+    first = subprocess.Popen([tk.BINARY, "train", "--config", path], stdout=subprocess.DEVNULL,
+                             stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 60
+        while not train_steps(run_dir) and time.time() < deadline and first.poll() is None:
+            time.sleep(0.1)
+        if not check(bool(train_steps(run_dir)), "the first trainer logs a step (rc %s)" % first.poll()):
+            return
+        start = time.time()
+        res = train(path, timeout=60)
+        took = time.time() - start
+        expect_bad(res, run_dir, ("lock", "another"), what="second trainer on the same log.dir")
+        check(took < 15, "the second trainer gives up within seconds (%.1f s)" % took)
+        check(first.poll() is None, "the first trainer is still running")
+    finally:
+        if first.poll() is None:
+            first.send_signal(signal.SIGTERM)
+            try:
+                first.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                first.kill()
+                first.wait()
+    steps = train_steps(run_dir)
+    check(len(steps) == len(set(steps)) and steps == sorted(steps),
+          "metrics.jsonl of the first run: no duplicated steps (%d lines, last %s)" % (len(steps), steps[-1:]))
+
+
+@case
+def corrupt_newest_checkpoint(tmp):
+    path, run_dir, _ = setup_run(tmp, train={"steps": 4, "checkpoint_every": 2, "keep_last": 2})
+    if not expect_ok(train(path), "first run (4 steps)"):
+        return
+    names = checkpoints(run_dir)
+    if not check(names == ["step_00000002.h5", "step_00000004.h5"], "checkpoints at steps 2 and 4 (%s)" % names):
+        return
+    newest = os.path.join(run_dir, "checkpoints", "step_00000004.h5")
+    size = os.path.getsize(newest)
+    open(newest, "wb").write((b"garbage!" * (size // 8 + 1))[:size])
+    res = train(path, "train.steps=6")
+    expect_ok(res, "rerun to 6 steps with a corrupt newest checkpoint")
+    warnings = [l for l in res.stderr.splitlines() if "step_00000004.h5" in l and ("[warn" in l or "warn" in l.lower())]
+    check(bool(warnings), "a warning names step_00000004.h5", (warnings or [""])[0])
+    print("     warning: " + (warnings[0] if warnings else ""))
+    steps = train_steps(run_dir)
+    check(steps == [1, 2, 3, 4, 5, 6], "resumed from step 2: steps 1..6 once each (got %s)" % steps)
+
+
+@case
+def eval_stdout_json(tmp):
+    path, run_dir, _ = setup_run(tmp, train={"steps": 2})
+    if not expect_ok(train(path), "2-step run"):
+        return
+    res = tk.run(["eval", "--config", path])
+    expect_ok(res, "eval")
+    lines = res.stdout.splitlines()
+    check(len(lines) == 1, "stdout is exactly one line (%d)" % len(lines), res.stdout[:300])
+    try:
+        record = json.loads(lines[0]) if lines else {}
+    except ValueError:
+        record = None
+    check(isinstance(record, dict), "the line parses as a JSON object", lines[0][:300] if lines else "")
+    missing = [k for k in ("loss", "accuracy", "perplexity", "tokens") if k not in (record or {})]
+    check(not missing, "it has loss, accuracy, perplexity, tokens (missing %s)" % missing)
+    check(any("[info]" in l for l in res.stderr.splitlines()), "log lines go to stderr")
+
+
+@case
+def yaml_type_error(tmp):
+    path, run_dir, config = setup_run(tmp)
+    tk.write_yaml(path, dict(config, train=[1, 2]))
+    expect_bad(train(path), "train", run_dir=run_dir, what="train: [1, 2]")
+    tk.write_yaml(path, dict(config, train=dict(config["train"], steps="many")))
+    expect_bad(train(path), "train.steps", run_dir=run_dir, what="train.steps: many")
+    tk.write_yaml(path, dict(config, data=dict(config["data"], batch_size=[4])))
+    expect_bad(train(path), "data.batch_size", run_dir=run_dir, what="data.batch_size: [4]")
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "--list":
+        print("\n".join(CASES))
+        return 0
+    if len(argv) != 2 or argv[1] not in CASES:
+        print("usage: test_bad_inputs.py CASE | --list\ncases: " + " ".join(CASES), file=sys.stderr)
+        return 1
+    if not os.access(tk.BINARY, os.X_OK):
+        print("FAIL the binary %s is missing" % tk.BINARY)
+        return 1
+    tmp = tempfile.mkdtemp(prefix="df-bad-%s-" % argv[1])
+    try:
+        CASES[argv[1]](tmp)
+    except Exception:  # a broken expectation (missing file, unparsable output) is a failure
+        traceback.print_exc()
+        failures.append("exception")
+    finally:
+        if os.environ.get("DARKFORMER_KEEP_TMP"):
+            print("kept " + tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("%s: %s" % (argv[1], "FAIL (%d)" % len(failures) if failures else "pass"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
