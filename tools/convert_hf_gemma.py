@@ -21,13 +21,20 @@ CONFIG_KEYS = [
     "attn_logit_softcapping", "final_logit_softcapping", "sliding_window", "layer_types",
     "pad_token_id", "bos_token_id", "eos_token_id",
 ]
+INT_KEYS = ("vocab_size", "hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+            "num_key_value_heads", "head_dim", "max_position_embeddings", "sliding_window",
+            "pad_token_id", "bos_token_id", "eos_token_id")
 LAYER_TYPES = ("full_attention", "sliding_attention")
 FAMILY_OF_MODEL_TYPE = {"gemma": "gemma", "gemma2": "gemma2", "gemma3_text": "gemma3"}
 ARCHITECTURE_OF_FAMILY = {
     "gemma": "GemmaForCausalLM", "gemma2": "Gemma2ForCausalLM", "gemma3": "Gemma3ForCausalLM"}
 
-TORCH_DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+TORCH_DTYPES = {"float32": torch.float32, "float64": torch.float64, "bfloat16": torch.bfloat16,
+                "float16": torch.float16}
 DTYPE_NAMES = {v: k for k, v in TORCH_DTYPES.items()}
+BITS16 = ("bfloat16", "float16")  # HDF5 has no bfloat16: 16-bit floats are stored as their raw bits
+# Non-float dtypes our binary writes (kernel buffers, trainer state); never model weights.
+OTHER_DTYPES = ("int64", "uint8")
 
 # Checkpoint-name prefixes of the language model, most specific first so that the multimodal
 # layouts (new "model.language_model.", old "language_model.model.") win over plain "model.".
@@ -43,6 +50,51 @@ class ConversionError(Exception):
 
 
 # ----------------------------------------------------------------------------- config mapping
+
+def effective_query_pre_attn_scalar(value, head_dim, where):
+    """The one rule for query_pre_attn_scalar: unset (None) or 0 means head_dim, else a positive
+    number. Both directions of the conversion go through here."""
+    try:
+        scalar = 0.0 if value is None else float(value)
+    except (TypeError, ValueError):
+        raise ConversionError(f"{where}: query_pre_attn_scalar {value!r} is not a number") from None
+    if scalar < 0 or scalar != scalar:
+        raise ConversionError(f"{where}: query_pre_attn_scalar must be positive (or 0 for head_dim), "
+                              f"got {value!r}")
+    return float(head_dim) if scalar == 0 else scalar
+
+
+def normalise_config(cfg, where="config_yaml"):
+    """Our config dict, checked (every key present, numbers are numbers) and with
+    query_pre_attn_scalar made explicit (0 -> head_dim). Idempotent."""
+    if not isinstance(cfg, dict):
+        raise ConversionError(f"{where} is not a mapping")
+    missing = [k for k in CONFIG_KEYS if k not in cfg]
+    if missing:
+        raise ConversionError(f"{where} lacks keys {missing}")
+    if cfg["family"] not in ARCHITECTURE_OF_FAMILY:
+        raise ConversionError(f"{where}: unknown family '{cfg['family']}' "
+                              f"(expected one of {', '.join(ARCHITECTURE_OF_FAMILY)})")
+    out = dict(cfg)
+    for key in CONFIG_KEYS:
+        value = cfg[key]
+        if key in ("family", "layer_types"):
+            continue
+        kind = int if key in INT_KEYS else float
+        try:  # strings too: YAML reads "1e-06" (no dot) as one
+            number = None if isinstance(value, bool) else float(value)
+        except (TypeError, ValueError):
+            number = None
+        if number is None or (kind is int and not number.is_integer()):
+            raise ConversionError(f"{where}: key '{key}' must be {'an integer' if kind is int else 'a number'}, "
+                                  f"got {value!r}")
+        out[key] = kind(number)
+    if not isinstance(cfg["layer_types"], list):
+        raise ConversionError(f"{where}: key 'layer_types' must be a list, got {cfg['layer_types']!r}")
+    out["query_pre_attn_scalar"] = effective_query_pre_attn_scalar(
+        cfg["query_pre_attn_scalar"], out["head_dim"], where)
+    return out
+
 
 def _int_id(value, name):
     # Our config holds one int per special token; HF allows None or a list (Gemma 3 -it has two eos).
@@ -120,8 +172,10 @@ def our_config_from_hf(hf):
         "rope_local_theta": local_theta,
         "rope_scaling_factor": factor,
         "max_position_embeddings": int(hf.max_position_embeddings),
-        # Gemma 1 scales scores by head_dim**-0.5, i.e. query_pre_attn_scalar = head_dim.
-        "query_pre_attn_scalar": float(head_dim if family == "gemma" else hf.query_pre_attn_scalar),
+        # Gemma 1 scales scores by head_dim**-0.5, i.e. query_pre_attn_scalar = head_dim; our file
+        # always states the number, never 0.
+        "query_pre_attn_scalar": effective_query_pre_attn_scalar(
+            None if family == "gemma" else hf.query_pre_attn_scalar, head_dim, "config.json"),
         "attn_logit_softcapping": float(getattr(hf, "attn_logit_softcapping", None) or 0.0),
         "final_logit_softcapping": float(getattr(hf, "final_logit_softcapping", None) or 0.0),
         "sliding_window": int(sliding),
@@ -136,12 +190,8 @@ def hf_config_from_ours(cfg, dtype_name):
     """Builds the transformers config object matching our config dict."""
     import transformers
 
-    missing = [k for k in CONFIG_KEYS if k not in cfg]
-    if missing:
-        raise ConversionError(f"config_yaml lacks keys {missing}")
+    cfg = normalise_config(cfg)
     family = cfg["family"]
-    if family not in ARCHITECTURE_OF_FAMILY:
-        raise ConversionError(f"unknown family '{family}'")
 
     def rope(theta, factor):
         if float(factor) == 1.0:
@@ -166,12 +216,15 @@ def hf_config_from_ours(cfg, dtype_name):
     layer_types = list(cfg["layer_types"])
     if family == "gemma":
         # Gemma 1 has fixed choices for everything our config makes variable; refuse anything else.
+        # HF's GemmaConfig has no query_pre_attn_scalar: it always scales by head_dim**-0.5.
         fixed = {"query_pre_attn_scalar": float(cfg["head_dim"]), "attn_logit_softcapping": 0.0,
                  "final_logit_softcapping": 0.0, "sliding_window": 0,
                  "rope_local_theta": float(cfg["rope_theta"])}
         for key, want in fixed.items():
             if float(cfg[key]) != want:
-                raise ConversionError(f"family gemma needs {key} = {want}, got {cfg[key]}")
+                allowed = f"0 or head_dim ({want:g})" if key == "query_pre_attn_scalar" else f"{want:g}"
+                raise ConversionError(f"family gemma needs {key} = {allowed}, got {cfg[key]:g} "
+                                      "(Hugging Face's Gemma 1 has no such setting)")
         if any(t != "full_attention" for t in layer_types):
             raise ConversionError("family gemma has only full_attention layers")
         hf = transformers.GemmaConfig(hidden_act="gelu_pytorch_tanh",
@@ -231,20 +284,26 @@ def expected_shapes(cfg):
     return shapes
 
 
+def _one_line(error):
+    return " ".join(str(error).split())
+
+
 def _checkpoint_files(hf_dir):
     """Maps each checkpoint tensor name to the safetensors file holding it."""
     index = os.path.join(hf_dir, "model.safetensors.index.json")
     if os.path.exists(index):
-        with open(index) as fh:
-            weight_map = json.load(fh)["weight_map"]
-        return {name: os.path.join(hf_dir, f) for name, f in weight_map.items()}
+        try:
+            with open(index) as fh:
+                weight_map = json.load(fh)["weight_map"]
+            return {str(name): os.path.join(hf_dir, f) for name, f in weight_map.items()}
+        except (ValueError, KeyError, TypeError, AttributeError) as e:
+            raise ConversionError(f"{index}: not a safetensors index (no valid weight_map: "
+                                  f"{_one_line(e)})") from None
     single = os.path.join(hf_dir, "model.safetensors")
     if not os.path.exists(single):
         raise ConversionError(f"{hf_dir} has neither model.safetensors nor "
                               "model.safetensors.index.json")
-    from safetensors import safe_open
-    with safe_open(single, framework="pt") as fh:
-        return {name: single for name in fh.keys()}
+    return {name: single for name in _TensorReader().keys(single)}
 
 
 def _our_name(hf_name):
@@ -260,16 +319,30 @@ def _our_name(hf_name):
 
 
 class _TensorReader:
-    """Reads single tensors from a set of safetensors files, keeping each file open once."""
+    """Reads single tensors from a set of safetensors files, keeping each file open once; a missing,
+    truncated or corrupt file is a ConversionError naming it."""
 
     def __init__(self):
         self._open = {}
 
-    def get(self, path, name):
-        from safetensors import safe_open
+    def _file(self, path):
+        from safetensors import SafetensorError, safe_open
         if path not in self._open:
-            self._open[path] = safe_open(path, framework="pt")
-        return self._open[path].get_tensor(name)
+            try:
+                self._open[path] = safe_open(path, framework="pt")
+            except (OSError, SafetensorError) as e:
+                raise ConversionError(f"{path}: unreadable safetensors file ({_one_line(e)})") from None
+        return self._open[path]
+
+    def keys(self, path):
+        return list(self._file(path).keys())
+
+    def get(self, path, name):
+        from safetensors import SafetensorError
+        try:
+            return self._file(path).get_tensor(name)
+        except (OSError, SafetensorError) as e:
+            raise ConversionError(f"{path}: cannot read tensor '{name}' ({_one_line(e)})") from None
 
 
 # ----------------------------------------------------------------------------- to-h5 / to-hf
@@ -279,28 +352,57 @@ def _write_dataset(h5, name, tensor):
     dtype_name = DTYPE_NAMES.get(tensor.dtype)
     if dtype_name is None:
         raise ConversionError(f"tensor '{name}' has unsupported dtype {tensor.dtype}")
-    # HDF5 has no bfloat16; 16-bit floats are stored as their raw bits so nothing is rounded.
-    array = tensor.numpy() if dtype_name == "float32" else tensor.view(torch.uint16).numpy()
+    # 16-bit floats are stored as their raw bits so nothing is rounded.
+    array = tensor.view(torch.uint16).numpy() if dtype_name in BITS16 else tensor.numpy()
     ds = h5.create_dataset(name, data=array)
     ds.attrs["dtype"] = dtype_name
 
 
-def _read_dataset(ds):
+def _dataset_dtype(ds, name):
+    """The dtype a dataset holds: its `dtype` attribute (inferred from the HDF5 type when absent, as
+    our binary does), checked against how it is stored. Errors name the tensor."""
+    stored = ds.dtype
     dtype_name = ds.attrs.get("dtype")
     if isinstance(dtype_name, bytes):
         dtype_name = dtype_name.decode()
-    if dtype_name not in TORCH_DTYPES:
-        raise ConversionError(f"dataset '{ds.name}' has no valid dtype attribute ({dtype_name!r})")
+    if dtype_name is None:
+        dtype_name = {("f", 8): "float64", ("f", 4): "float32", ("u", 1): "uint8"}.get(
+            (stored.kind, stored.itemsize), "int64" if stored.kind in "iu" else None)
+    fits = (stored.kind in "iu" and stored.itemsize == 2 if dtype_name in BITS16
+            else stored.kind == "f" if dtype_name in ("float32", "float64")
+            else stored.kind in "iu" if dtype_name in OTHER_DTYPES else False)
+    if not fits:
+        raise ConversionError(f"tensor '{name}' is stored as {stored} with dtype attribute "
+                              f"{dtype_name!r}, which do not fit together")
+    return dtype_name
+
+
+def _read_dataset(ds, dtype_name):
     array = ds[()]
-    if dtype_name == "float32":
-        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.float32))
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.uint16)).view(TORCH_DTYPES[dtype_name])
+    if dtype_name in BITS16:
+        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.uint16)).view(TORCH_DTYPES[dtype_name])
+    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.dtype(dtype_name)))
+
+
+def _load_hf_config(hf_dir):
+    """The transformers config of a local checkpoint directory (never a Hub download)."""
+    import transformers
+
+    if not os.path.isdir(hf_dir):
+        raise ConversionError(f"{hf_dir}: " + ("not a directory (expected a Hugging Face checkpoint "
+                                               "directory)" if os.path.exists(hf_dir) else
+                                               "no such directory"))
+    config_json = os.path.join(hf_dir, "config.json")
+    if not os.path.isfile(config_json):
+        raise ConversionError(f"{hf_dir} has no config.json (not a Hugging Face checkpoint directory)")
+    try:
+        return transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise ConversionError(f"{config_json}: unusable config ({_one_line(e)})") from None
 
 
 def hf_to_h5(hf_dir, out_path, dtype="keep"):
-    import transformers
-
-    cfg = our_config_from_hf(transformers.AutoConfig.from_pretrained(hf_dir))
+    cfg = our_config_from_hf(_load_hf_config(hf_dir))
     files = _checkpoint_files(hf_dir)
     names, head_name, skipped = {}, None, 0
     for hf_name in files:
@@ -353,27 +455,75 @@ def hf_to_h5(hf_dir, out_path, dtype="keep"):
     return cfg
 
 
+def _open_h5(path):
+    if not os.path.exists(path):
+        raise ConversionError(f"{path}: no such file")
+    if os.path.isdir(path):
+        raise ConversionError(f"{path}: is a directory, not a {FORMAT_NAME} .h5 file")
+    try:
+        return h5py.File(path, "r")
+    except OSError as e:
+        raise ConversionError(f"{path}: not a readable HDF5 file ({_one_line(e)})") from None
+
+
+def _model_tensors_of(h5, cfg, where):
+    """Reads the model weights of an open file after checking them against `cfg`: every parameter
+    present, none extra, shapes right, floating point. Kernel tensors (".kernel.") and groups
+    (a checkpoint's trainer/ state) are not model weights: skipped, and said so on stderr."""
+    shapes = expected_shapes(cfg)
+    found, kernel, groups, problems = {}, [], [], []
+    for name, obj in h5.items():
+        if not isinstance(obj, h5py.Dataset):
+            groups.append(name + "/")
+        elif ".kernel." in name:  # random-feature attention state has no HF counterpart
+            kernel.append(name)
+        elif name not in shapes:
+            problems.append(f"unexpected tensor '{name}' (no such parameter in a {cfg['family']} "
+                            "model of this config)")
+        elif tuple(obj.shape) != shapes[name]:
+            problems.append(f"tensor '{name}' has shape {tuple(obj.shape)}, expected {shapes[name]}")
+        else:
+            try:
+                dtype_name = _dataset_dtype(obj, name)
+            except ConversionError as e:
+                problems.append(str(e))
+                continue
+            if dtype_name not in TORCH_DTYPES:
+                problems.append(f"tensor '{name}' is {dtype_name}, not floating point")
+            found[name] = (obj, dtype_name)
+    problems = [f"missing tensor '{n}'" for n in sorted(set(shapes) - set(h5.keys()))] + problems
+    if problems:
+        more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
+        raise ConversionError(f"{where}: cannot export: " + "; ".join(problems[:8]) + more)
+    if kernel or groups:
+        shown = ", ".join(sorted(kernel)[:4]) + (", ..." if len(kernel) > 4 else "")
+        parts = ([f"{len(kernel)} kernel tensor(s) ({shown})"] if kernel else []) + (
+            [f"group(s) {', '.join(groups)} (trainer state)"] if groups else [])
+        print(f"note: skipping {' and '.join(parts)}: not model weights", file=sys.stderr)
+    try:
+        return {"model." + name: _read_dataset(ds, dtype_name)
+                for name, (ds, dtype_name) in sorted(found.items())}
+    except OSError as e:
+        raise ConversionError(f"{where}: cannot read a tensor ({_one_line(e)})") from None
+
+
 def h5_to_hf(h5_path, out_dir):
     from safetensors.torch import save_file
 
-    with h5py.File(h5_path, "r") as h5:
+    with _open_h5(h5_path) as h5:
         if h5.attrs.get("format") != FORMAT_NAME:
-            raise ConversionError(f"{h5_path} is not a {FORMAT_NAME} file")
-        if int(h5.attrs.get("format_version", -1)) != FORMAT_VERSION:
+            raise ConversionError(f"{h5_path} is not a {FORMAT_NAME} file (no format attribute "
+                                  f"'{FORMAT_NAME}')")
+        if h5.attrs.get("format_version") != FORMAT_VERSION:
             raise ConversionError(f"{h5_path}: unsupported format_version "
                                   f"{h5.attrs.get('format_version')}")
-        cfg = yaml.safe_load(h5.attrs["config_yaml"])
-        tensors, kernel_names = {}, []
-        for name, ds in h5.items():
-            if not isinstance(ds, h5py.Dataset):
-                continue
-            if ".kernel." in name:  # random-feature attention state has no HF counterpart
-                kernel_names.append(name)
-                continue
-            tensors["model." + name] = _read_dataset(ds)
-    if kernel_names:
-        print(f"warning: skipping {len(kernel_names)} kernel datasets with no HF counterpart: "
-              + ", ".join(sorted(kernel_names)), file=sys.stderr)
+        try:
+            cfg = yaml.safe_load(h5.attrs["config_yaml"])
+        except (KeyError, yaml.YAMLError) as e:
+            raise ConversionError(f"{h5_path}: no readable config_yaml attribute "
+                                  f"({_one_line(e)})") from None
+        cfg = normalise_config(cfg, f"{h5_path} (config_yaml)")
+        tensors = _model_tensors_of(h5, cfg, h5_path)
     dtypes = {t.dtype for t in tensors.values()}
     hf = hf_config_from_ours(cfg, DTYPE_NAMES[dtypes.pop()] if len(dtypes) == 1 else None)
     os.makedirs(out_dir, exist_ok=True)
@@ -400,8 +550,8 @@ def main(argv=None):
             hf_to_h5(args.hf_dir, args.out_h5, args.dtype)
         else:
             h5_to_hf(args.in_h5, args.out_dir)
-    except ConversionError as e:
-        print(f"error: {e}", file=sys.stderr)
+    except (ConversionError, OSError) as e:  # bad input or unwritable output: one line, no traceback
+        print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0
 

@@ -1,16 +1,19 @@
 #!/usr/bin/env bash
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
-# performer and darkformer) and the plots. Usage: tools/run_experiments.sh micro|gpu
+# performer and darkformer) and the plots. Usage: tools/run_experiments.sh micro|cpu|gpu
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
+#   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
+#        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
+#        seven learning rates, three seeds each) and C4 at 256 tokens (kernels, three seeds).
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|gpu}"
-[[ "$SIZE" == micro || "$SIZE" == gpu ]] || { echo "size must be micro or gpu, got '$SIZE'" >&2; exit 2; }
+SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu}"
+[[ "$SIZE" == micro || "$SIZE" == cpu || "$SIZE" == gpu ]] || { echo "size must be micro, cpu or gpu, got '$SIZE'" >&2; exit 2; }
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
 DF="${DF:-build/darkformer}"
@@ -30,15 +33,28 @@ else
   SHARDS=data/demo/shards
 fi
 
-echo "== step 1: pretrain (exact attention)"
-"$DF" train --config "$CONF/pretrain.yaml" --set "data.shards_dir=$SHARDS"
-# Steps 2-4. A sweep exits 1 when some run failed (recorded in its summary); go on with the rest.
+# A sweep exits 1 when some run failed (recorded in its summary); go on with the rest.
 status=0
-for sweep in kernels qkv lr_sweep; do
-  echo "== sweep $sweep"
-  "$DF" sweep --config "$CONF/$sweep.yaml" --set "fixed.data.shards_dir=$SHARDS" || status=$?
+sweep() {  # sweep NAME [--set ...]
+  echo "== sweep $1"
+  local name="$1"
+  shift
+  "$DF" sweep --config "$CONF/$name.yaml" "$@" || status=$?
   [[ $status == 130 ]] && exit 130
-done
+  return 0
+}
+if [[ "$SIZE" == cpu ]]; then
+  echo "== MQAR step 1: pretrain (exact attention)"
+  "$DF" train --config "$CONF/mqar_pretrain.yaml"
+  for name in mqar_kernels mqar_qkv mqar_lr_sweep; do sweep "$name"; done
+  echo "== C4 step 1: pretrain (exact attention)"
+  "$DF" train --config "$CONF/c4_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  sweep c4_kernels --set "fixed.data.shards_dir=$SHARDS"
+else
+  echo "== step 1: pretrain (exact attention)"
+  "$DF" train --config "$CONF/pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  for name in kernels qkv lr_sweep; do sweep "$name" --set "fixed.data.shards_dir=$SHARDS"; done
+fi
 
 echo "== plots"
 "$PYTHON" tools/plot_runs.py --runs "$RUNS" --out "$RUNS/plots" --label "$SIZE"

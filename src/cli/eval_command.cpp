@@ -26,8 +26,9 @@ void AddEvalCommand(CLI::App& app) {
     auto config = RunConfig::Load(config_path, overrides);
     config.train.init_from = checkpoint.empty() ? config.log.dir : checkpoint;
     Trainer trainer(config);
-    PackedLoader loader(config.data, split);
-    const auto r = trainer.EvaluateFrom(loader, batches > 0 ? batches : config.eval.batches);
+    const auto loader = OpenBatchSource(config.data, split);
+    DF_CHECK(loader, "--split " << split << ": the data has no such split");
+    const auto r = trainer.EvaluateFrom(*loader, batches > 0 ? batches : config.eval.batches);
     // The result alone on stdout (logs go to stderr), so scripts can parse it.
     std::cout << ToJsonLine({{"checkpoint", config.train.init_from}, {"split", split}, {"loss", r.loss},
                              {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}})

@@ -7,6 +7,7 @@
 
 #include "cli/commands.h"
 #include "data/prepare.h"
+#include "util/error.h"
 
 namespace darkformer {
 namespace {
@@ -15,10 +16,13 @@ struct PrepareFlags {
   PrepareOptions options;
   int bos_id = -2;  // -2: not given (use the tokenizer's); -1: none
   int eos_id = -2;
+  bool pretokenized = false;
 };
 
 void RunPrepareCommand(const PrepareFlags& flags) {
   PrepareOptions options = flags.options;
+  DF_CHECK(flags.pretokenized == (options.pretokenized_vocab_size > 0),
+           "prepare: --pretokenized and --vocab-size N (N > 0) go together; without them, give --tokenizer");
   if (flags.bos_id != -2) options.bos_id = flags.bos_id;
   if (flags.eos_id != -2) options.eos_id = flags.eos_id;
   PrepareResult result = RunPrepare(options);
@@ -52,7 +56,12 @@ void AddPrepareCommand(CLI::App& app) {
   cmd->add_option("--input,-i", o.inputs, "C4 source files or glob patterns (repeatable)");
   cmd->add_option("--val-input", o.val_inputs,
                   "Sources whose every document goes to the validation split (repeatable; files or globs)");
-  cmd->add_option("--tokenizer,-t", o.tokenizer, "SentencePiece .model file")->required()->check(CLI::ExistingFile);
+  auto* tokenizer = cmd->add_option("--tokenizer,-t", o.tokenizer, "SentencePiece .model file")->check(CLI::ExistingFile);
+  auto* pretokenized = cmd->add_flag("--pretokenized", flags->pretokenized,
+                                     "Inputs are token ids: JSON lines of id arrays (or {\"input_ids\": [...]}) or .npy "
+                                     "(1-D: one document, 2-D: one per row); needs --vocab-size and --eos-id");
+  cmd->add_option("--vocab-size", o.pretokenized_vocab_size, "With --pretokenized: ids lie in [0, N)");
+  tokenizer->excludes(pretokenized);
   cmd->add_option("--output,-o", o.output_dir, "Output directory for shards and manifest.yaml")->required();
   cmd->add_option("--val-fraction", o.val_fraction,
                   "Fraction of --input documents held out for validation, chosen by seed")

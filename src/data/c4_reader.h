@@ -2,12 +2,12 @@
 // skips and counts bad lines, and turns a truncated or corrupt gzip into an error naming file:line.
 #pragma once
 
-#include <zlib.h>
-
 #include <cstdint>
 #include <string>
 #include <string_view>
 #include <vector>
+
+#include "data/line_reader.h"
 
 namespace darkformer {
 
@@ -29,7 +29,6 @@ class C4Reader {
  public:
   // Opens `path`; zlib reads gzip and plain files alike. Throws darkformer::Error if it cannot.
   explicit C4Reader(std::string path);
-  ~C4Reader();
   C4Reader(const C4Reader&) = delete;
   C4Reader& operator=(const C4Reader&) = delete;
 
@@ -38,25 +37,12 @@ class C4Reader {
   bool Next(std::string* text);
 
   const C4ReadCounts& counts() const { return counts_; }
-  const std::string& path() const { return path_; }
+  const std::string& path() const { return lines_.path(); }
   // The first few malformed lines' errors ("path:line: what"), for the log.
   const std::vector<std::string>& first_errors() const { return first_errors_; }
 
  private:
-  // Sets `line` to the next line (without '\n'); false at the end of the file.
-  bool ReadLine(std::string_view* line);
-  // Reads more decompressed bytes into the buffer; false at a clean end of file. Throws once
-  // the lines before a damaged part of the file are used up.
-  bool Refill();
-  [[noreturn]] void FailDamaged() const;
-
-  std::string path_;
-  gzFile file_ = nullptr;
-  std::vector<char> buffer_;
-  size_t begin_ = 0;  // first unconsumed byte of buffer_
-  size_t end_ = 0;    // one past the last valid byte of buffer_
-  bool at_eof_ = false;
-  std::string damage_;  // zlib's error, once seen; the lines decoded before it are still read
+  LineReader lines_;
   C4ReadCounts counts_;
   std::vector<std::string> first_errors_;
 };

@@ -5,11 +5,33 @@
 
 namespace darkformer {
 
+static MqarDataConfig ReadMqar(const ConfigReader& r) {
+  MqarDataConfig m;
+  m.task.vocab_size = r.Get("vocab_size", m.task.vocab_size);
+  m.task.num_kv_pairs = r.Get("num_kv_pairs", m.task.num_kv_pairs);
+  m.task.power_a = r.Get("power_a", m.task.power_a);
+  m.task.random_non_queries = r.Get("random_non_queries", m.task.random_non_queries);
+  m.task.seed = r.Get("seed", m.task.seed);
+  m.train_examples = r.Get("train_examples", m.train_examples);
+  m.val_examples = r.Get("val_examples", m.val_examples);
+  m.val_seed = r.Get("val_seed", m.task.seed + 1);
+  r.RejectUnknown();
+  DF_CHECK(m.train_examples > 0, "config key '" << r.KeyPath("train_examples") << "' must be positive");
+  DF_CHECK(m.val_examples >= 0, "config key '" << r.KeyPath("val_examples") << "' must be >= 0");
+  DF_CHECK(m.val_seed != m.task.seed, "config key '" << r.KeyPath("val_seed") << "' must differ from "
+                                                     << r.KeyPath("seed") << ": validation examples must be new ones");
+  return m;
+}
+
 DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   DataConfig c;
   c.key_path = reader.path().empty() ? "data" : reader.path();
-  c.shards_dir = reader.Require<std::string>("shards_dir");
-  c.tokenizer = reader.Require<std::string>("tokenizer");
+  c.source = reader.GetEnum("source", c.source, kDataSourceNames);
+  if (c.source == DataSource::kShards) {
+    c.shards_dir = reader.Require<std::string>("shards_dir");
+    c.tokenizer = reader.Get<std::string>("tokenizer", c.tokenizer);
+  }
+  c.mqar = ReadMqar(reader.Child("mqar"));
   c.seq_len = reader.Get<int64_t>("seq_len", c.seq_len);
   c.batch_size = reader.Get<int64_t>("batch_size", c.batch_size);
   c.packing = reader.GetEnum("packing", c.packing, kPackingNames);
@@ -18,6 +40,10 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   c.rank = reader.Get<int64_t>("rank", c.rank);
   c.world_size = reader.Get<int64_t>("world_size", c.world_size);
   reader.RejectUnknown();
+  if (c.source == DataSource::kMqar) {
+    c.mqar.task.seq_len = c.seq_len;
+    c.mqar.task.Check(reader.KeyPath("mqar"));
+  }
 
   DF_CHECK(c.seq_len > 0, "config key '" << reader.KeyPath("seq_len") << "' must be positive, got " << c.seq_len);
   DF_CHECK(c.batch_size > 0,

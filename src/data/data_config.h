@@ -7,19 +7,35 @@
 #include <utility>
 #include <vector>
 
+#include "data/mqar.h"
 #include "util/config_reader.h"
 
 namespace darkformer {
 
 enum class Packing { kConcat, kPad };
+enum class DataSource { kShards, kMqar };
+inline const std::vector<std::pair<std::string, DataSource>> kDataSourceNames = {{"shards", DataSource::kShards},
+                                                                                {"mqar", DataSource::kMqar}};
+
+// data.mqar: the generated multi-query associative recall task (data/mqar.h); seq_len is data.seq_len.
+struct MqarDataConfig {
+  MqarOptions task;               // vocab_size, num_kv_pairs, power_a, random_non_queries, seed
+  int64_t train_examples = 20000; // rows of the train split (generated from task.seed)
+  int64_t val_examples = 1000;    // rows of the val split (from val_seed: different examples)
+  uint64_t val_seed = 1;
+};
 inline const std::vector<std::pair<std::string, Packing>> kPackingNames = {{"concat", Packing::kConcat},
                                                                           {"pad", Packing::kPad}};
 
 struct DataConfig {
-  // Directory written by `darkformer prepare` (holds manifest.yaml).
+  // shards (prepared C4 or pre-tokenized data) | mqar (generated in memory).
+  DataSource source = DataSource::kShards;
+  // Directory written by `darkformer prepare` (holds manifest.yaml); source shards only.
   std::string shards_dir;
-  // The SentencePiece .model the model uses; the shards must have been made with it.
+  // The SentencePiece .model the model uses; the shards must have been made with it ("" for
+  // pre-tokenized shards, which have no tokenizer).
   std::string tokenizer;
+  MqarDataConfig mqar;
   // Tokens per row; each row also reads one more token for the shifted labels.
   int64_t seq_len = 1024;
   // Rows per batch on each data-parallel rank.

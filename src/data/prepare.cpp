@@ -22,6 +22,7 @@
 #include "util/hashing.h"
 #include "data/token_shard_format.h"
 #include "data/token_shard_writer.h"
+#include "data/pretokenized_reader.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
 
@@ -90,7 +91,7 @@ std::optional<ShardRecord> FindCommitted(const std::string& dir, const SourceJob
   }
 }
 
-ShardRecord PrepareSource(const SourceJob& job, const PrepareOptions& options, const Tokenizer& tokenizer,
+ShardRecord PrepareSource(const SourceJob& job, const PrepareOptions& options, const Tokenizer* tokenizer,
                           const std::string& settings, int bytes_per_token, const std::atomic<bool>& stop) {
   // A stale marker must not vouch for the files this job is about to replace.
   std::remove(MarkerPath(options.output_dir, job.name).c_str());
@@ -107,24 +108,37 @@ ShardRecord PrepareSource(const SourceJob& job, const PrepareOptions& options, c
   TokenShardWriter train((dir / record.train.stem).string(), bytes_per_token);
   TokenShardWriter val((dir / record.val.stem).string(), bytes_per_token);
   const std::string source_name = fs::path(job.path).filename().string();
-  C4Reader reader(job.path);
-  std::string text;
   std::vector<int> ids;
-  while (reader.Next(&text)) {
+  // Each document goes to its split by (seed, source, line) alone.
+  auto add = [&](int64_t line) {
     if (stop.load(std::memory_order_relaxed)) throw Cancelled{};
-    tokenizer.Encode(text, &ids);
     if (ids.empty()) {
       ++record.empty_documents;
-      continue;
+      return;
     }
-    bool is_val = job.validation_source ||
-                  IsValidationDocument(options.seed, source_name, reader.counts().lines, options.val_fraction);
+    const bool is_val =
+        job.validation_source || IsValidationDocument(options.seed, source_name, line, options.val_fraction);
     (is_val ? val : train).AddDocument(ids);
+  };
+  auto finish = [&](const auto& reader) {
+    for (const auto& error : reader.first_errors()) spdlog::warn("skipped {}", error);
+    record.counts = reader.counts();
+  };
+  if (tokenizer) {
+    C4Reader reader(job.path);
+    std::string text;
+    while (reader.Next(&text)) {
+      tokenizer->Encode(text, &ids);
+      add(reader.counts().lines);
+    }
+    finish(reader);
+  } else {
+    PretokenizedReader reader(job.path, options.pretokenized_vocab_size);
+    while (reader.Next(&ids)) add(reader.counts().lines);
+    finish(reader);
   }
-  for (const auto& error : reader.first_errors()) spdlog::warn("skipped {}", error);
   train.Finish();
   val.Finish();
-  record.counts = reader.counts();
   record.train.documents = train.num_documents();
   record.train.tokens = train.num_tokens();
   record.val.documents = val.num_documents();
@@ -164,6 +178,186 @@ std::vector<SourceJob> MakeJobs(const PrepareOptions& options) {
   return jobs;
 }
 
+// Option checks that need no file, so a bad command line fails before anything is read.
+void CheckOptions(const PrepareOptions& options) {
+  DF_CHECK(options.val_fraction >= 0 && options.val_fraction < 1,
+           "prepare: --val-fraction must be in [0, 1), got " << options.val_fraction);
+  DF_CHECK(!options.output_dir.empty(), "prepare: --output is required");
+}
+
+// Loads the tokenizer model into `tokenizer`, or leaves it empty for pre-tokenized inputs.
+void LoadTokenizer(const PrepareOptions& options, std::optional<Tokenizer>* tokenizer) {
+  DF_CHECK(options.tokenizer.empty() != (options.pretokenized_vocab_size == 0),
+           "prepare: give either a tokenizer (--tokenizer) or pre-tokenized inputs (--pretokenized --vocab-size N)");
+  if (options.pretokenized_vocab_size <= 0) tokenizer->emplace(options.tokenizer);
+}
+
+// Pre-tokenized inputs have no model to take the vocabulary and special ids from.
+void SetPretokenizedIds(const PrepareOptions& options, DatasetManifest* manifest) {
+  manifest->tokenizer.hash = TokenizerIdentity::kPretokenizedHash;
+  manifest->tokenizer.vocab_size = options.pretokenized_vocab_size;
+  DF_CHECK(options.eos_id, "prepare --pretokenized: --eos-id is required (documents are joined with it)");
+  manifest->bos_id = options.bos_id.value_or(-1);
+  manifest->eos_id = *options.eos_id;
+  manifest->pad_id = -1;
+}
+
+void SetTokenizerIds(const PrepareOptions& options, const Tokenizer& tokenizer, DatasetManifest* manifest) {
+  manifest->tokenizer = tokenizer.identity();
+  manifest->bos_id = options.bos_id.value_or(tokenizer.bos_id());
+  manifest->eos_id = options.eos_id.value_or(tokenizer.eos_id());
+  manifest->pad_id = tokenizer.pad_id();
+}
+
+// The manifest's header (vocabulary, special ids, split settings); its shards are added last.
+// `tokenizer` is null for pre-tokenized inputs.
+DatasetManifest NewManifest(const PrepareOptions& options, const Tokenizer* tokenizer) {
+  DatasetManifest manifest;
+  if (tokenizer) {
+    SetTokenizerIds(options, *tokenizer, &manifest);
+  } else {
+    SetPretokenizedIds(options, &manifest);
+  }
+  const int64_t vocab_size = manifest.tokenizer.vocab_size;
+  const std::string vocab_source = tokenizer ? options.tokenizer + "'s vocabulary" : "--vocab-size";
+  manifest.bytes_per_token = BytesPerTokenForVocab(static_cast<int>(vocab_size));
+  manifest.seed = options.seed;
+  manifest.val_fraction = options.val_fraction;
+  DF_CHECK(manifest.eos_id >= 0 && manifest.eos_id < vocab_size,
+           "prepare: EOS id " << manifest.eos_id << " is not in " << vocab_source << " (size " << vocab_size
+                              << "): pass --eos-id");
+  DF_CHECK(manifest.bos_id < vocab_size, "prepare: BOS id " << manifest.bos_id << " is not in " << vocab_source);
+  return manifest;
+}
+
+// Creates the output directory and removes its manifest: the manifest names the finished
+// dataset, and while this run works there is none.
+void ClearManifest(const std::string& output_dir) {
+  fs::create_directories(output_dir);
+  std::remove((fs::path(output_dir) / kManifestFileName).c_str());
+}
+
+// What every job of one run reads.
+struct PrepareContext {
+  const PrepareOptions& options;
+  const Tokenizer* tokenizer;  // null for pre-tokenized inputs
+  std::string settings;        // SettingsKey(): committed shards must match it
+  int bytes_per_token = 0;
+};
+
+// Fills `records` with the shards an earlier run committed (counted in `reused`) and returns
+// the jobs left to do, largest first.
+std::vector<const SourceJob*> FindCommittedSources(const PrepareContext& context, const std::vector<SourceJob>& jobs,
+                                                   std::vector<std::optional<ShardRecord>>* records, int* reused) {
+  const std::string& output_dir = context.options.output_dir;
+  std::vector<const SourceJob*> todo;
+  for (const auto& job : jobs) {
+    (*records)[job.index] = FindCommitted(output_dir, job, context.settings, context.bytes_per_token);
+    if ((*records)[job.index]) {
+      ++*reused;
+    } else {
+      todo.push_back(&job);
+    }
+  }
+  if (*reused > 0) {
+    spdlog::info("prepare: {} of {} sources already committed in {}; resuming", *reused, jobs.size(), output_dir);
+  }
+  // Largest first, so one big file does not start last and run alone.
+  std::stable_sort(todo.begin(), todo.end(),
+                   [](const SourceJob* a, const SourceJob* b) { return a->bytes > b->bytes; });
+  return todo;
+}
+
+// --threads, or one per core, but no more than there are jobs (and at least one).
+int WorkerCount(const PrepareOptions& options, size_t jobs) {
+  const int threads =
+      options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  return std::max(1, std::min<int>(threads, static_cast<int>(jobs)));
+}
+
+// What the worker threads share; they take the jobs of `todo` in order through `next`.
+struct WorkQueue {
+  WorkQueue(const PrepareContext& context, const std::vector<const SourceJob*>& todo,
+            std::vector<std::optional<ShardRecord>>* records, PrepareResult* result)
+      : context(context), todo(todo), records(*records), result(*result) {}
+
+  const PrepareContext& context;
+  const std::vector<const SourceJob*>& todo;
+  std::vector<std::optional<ShardRecord>>& records;
+  PrepareResult& result;
+  std::atomic<size_t> next{0};
+  std::atomic<bool> stop{false};
+  std::mutex mutex;  // guards records, result, first_error and the hook
+  std::exception_ptr first_error;
+};
+
+// Adds a committed shard to the records and tallies, logs it and runs the test hook.
+void RecordShard(const SourceJob& job, const ShardRecord& record, double seconds, double cpu_seconds,
+                 WorkQueue* queue) {
+  std::lock_guard<std::mutex> lock(queue->mutex);
+  queue->result.text_bytes_processed += record.counts.text_bytes;
+  queue->result.busy_seconds += seconds;
+  queue->result.cpu_seconds += cpu_seconds;
+  spdlog::info("{} <- {}: {} docs, {} train + {} val tokens, {} skipped lines, {:.2f} MB/s", record.name,
+               job.path, record.counts.documents, record.train.tokens, record.val.tokens,
+               record.counts.skipped(), record.counts.text_bytes / 1e6 / std::max(seconds, 1e-9));
+  queue->records[job.index] = record;
+  const PrepareOptions& options = queue->context.options;
+  if (options.after_shard_committed) options.after_shard_committed(record);
+}
+
+// Prepares and records one source. Returns false when the worker should stop: the job was
+// cancelled, or it failed (the first failure is kept, and stops every other worker).
+bool PrepareJob(const SourceJob& job, WorkQueue* queue) {
+  const PrepareContext& context = queue->context;
+  auto job_start = Clock::now();
+  double cpu_start = ThreadCpuSeconds();
+  try {
+    ShardRecord record = PrepareSource(job, context.options, context.tokenizer, context.settings,
+                                       context.bytes_per_token, queue->stop);
+    double seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
+    double cpu_seconds = ThreadCpuSeconds() - cpu_start;
+    RecordShard(job, record, seconds, cpu_seconds, queue);
+    return true;
+  } catch (const Cancelled&) {
+    return false;
+  } catch (...) {
+    std::lock_guard<std::mutex> lock(queue->mutex);
+    if (!queue->first_error) queue->first_error = std::current_exception();
+    queue->stop.store(true);
+    return false;
+  }
+}
+
+// One worker thread: takes the next job until none is left or the run stops.
+void RunWorker(WorkQueue* queue) {
+  while (!queue->stop.load()) {
+    size_t i = queue->next.fetch_add(1);
+    if (i >= queue->todo.size()) return;
+    if (!PrepareJob(*queue->todo[i], queue)) return;
+  }
+}
+
+// Prepares `todo` on a pool of threads, filling `records` and the tallies of `result`; rethrows
+// the first worker's error once every thread has stopped.
+void PrepareInParallel(const PrepareContext& context, const std::vector<const SourceJob*>& todo,
+                       std::vector<std::optional<ShardRecord>>* records, PrepareResult* result) {
+  result->threads = WorkerCount(context.options, todo.size());
+  WorkQueue queue(context, todo, records, result);
+  std::vector<std::thread> pool;
+  for (int t = 0; t < result->threads; ++t) pool.emplace_back(RunWorker, &queue);
+  for (auto& t : pool) t.join();
+  if (queue.first_error) std::rethrow_exception(queue.first_error);
+}
+
+// Lists every shard, reused or new, in source order and writes manifest.yaml, which marks the
+// dataset finished.
+void WriteManifest(const std::string& output_dir, const std::vector<std::optional<ShardRecord>>& records,
+                   DatasetManifest* manifest) {
+  for (const auto& r : records) manifest->shards.push_back(*r);
+  manifest->Save(output_dir);
+}
+
 }  // namespace
 
 std::vector<std::string> ExpandInputs(const std::vector<std::string>& patterns, const std::string& option) {
@@ -195,94 +389,23 @@ bool IsValidationDocument(uint64_t seed, std::string_view source_name, int64_t l
 
 PrepareResult RunPrepare(const PrepareOptions& options) {
   const auto start = Clock::now();
-  DF_CHECK(options.val_fraction >= 0 && options.val_fraction < 1,
-           "prepare: --val-fraction must be in [0, 1), got " << options.val_fraction);
-  DF_CHECK(!options.output_dir.empty(), "prepare: --output is required");
-  std::vector<SourceJob> jobs = MakeJobs(options);
-
-  Tokenizer tokenizer(options.tokenizer);
-  DatasetManifest manifest;
-  manifest.tokenizer = tokenizer.identity();
-  manifest.bytes_per_token = BytesPerTokenForVocab(tokenizer.vocab_size());
-  manifest.bos_id = options.bos_id.value_or(tokenizer.bos_id());
-  manifest.eos_id = options.eos_id.value_or(tokenizer.eos_id());
-  manifest.pad_id = tokenizer.pad_id();
-  manifest.seed = options.seed;
-  manifest.val_fraction = options.val_fraction;
-  DF_CHECK(manifest.eos_id >= 0 && manifest.eos_id < tokenizer.vocab_size(),
-           "prepare: EOS id " << manifest.eos_id << " is not in " << options.tokenizer
-                              << "'s vocabulary (size " << tokenizer.vocab_size() << "): pass --eos-id");
-  DF_CHECK(manifest.bos_id < tokenizer.vocab_size(),
-           "prepare: BOS id " << manifest.bos_id << " is not in " << options.tokenizer << "'s vocabulary");
-  const std::string settings = SettingsKey(options, tokenizer.identity(), manifest.bytes_per_token);
-
-  fs::create_directories(options.output_dir);
-  // The manifest names the finished dataset; while this run works, there is none.
-  std::remove((fs::path(options.output_dir) / kManifestFileName).c_str());
+  CheckOptions(options);
+  const std::vector<SourceJob> jobs = MakeJobs(options);
+  std::optional<Tokenizer> tokenizer;
+  LoadTokenizer(options, &tokenizer);
+  const Tokenizer* model = tokenizer ? &*tokenizer : nullptr;
+  DatasetManifest manifest = NewManifest(options, model);
+  const PrepareContext context{options, model, SettingsKey(options, manifest.tokenizer, manifest.bytes_per_token),
+                               manifest.bytes_per_token};
+  ClearManifest(options.output_dir);
 
   PrepareResult result;
   result.sources_total = static_cast<int>(jobs.size());
   std::vector<std::optional<ShardRecord>> records(jobs.size());
-  std::vector<const SourceJob*> todo;
-  for (const auto& job : jobs) {
-    records[job.index] = FindCommitted(options.output_dir, job, settings, manifest.bytes_per_token);
-    if (records[job.index]) {
-      ++result.sources_reused;
-    } else {
-      todo.push_back(&job);
-    }
-  }
-  if (result.sources_reused > 0) {
-    spdlog::info("prepare: {} of {} sources already committed in {}; resuming", result.sources_reused, jobs.size(),
-                 options.output_dir);
-  }
-  // Largest first, so one big file does not start last and run alone.
-  std::stable_sort(todo.begin(), todo.end(), [](const SourceJob* a, const SourceJob* b) { return a->bytes > b->bytes; });
+  const std::vector<const SourceJob*> todo = FindCommittedSources(context, jobs, &records, &result.sources_reused);
+  PrepareInParallel(context, todo, &records, &result);
 
-  int threads = options.threads > 0 ? options.threads : static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-  threads = std::max(1, std::min<int>(threads, static_cast<int>(todo.size())));
-  result.threads = threads;
-  std::atomic<size_t> next{0};
-  std::atomic<bool> stop{false};
-  std::mutex mutex;  // guards records, result, first_error and the hook
-  std::exception_ptr first_error;
-  auto worker = [&]() {
-    while (!stop.load()) {
-      size_t i = next.fetch_add(1);
-      if (i >= todo.size()) return;
-      const SourceJob& job = *todo[i];
-      auto job_start = Clock::now();
-      double cpu_start = ThreadCpuSeconds();
-      try {
-        ShardRecord record = PrepareSource(job, options, tokenizer, settings, manifest.bytes_per_token, stop);
-        double seconds = std::chrono::duration<double>(Clock::now() - job_start).count();
-        double cpu_seconds = ThreadCpuSeconds() - cpu_start;
-        std::lock_guard<std::mutex> lock(mutex);
-        result.text_bytes_processed += record.counts.text_bytes;
-        result.busy_seconds += seconds;
-        result.cpu_seconds += cpu_seconds;
-        spdlog::info("{} <- {}: {} docs, {} train + {} val tokens, {} skipped lines, {:.2f} MB/s", record.name,
-                     job.path, record.counts.documents, record.train.tokens, record.val.tokens,
-                     record.counts.skipped(), record.counts.text_bytes / 1e6 / std::max(seconds, 1e-9));
-        records[job.index] = record;
-        if (options.after_shard_committed) options.after_shard_committed(record);
-      } catch (const Cancelled&) {
-        return;
-      } catch (...) {
-        std::lock_guard<std::mutex> lock(mutex);
-        if (!first_error) first_error = std::current_exception();
-        stop.store(true);
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < threads; ++t) pool.emplace_back(worker);
-  for (auto& t : pool) t.join();
-  if (first_error) std::rethrow_exception(first_error);
-
-  for (auto& r : records) manifest.shards.push_back(*r);
-  manifest.Save(options.output_dir);
+  WriteManifest(options.output_dir, records, &manifest);
   result.manifest = std::move(manifest);
   result.wall_seconds = std::chrono::duration<double>(Clock::now() - start).count();
   return result;

@@ -1,4 +1,4 @@
-// `darkformer prepare`: C4 JSON-lines sources -> tokenized, memory-mappable token shards with a
+// `darkformer prepare`: C4 JSON-lines sources (or pre-tokenized ids) -> memory-mappable token shards with a
 // held-out validation split, in parallel over source files, resumable after a kill.
 #pragma once
 
@@ -17,8 +17,11 @@ struct PrepareOptions {
   std::vector<std::string> inputs;
   // Sources whose every document goes to the validation split (instead of, or with, val_fraction).
   std::vector<std::string> val_inputs;
-  // The SentencePiece .model to tokenize with.
+  // The SentencePiece .model to tokenize with ("" with pretokenized_vocab_size).
   std::string tokenizer;
+  // > 0: the inputs are token ids already (data/pretokenized_reader.h), all below this vocabulary
+  // size; no tokenizer is used, and an EOS id must be given.
+  int64_t pretokenized_vocab_size = 0;
   // Directory for shards and manifest.yaml; created if missing.
   std::string output_dir;
   // Fraction in [0, 1) of the documents of `inputs` held out for validation, chosen by hashing

@@ -20,6 +20,10 @@ struct TokenizerIdentity {
   int64_t vocab_size = 0;  // number of pieces
   std::string path;        // where it was read from (informational; not compared)
 
+  // Shards of token ids brought by the user (`prepare --pretokenized`) carry this hash.
+  static constexpr const char* kPretokenizedHash = "pretokenized";
+  bool IsPretokenized() const { return hash == kPretokenizedHash; }
+
   bool SameAs(const TokenizerIdentity& other) const {
     return hash == other.hash && vocab_size == other.vocab_size;
   }

@@ -60,6 +60,134 @@ int ExitCodeOf(int wait_status) {
   return 1;
 }
 
+// Logs every run's status and returns the indices of those that still need running.
+std::vector<size_t> ListPendingRuns(const std::vector<SweepRecord>& records) {
+  std::vector<size_t> todo;
+  for (size_t i = 0; i < records.size(); ++i) {
+    const auto& r = records[i];
+    spdlog::info("sweep run {:>2}/{}: {:<40} {}", i + 1, records.size(), r.point.name, RunStatusName(r.status));
+    if (NeedsRun(r.status)) todo.push_back(i);
+  }
+  return todo;
+}
+
+// --dry-run: the command of every pending run, quoted, and nothing launched.
+void LogDryRun(const SweepSpec& spec, const SweepOptions& options, const std::vector<SweepRecord>& records,
+               const std::vector<size_t>& todo) {
+  for (const auto i : todo) {
+    std::string line;
+    for (const auto& a : RunCommand(spec, records[i].point, options.program)) line += "'" + a + "' ";
+    spdlog::info("would run: {}", line);
+  }
+}
+
+// A sweep being run: the runs still to start, the children running and the state file's contents.
+struct ActiveSweep {
+  const SweepSpec& spec;
+  const SweepOptions& options;
+  const int64_t parallel;
+  std::vector<SweepRecord>& records;
+  SweepState state;
+  const std::vector<size_t> todo;   // indices into records, in launch order
+  size_t next = 0;                  // the next entry of todo to launch
+  std::map<pid_t, size_t> running;  // child pid -> index into records
+  bool forwarded = false;           // whether a stop request was passed on to the children
+};
+
+// Starts the next pending run and records it as running in the state file.
+void LaunchNext(ActiveSweep* sweep) {
+  const size_t index = sweep->todo[sweep->next++];
+  auto& r = sweep->records[index];
+  const auto argv = RunCommand(sweep->spec, r.point, sweep->options.program);
+  const pid_t pid = Launch(argv, r.dir);
+  sweep->running[pid] = index;
+  auto& entry = sweep->state.runs[r.point.name];
+  entry.status = "running";
+  ++entry.attempts;
+  sweep->state.Save(StatePath(sweep->spec));
+  spdlog::info("sweep: started {} (pid {}, log {}/train.log)", r.point.name, pid, r.dir);
+}
+
+// Starts pending runs until `parallel` are running or none is left.
+void LaunchWhileRoom(ActiveSweep* sweep) {
+  while (sweep->next < sweep->todo.size() && static_cast<int64_t>(sweep->running.size()) < sweep->parallel) {
+    LaunchNext(sweep);
+  }
+}
+
+// Asks every running child, once, to checkpoint and stop: a terminal's Ctrl-C reaches the
+// children too, but kill/SIGTERM sent to the sweep may not.
+void ForwardStop(ActiveSweep* sweep) {
+  if (sweep->forwarded) return;
+  for (const auto& [pid, index] : sweep->running) kill(pid, SIGINT);
+  sweep->forwarded = true;
+}
+
+// One line on how a run ended, with its summary when it wrote one.
+void LogRunResult(const SweepRecord& r) {
+  if (r.summary) {
+    spdlog::info("sweep: {} {} (exit {}): {} steps, final loss {:.4f}, best accuracy {:.4f}, {} spikes, {:.0f} s",
+                 r.point.name, RunStatusName(r.status), r.exit_code, r.summary->steps, r.summary->final_loss,
+                 r.summary->best_eval_accuracy, r.summary->spikes, r.summary->wall_seconds);
+  } else {
+    spdlog::warn("sweep: {} {} (exit {}); see {}/train.log", r.point.name, RunStatusName(r.status), r.exit_code,
+                 r.dir);
+  }
+}
+
+// Classifies a run whose child exited, then saves the state file and tables so a kill of the
+// sweep loses nothing.
+void FinishRun(ActiveSweep* sweep, size_t index, int wait_status) {
+  auto& r = sweep->records[index];
+  r.exit_code = ExitCodeOf(wait_status);
+  r.summary = ReadRunSummary(r.dir);
+  r.status = ClassifyRun(r.dir, r.summary, r.target_steps, r.exit_code);
+  auto& entry = sweep->state.runs[r.point.name];
+  entry.exit_code = r.exit_code;
+  entry.status = RunStatusName(r.status);
+  sweep->state.Save(StatePath(sweep->spec));
+  WriteSweepSummaries(sweep->spec, sweep->records);
+  LogRunResult(r);
+}
+
+// Reaps one exited child if there is one; otherwise waits a moment before the next poll.
+void ReapOne(ActiveSweep* sweep) {
+  int wait_status = 0;
+  const pid_t done = waitpid(-1, &wait_status, WNOHANG);
+  if (done <= 0 || !sweep->running.count(done)) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    return;
+  }
+  const size_t index = sweep->running[done];
+  sweep->running.erase(done);
+  FinishRun(sweep, index, wait_status);
+}
+
+// Launches and reaps children until every run is done or, after a stop request, until the
+// running ones have exited.
+void RunChildren(ActiveSweep* sweep) {
+  while (sweep->next < sweep->todo.size() || !sweep->running.empty()) {
+    const bool stopping = g_stop_requested.load();
+    if (!stopping) LaunchWhileRoom(sweep);
+    if (stopping && sweep->running.empty()) break;  // the rest stays pending for the next invocation
+    if (stopping) ForwardStop(sweep);
+    ReapOne(sweep);
+  }
+}
+
+// Logs how many runs ended which way; returns the number that failed.
+int LogTally(const SweepSpec& spec, const std::vector<SweepRecord>& records) {
+  int finished = 0, diverged = 0, failed = 0;
+  for (const auto& r : records) {
+    finished += r.status == RunStatus::kFinished;
+    diverged += r.status == RunStatus::kDiverged;
+    failed += r.status == RunStatus::kFailed;
+  }
+  spdlog::info("sweep: {} finished, {} diverged, {} failed, {} not done; tables in {}/summary.{{csv,md}}", finished,
+               diverged, failed, records.size() - finished - diverged - failed, spec.output);
+  return failed;
+}
+
 }  // namespace
 
 std::vector<std::string> RunCommand(const SweepSpec& spec, const SweepPoint& point, const std::string& program) {
@@ -103,82 +231,21 @@ void WriteSweepSummaries(const SweepSpec& spec, const std::vector<SweepRecord>& 
 int RunSweep(const SweepSpec& spec, const SweepOptions& options) {
   auto records = InspectSweep(spec);
   const int64_t parallel = options.parallel > 0 ? options.parallel : spec.parallel;
-  std::vector<size_t> todo;
-  for (size_t i = 0; i < records.size(); ++i) {
-    const auto& r = records[i];
-    spdlog::info("sweep run {:>2}/{}: {:<40} {}", i + 1, records.size(), r.point.name, RunStatusName(r.status));
-    if (NeedsRun(r.status)) todo.push_back(i);
-  }
+  std::vector<size_t> todo = ListPendingRuns(records);
   spdlog::info("sweep: {} runs, {} to run ({} at a time), output {}", records.size(), todo.size(), parallel,
                spec.output);
   if (options.dry_run) {
-    for (const auto i : todo) {
-      std::string line;
-      for (const auto& a : RunCommand(spec, records[i].point, options.program)) line += "'" + a + "' ";
-      spdlog::info("would run: {}", line);
-    }
+    LogDryRun(spec, options, records, todo);
     return 0;
   }
   fs::create_directories(spec.output);
-  auto state = SweepState::Load(StatePath(spec));
+  ActiveSweep sweep{spec, options, parallel, records, SweepState::Load(StatePath(spec)), std::move(todo)};
   WriteSweepSummaries(spec, records);
 
   InstallStopSignalHandlers();
-  std::map<pid_t, size_t> running;
-  size_t next = 0;
-  bool forwarded = false;
-  while (next < todo.size() || !running.empty()) {
-    const bool stopping = g_stop_requested.load();
-    while (!stopping && next < todo.size() && static_cast<int64_t>(running.size()) < parallel) {
-      auto& r = records[todo[next++]];
-      const auto argv = RunCommand(spec, r.point, options.program);
-      const pid_t pid = Launch(argv, r.dir);
-      running[pid] = static_cast<size_t>(&r - records.data());
-      auto& entry = state.runs[r.point.name];
-      entry.status = "running";
-      ++entry.attempts;
-      state.Save(StatePath(spec));
-      spdlog::info("sweep: started {} (pid {}, log {}/train.log)", r.point.name, pid, r.dir);
-    }
-    if (stopping && running.empty()) break;  // the rest stays pending for the next invocation
-    if (stopping && !forwarded) {  // a terminal's Ctrl-C reaches the children too; kill/SIGTERM may not
-      for (const auto& [pid, index] : running) kill(pid, SIGINT);
-      forwarded = true;
-    }
-    int wait_status = 0;
-    const pid_t done = waitpid(-1, &wait_status, WNOHANG);
-    if (done <= 0 || !running.count(done)) {
-      std::this_thread::sleep_for(std::chrono::milliseconds(100));
-      continue;
-    }
-    auto& r = records[running[done]];
-    running.erase(done);
-    r.exit_code = ExitCodeOf(wait_status);
-    r.summary = ReadRunSummary(r.dir);
-    r.status = ClassifyRun(r.dir, r.summary, r.target_steps, r.exit_code);
-    auto& entry = state.runs[r.point.name];
-    entry.exit_code = r.exit_code;
-    entry.status = RunStatusName(r.status);
-    state.Save(StatePath(spec));
-    WriteSweepSummaries(spec, records);
-    if (r.summary) {
-      spdlog::info("sweep: {} {} (exit {}): {} steps, final loss {:.4f}, best accuracy {:.4f}, {} spikes, {:.0f} s",
-                   r.point.name, RunStatusName(r.status), r.exit_code, r.summary->steps, r.summary->final_loss,
-                   r.summary->best_eval_accuracy, r.summary->spikes, r.summary->wall_seconds);
-    } else {
-      spdlog::warn("sweep: {} {} (exit {}); see {}/train.log", r.point.name, RunStatusName(r.status), r.exit_code,
-                   r.dir);
-    }
-  }
+  RunChildren(&sweep);
   WriteSweepSummaries(spec, records);
-  int finished = 0, diverged = 0, failed = 0;
-  for (const auto& r : records) {
-    finished += r.status == RunStatus::kFinished;
-    diverged += r.status == RunStatus::kDiverged;
-    failed += r.status == RunStatus::kFailed;
-  }
-  spdlog::info("sweep: {} finished, {} diverged, {} failed, {} not done; tables in {}/summary.{{csv,md}}", finished,
-               diverged, failed, records.size() - finished - diverged - failed, spec.output);
+  const int failed = LogTally(spec, records);
   if (g_stop_requested.load()) return kExitInterrupted;
   return failed > 0 ? 1 : 0;
 }

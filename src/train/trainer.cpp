@@ -101,11 +101,9 @@ bool Trainer::AlreadyFinished() const {
 void Trainer::Setup() {
   BuildModel();
   BuildOptimizer();
-  train_loader_ = std::make_unique<PackedLoader>(config_.data, "train");
+  train_loader_ = OpenBatchSource(config_.data, "train");
   CheckVocabulary(*train_loader_);
-  if (train_loader_->manifest().TotalDocuments(/*val=*/true) > 0) {
-    val_loader_ = std::make_unique<PackedLoader>(config_.data, "val");
-  }
+  val_loader_ = OpenBatchSource(config_.data, "val");
   spikes_ = std::make_unique<SpikeMonitor>(config_.train.spikes);
 }
 
@@ -275,15 +273,13 @@ void Trainer::BuildOptimizer() {
   optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
 }
 
-// Shards tokenized with a larger vocabulary than the model's would index past the embedding at
-// some later batch; refuse at the start instead.
-void Trainer::CheckVocabulary(const PackedLoader& loader) const {
-  const auto& tokenizer = loader.manifest().tokenizer;
-  DF_CHECK(tokenizer.vocab_size <= config_.model.vocab_size,
-           "data.shards_dir " << config_.data.shards_dir << " was tokenized with a vocabulary of " << tokenizer.vocab_size
-                              << " pieces (" << tokenizer.Describe() << "), larger than model.vocab_size "
-                              << config_.model.vocab_size << ": token ids up to " << tokenizer.vocab_size - 1
-                              << " would index past the embedding");
+// Data with a larger vocabulary than the model's would index past the embedding at some later
+// batch; refuse at the start instead.
+void Trainer::CheckVocabulary(const BatchSource& loader) const {
+  DF_CHECK(loader.vocab_size() <= config_.model.vocab_size,
+           loader.Describe() << " was tokenized with a vocabulary of " << loader.vocab_size()
+                             << " pieces, larger than model.vocab_size " << config_.model.vocab_size
+                             << ": token ids up to " << loader.vocab_size() - 1 << " would index past the embedding");
 }
 
 // Data-aware kernel initialisation (DARKFormer's whitening, 000 App. C): each kernel that asks is
@@ -295,8 +291,8 @@ void Trainer::CalibrateKernels() {
     wanted += model_->attention_layer(i)->kernel()->wants_calibration() ? 1 : 0;
   }
   if (wanted == 0) return;
-  PackedLoader calibration(config_.data, "train");  // its own loader: the training order is untouched
-  const auto ids_BL = calibration.Next().input_ids_BL.to(device_);
+  // Its own loader: the training order is untouched.
+  const auto ids_BL = OpenBatchSource(config_.data, "train")->Next().input_ids_BL.to(device_);
   torch::NoGradGuard no_grad;
   model_->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
     auto kernel = in.attention.kernel();
@@ -313,7 +309,7 @@ void Trainer::ApplyLr(double lr) {
   }
 }
 
-EvalResult Trainer::Evaluate(PackedLoader& loader, int64_t batches) {
+EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
   torch::NoGradGuard no_grad;
   model_->eval();
   const auto saved = loader.state();
@@ -340,7 +336,7 @@ EvalResult Trainer::Evaluate(PackedLoader& loader, int64_t batches) {
   return r;
 }
 
-EvalResult Trainer::EvaluateFrom(PackedLoader& loader, int64_t batches) {
+EvalResult Trainer::EvaluateFrom(BatchSource& loader, int64_t batches) {
   BuildModel();
   CheckVocabulary(loader);
   return Evaluate(loader, batches);
@@ -355,7 +351,7 @@ void Trainer::WriteCheckpoint() {
 
 void Trainer::WriteNonfinite(const StepResult& step) {
   const auto& position = step.position;
-  std::vector<int64_t> rows;  // unshuffled row indices of every micro-batch (PackedLoader::FillRow)
+  std::vector<int64_t> rows;  // unshuffled row indices of every micro-batch (BatchSource::FillRow)
   for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {
     const int64_t per_epoch = train_loader_->batches_per_epoch();
     const int64_t batch = position.step + micro;

@@ -8,7 +8,7 @@
 #include <memory>
 #include <string>
 
-#include "data/packed_loader.h"
+#include "data/batch_source.h"
 #include "model/gemma_model.h"
 #include "train/attention_stats.h"
 #include "train/checkpoint.h"
@@ -41,9 +41,9 @@ class Trainer {
  public:
   explicit Trainer(RunConfig config);
   int Run();
-  EvalResult Evaluate(PackedLoader& loader, int64_t batches);
+  EvalResult Evaluate(BatchSource& loader, int64_t batches);
   // Builds the model from train.init_from and evaluates it (the eval command).
-  EvalResult EvaluateFrom(PackedLoader& loader, int64_t batches);
+  EvalResult EvaluateFrom(BatchSource& loader, int64_t batches);
 
   GemmaModel model() const { return model_; }
   const TrainerState& state() const { return state_; }
@@ -73,7 +73,7 @@ class Trainer {
 
   void BuildModel();
   void BuildOptimizer();
-  void CheckVocabulary(const PackedLoader& loader) const;
+  void CheckVocabulary(const BatchSource& loader) const;
   void CalibrateKernels();
   void ApplyLr(double lr);
   void WriteCheckpoint();
@@ -86,8 +86,8 @@ class Trainer {
   GemmaModel model_{nullptr};
   std::vector<torch::Tensor> trainable_;
   std::unique_ptr<torch::optim::AdamW> optimizer_;
-  std::unique_ptr<PackedLoader> train_loader_;
-  std::unique_ptr<PackedLoader> val_loader_;
+  std::unique_ptr<BatchSource> train_loader_;
+  std::unique_ptr<BatchSource> val_loader_;  // null without a validation split
   std::unique_ptr<SpikeMonitor> spikes_;
   std::unique_ptr<RunLog> log_;
   TrainerState state_;

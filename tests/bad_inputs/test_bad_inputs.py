@@ -291,6 +291,17 @@ def disk_full(tmp):
         expect_bad(res, "no space left", run_dir, what="checkpoint on a full 256 KiB disk")
         left = checkpoints(run_dir)
         check(left == [], "no (truncated) checkpoint under a final name (%s)" % left)
+        # A disk already full: the first small write (run dir, config.yaml, metrics) fails, not a pre-check.
+        shutil.rmtree(run_dir, ignore_errors=True)
+        try:
+            with open(os.path.join(mount, "filler"), "wb") as f:
+                while True:
+                    f.write(b"\0" * 4096)
+                    f.flush()
+        except OSError:
+            pass
+        tk.write_yaml(path, tk.run_config(run_dir, shards, model=model))
+        expect_bad(train(path), "no space left", run_dir, what="a run on a disk with no space at all")
     finally:
         subprocess.run(["umount", mount], check=False)
 

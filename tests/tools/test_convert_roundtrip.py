@@ -1,10 +1,18 @@
-"""Round-trip test of tools/convert_hf_gemma.py (HF -> darkformer HDF5 -> HF) on the committed fixtures."""
+"""Tests of tools/convert_hf_gemma.py on the committed fixtures (no darkformer binary needed).
+
+Proves: HF -> darkformer HDF5 -> HF is bit-exact for Gemma 1/2/3 (fp32, bf16, sharded multimodal);
+query_pre_attn_scalar 0 means head_dim and HF configs always get the explicit number (Gemma 1 gets
+none, and refuses any other value); to-hf refuses missing, extra, mis-shaped and non-float tensors
+naming them, and skips a checkpoint's kernel tensors and trainer/ group; unreadable or wrong input
+files are a one-line error and exit code 2, never a traceback.
+"""
 
 import contextlib
 import io
 import json
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
 
@@ -212,6 +220,161 @@ def untied_head_case(tmp):
         check(rc == 0 and "lm_head.weight" not in h5, "tied lm_head copy dropped")
 
 
+def run_cli(args):
+    """conv.main in-process: (exit code, stderr lines). Stdout is captured and dropped."""
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        rc = conv.main(args)
+    return rc, err.getvalue().splitlines()
+
+
+def fresh_h5(name, path):
+    """to-h5 of fixture `name` written to `path`."""
+    rc, _ = run_cli(["to-h5", os.path.join(FIXTURES, name), path])
+    assert rc == 0, f"to-h5 of {name} failed"
+    return path
+
+
+def set_config(path, **changes):
+    with h5py.File(path, "a") as h5:
+        cfg = yaml.safe_load(h5.attrs["config_yaml"])
+        cfg.update(changes)
+        h5.attrs["config_yaml"] = yaml.safe_dump(cfg, sort_keys=False)
+
+
+def add_dataset(h5, name, array, dtype_attr):
+    if name in h5:
+        del h5[name]
+    h5.create_dataset(name, data=array)
+    h5[name].attrs["dtype"] = dtype_attr
+
+
+def one_error_line(rc, lines):
+    return rc == 2 and len(lines) == 1 and lines[0].startswith("error: ")
+
+
+def query_scalar_case(tmp):
+    """0 means head_dim: Gemma 1 exports 0 or head_dim (and nothing else), Gemma 2/3 get the number."""
+    with h5py.File(fresh_h5("gemma2", os.path.join(tmp, "q.h5")), "r") as h5:
+        cfg = yaml.safe_load(h5.attrs["config_yaml"])
+    cfg["query_pre_attn_scalar"] = 0
+    norm = conv.normalise_config(cfg)
+    check(norm["query_pre_attn_scalar"] == 16.0 and conv.normalise_config(norm) == norm and cfg["query_pre_attn_scalar"] == 0,
+          "qscale: normalise_config maps 0 to head_dim, idempotent, input untouched")
+    # (family, value in our file, key in the written config.json (None: absent), logits must match the fixture)
+    cases = [("gemma", 0, None, True), ("gemma", 16, None, False), ("gemma2", 0, 16, False),
+             ("gemma3", 0, 16, True), ("gemma2", 24, 24, False)]
+    for name, value, want, compare_logits in cases:
+        h5_path = fresh_h5(name, os.path.join(tmp, f"q_{name}_{value}.h5"))
+        set_config(h5_path, query_pre_attn_scalar=value)
+        out_dir = os.path.join(tmp, f"q_{name}_{value}_hf")
+        rc, _ = run_cli(["to-hf", h5_path, out_dir])
+        with open(os.path.join(out_dir, "config.json")) as fh:
+            written = json.load(fh)
+        got = written.get("query_pre_attn_scalar")
+        check(rc == 0 and got == want and ("query_pre_attn_scalar" in written) == (want is not None),
+              f"qscale: {name} file with {value} exports config.json query_pre_attn_scalar "
+              + ("absent" if got is None else str(got)))
+        if compare_logits:
+            model = transformers.AutoModelForCausalLM.from_pretrained(out_dir, attn_implementation="eager")
+            with h5py.File(os.path.join(FIXTURES, name, "reference.h5"), "r") as ref:
+                ids = torch.from_numpy(ref["input_ids"][()])
+                ref_logits = torch.from_numpy(ref["logits"][()])
+            with torch.no_grad():
+                err = (model(input_ids=ids).logits - ref_logits).abs().max().item()
+            check(err <= 1e-5, f"qscale: {name} exported from 0 reproduces the fixture logits ({err:.3g})")
+    for name, value in (("gemma", 24), ("gemma", 8), ("gemma2", -1), ("gemma3", "big")):
+        h5_path = fresh_h5(name, os.path.join(tmp, "q_bad.h5"))
+        set_config(h5_path, query_pre_attn_scalar=value)
+        rc, lines = run_cli(["to-hf", h5_path, os.path.join(tmp, "q_bad_hf")])
+        check(one_error_line(rc, lines) and "query_pre_attn_scalar" in lines[0],
+              f"qscale: {name} with {value!r} refused ({lines[-1] if lines else ''})")
+
+
+def refusal_case(tmp):
+    """to-hf refuses files whose tensors do not make the model, naming the tensor, writing nothing."""
+    edits = {
+        "missing": ("layers.1.mlp.up_proj.weight", lambda h5: h5.__delitem__("layers.1.mlp.up_proj.weight")),
+        "extra": ("layers.0.self_attn.q_proj.bias",
+                  lambda h5: add_dataset(h5, "layers.0.self_attn.q_proj.bias", np.zeros(64, np.float32), "float32")),
+        "mis-shaped": ("norm.weight", lambda h5: add_dataset(h5, "norm.weight", np.zeros(63, np.float32), "float32")),
+        "integer": ("layers.0.input_layernorm.weight",
+                    lambda h5: add_dataset(h5, "layers.0.input_layernorm.weight", np.zeros(64, np.int64), "int64")),
+        "uint8 bytes": ("layers.2.post_feedforward_layernorm.weight",
+                        lambda h5: add_dataset(h5, "layers.2.post_feedforward_layernorm.weight",
+                                               np.zeros(64, np.uint8), "uint8")),
+        "attr vs storage": ("embed_tokens.weight",
+                            lambda h5: h5["embed_tokens.weight"].attrs.__setitem__("dtype", "bfloat16")),
+    }
+    for what, (tensor, edit) in edits.items():
+        h5_path = fresh_h5("gemma2", os.path.join(tmp, "refuse.h5"))
+        with h5py.File(h5_path, "a") as h5:
+            edit(h5)
+        out_dir = os.path.join(tmp, "refuse_hf_" + what.replace(" ", "_"))
+        rc, lines = run_cli(["to-hf", h5_path, out_dir])
+        check(one_error_line(rc, lines) and f"'{tensor}'" in lines[0] and not os.path.exists(out_dir),
+              f"refuse {what}: names {tensor}, writes nothing ({lines[-1] if lines else ''})")
+
+    # A training checkpoint: kernel tensors (any dtype) and the trainer/ group are not model weights.
+    h5_path = fresh_h5("gemma2", os.path.join(tmp, "ckpt.h5"))
+    with h5py.File(h5_path, "a") as h5:
+        for layer in range(4):
+            add_dataset(h5, f"layers.{layer}.self_attn.kernel.M", np.ones((2, 16, 16), np.float32), "float32")
+            add_dataset(h5, f"layers.{layer}.self_attn.kernel.draw_seed", np.array([7], np.int64), "int64")
+        add_dataset(h5, "trainer/optimizer", np.arange(100, dtype=np.uint8), "uint8")
+        add_dataset(h5, "trainer/rng_cpu", np.arange(50, dtype=np.uint8), "uint8")
+    out_dir = os.path.join(tmp, "ckpt_hf")
+    rc, lines = run_cli(["to-hf", h5_path, out_dir])
+    src = load_file(os.path.join(FIXTURES, "gemma2", "model.safetensors"))
+    check(rc == 0 and len(lines) == 1 and "8 kernel" in lines[0] and "trainer/" in lines[0]
+          and same_tensors(load_file(os.path.join(out_dir, "model.safetensors")), src),
+          f"checkpoint: kernel tensors and trainer/ skipped in one stderr line ({lines})")
+
+
+def bad_input_case(tmp):
+    """Unreadable or wrong input files: exit code 2 and one line on stderr naming the path."""
+    text = os.path.join(tmp, "notes.txt")
+    with open(text, "w") as fh:
+        fh.write("not a checkpoint\n")
+    no_weights = os.path.join(tmp, "no_weights")
+    os.makedirs(no_weights)
+    shutil.copy(os.path.join(FIXTURES, "gemma", "config.json"), no_weights)
+    empty = os.path.join(tmp, "empty_dir")
+    os.makedirs(empty)
+    trunc_st = os.path.join(tmp, "trunc_st")
+    shutil.copytree(os.path.join(FIXTURES, "gemma"), trunc_st)
+    with open(os.path.join(trunc_st, "model.safetensors"), "r+b") as fh:
+        fh.truncate(os.path.getsize(fh.name) // 2)
+    trunc_h5 = fresh_h5("gemma", os.path.join(tmp, "trunc.h5"))
+    with open(trunc_h5, "r+b") as fh:
+        fh.truncate(os.path.getsize(trunc_h5) // 2)
+    bad_yaml = fresh_h5("gemma", os.path.join(tmp, "bad_yaml.h5"))
+    with h5py.File(bad_yaml, "a") as h5:
+        h5.attrs["config_yaml"] = "family: [gemma"
+    cases = [
+        (["to-hf", os.path.join(tmp, "missing.h5")], "missing.h5"),
+        (["to-hf", text], text),
+        (["to-hf", empty], empty),
+        (["to-hf", trunc_h5], trunc_h5),
+        (["to-hf", bad_yaml], bad_yaml),
+        (["to-h5", os.path.join(tmp, "missing_dir")], "missing_dir"),
+        (["to-h5", text], text),
+        (["to-h5", empty], empty),
+        (["to-h5", no_weights], no_weights),
+        (["to-h5", trunc_st], "model.safetensors"),
+    ]
+    for args, named in cases:
+        out = os.path.join(tmp, "bad_out.h5" if args[0] == "to-h5" else "bad_out_hf")
+        rc, lines = run_cli(args + [out])
+        check(one_error_line(rc, lines) and named in lines[0] and not os.path.exists(out),
+              f"bad input {args[0]} {os.path.basename(args[1])}: {lines[-1] if lines else 'no message'}")
+    # The command line itself: exit status 2, one line, no traceback.
+    proc = subprocess.run([sys.executable, os.path.join(SOURCE_DIR, "tools", "convert_hf_gemma.py"), "to-hf",
+                           text, os.path.join(tmp, "cli_out")], capture_output=True, text=True, timeout=120)
+    check(proc.returncode == 2 and len(proc.stderr.splitlines()) == 1 and "Traceback" not in proc.stderr,
+          f"bad input via the command line: exit {proc.returncode}, stderr {proc.stderr.strip()!r}")
+
+
 def main():
     transformers.logging.set_verbosity_error()
     transformers.utils.logging.disable_progress_bar()
@@ -221,6 +384,9 @@ def main():
         bf16_case(tmp)
         multimodal_case(tmp)
         untied_head_case(tmp)
+        query_scalar_case(tmp)
+        refusal_case(tmp)
+        bad_input_case(tmp)
     if failures:
         print(f"{len(failures)} check(s) failed")
         return 1

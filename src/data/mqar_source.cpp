@@ -1,0 +1,44 @@
+// MQAR batches (see mqar_source.h) and the factory that picks a run's batch source.
+#include "data/mqar_source.h"
+
+#include <algorithm>
+
+#include "data/packed_loader.h"
+#include "util/error.h"
+
+namespace darkformer {
+
+MqarSource::MqarSource(const DataConfig& config, const std::string& split) : BatchSource(config, split) {
+  auto task = config.mqar.task;
+  task.seq_len = config.seq_len;
+  if (split == "val") task.seed = config.mqar.val_seed;
+  const int64_t count = split == "val" ? config.mqar.val_examples : config.mqar.train_examples;
+  examples_ = GenerateMqar(task, 0, count);
+  SetNumRows(count);
+}
+
+void MqarSource::FillRow(int64_t row, int64_t* inputs, int64_t* labels) const {
+  const int64_t L = config_.seq_len;
+  const int64_t* in = examples_.input_ids_NL.data_ptr<int64_t>() + row * L;
+  const int64_t* lab = examples_.labels_NL.data_ptr<int64_t>() + row * L;
+  std::copy(in, in + L, inputs);
+  std::copy(lab, lab + L, labels);
+}
+
+std::string MqarSource::Describe() const {
+  const auto& m = config_.mqar;
+  return "MQAR task (" + split_ + " split: " + std::to_string(num_rows()) + " examples, vocab " +
+         std::to_string(m.task.vocab_size) + ", " + std::to_string(m.task.num_kv_pairs) + " key-value pairs, seq_len " +
+         std::to_string(config_.seq_len) + ", seed " + std::to_string(split_ == "val" ? m.val_seed : m.task.seed) + ")";
+}
+
+std::unique_ptr<BatchSource> OpenBatchSource(const DataConfig& config, const std::string& split) {
+  if (config.source == DataSource::kMqar) {
+    if (split == "val" && config.mqar.val_examples == 0) return nullptr;
+    return std::make_unique<MqarSource>(config, split);
+  }
+  if (split == "val" && DatasetManifest::Load(config.shards_dir).TotalDocuments(/*val=*/true) == 0) return nullptr;
+  return std::make_unique<PackedLoader>(config, split);
+}
+
+}  // namespace darkformer
