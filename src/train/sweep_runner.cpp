@@ -83,6 +83,11 @@ void LogDryRun(const SweepSpec& spec, const SweepOptions& options, const std::ve
 
 // A sweep being run: the runs still to start, the children running and the state file's contents.
 struct ActiveSweep {
+  ActiveSweep(const SweepSpec& spec, const SweepOptions& options, int64_t parallel, std::vector<SweepRecord>* records,
+              SweepState state, std::vector<size_t> todo)
+      : spec(spec), options(options), parallel(parallel), records(*records), state(std::move(state)),
+        todo(std::move(todo)) {}
+
   const SweepSpec& spec;
   const SweepOptions& options;
   const int64_t parallel;
@@ -239,7 +244,7 @@ int RunSweep(const SweepSpec& spec, const SweepOptions& options) {
     return 0;
   }
   fs::create_directories(spec.output);
-  ActiveSweep sweep{spec, options, parallel, records, SweepState::Load(StatePath(spec)), std::move(todo)};
+  ActiveSweep sweep(spec, options, parallel, &records, SweepState::Load(StatePath(spec)), std::move(todo));
   WriteSweepSummaries(spec, records);
 
   InstallStopSignalHandlers();
