@@ -9,10 +9,19 @@ holds config.yaml, metrics.jsonl, summary.json) and writes PNGs to --out:
   qkv_accuracy_logx.png      fig. 4: accuracy vs step, only q/k/v (and kernel parameters) trained
   lr_loss_logx.png           fig. 5: training loss mean and spread across learning rates per kernel
   lr_spikes.png              loss spikes (and skipped updates) per learning rate per kernel
+For the cpu layout (<runs>/mqar_pretrain, mqar_kernels, mqar_qkv, mqar_lr_sweep, c4_pretrain,
+c4_kernels; several seeds per point) runs are grouped and aggregated over seeds by
+tools/aggregate_runs.py (one group = one config point without its seed), and it writes:
+  mqar_pretrain_accuracy.png, c4_pretrain_accuracy.png   accuracy vs step of the exact pretraining
+  mqar_kernels_accuracy.png  fig. 2: eval accuracy vs step per group, one panel per feature count m
+  mqar_qkv_accuracy.png      fig. 4: the same, only q/k/v (and kernel parameters) trained
+  c4_kernels_accuracy.png    fig. 2 on C4
+  mqar_lr_sweep.png          fig. 5: final eval accuracy and loss spikes vs peak lr per kernel
+where each line is the mean over seeds and the band (error bars) the 95 % Student-t interval.
 Usage: plot_runs.py --runs runs/experiments/micro --out docs/img/micro --label micro
+       plot_runs.py --runs runs/experiments/cpu --out docs/img/cpu --label cpu
 """
 import argparse
-import json
 import math
 import os
 import sys
@@ -22,50 +31,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
-import yaml  # noqa: E402
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from aggregate_runs import CONFIDENCE, KERNEL_ORDER, aggregate, base_label, curve, load_run, load_sweep  # noqa: E402,E501
 
 # The paper's colours where it names them (fig. 2): DARKFormer green, Performer orange, LFK blue,
 # random yellow, constant lime; exact attention black.
 COLORS = {"exact": "black", "darkformer": "tab:green", "performer": "tab:orange", "lfk": "tab:blue",
           "random": "gold", "constant": "limegreen"}
-KERNEL_ORDER = ["exact", "darkformer", "performer", "lfk", "random", "constant"]
-
-
-def load_run(path):
-    """A run dir as a dict: config, train rows, eval rows, summary (None when absent)."""
-    with open(os.path.join(path, "config.yaml")) as f:
-        config = yaml.safe_load(f)
-    train, evals = [], []
-    metrics = os.path.join(path, "metrics.jsonl")
-    if os.path.exists(metrics):
-        with open(metrics) as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                row = json.loads(line)
-                (evals if row.get("type") == "eval" else train).append(row)
-    summary = None
-    if os.path.exists(os.path.join(path, "summary.json")):
-        with open(os.path.join(path, "summary.json")) as f:
-            summary = json.load(f)
-    # A resumed run appends to metrics.jsonl: keep the last row per step.
-    train = list({r["step"]: r for r in train}.values())
-    evals = list({r["step"]: r for r in evals}.values())
-    return {"path": path, "name": os.path.basename(path), "config": config, "train": train, "eval": evals,
-            "summary": summary, "kernel": config.get("attention", {}).get("kernel", "exact"),
-            "lr": float(config.get("train", {}).get("lr", float("nan")))}
-
-
-def load_sweep(folder):
-    if not os.path.isdir(folder):
-        return []
-    runs = []
-    for name in sorted(os.listdir(folder)):
-        path = os.path.join(folder, name)
-        if os.path.exists(os.path.join(path, "config.yaml")):
-            runs.append(load_run(path))
-    return runs
 
 
 def kernel_key(run):
@@ -175,9 +148,126 @@ def plot_spikes(runs, out, title):
     return out
 
 
+# ---- cpu protocol: seed-aggregated figures (groups and intervals from aggregate_runs) -----------
+
+CPU_PREFIXES = ("mqar_", "c4_")
+CPU_TITLES = {
+    "mqar_kernels": "MQAR: full finetuning from the exact model, per kernel (fig. 2)",
+    "mqar_qkv": "MQAR: finetuning only q/k/v (+ kernel parameters) (fig. 4)",
+    "mqar_lr_sweep": "MQAR: finetuning across learning rates (fig. 5)",
+    "c4_kernels": "C4: full finetuning from the exact model, per kernel (fig. 2)",
+}
+# darkformer's init by line style (other kernels solid).
+INIT_STYLES = {None: "-", "whitening": "-", "identity": "--", "scaled_identity": ":"}
+MARKERS = ["o", "s", "^", "D", "v"]
+
+
+def group_style(group):
+    return COLORS.get(group["kernel"]), INIT_STYLES.get(group["init"], "-.")
+
+
+def plot_accuracy_bands(sweep, out, title, confidence=CONFIDENCE):
+    """Eval accuracy vs step, one line per group (mean over seeds) with its CI band; one panel per
+    feature count m when the sweep has several (kernels without m, e.g. exact, are in every panel)."""
+    groups = [g for g in sweep["groups"] if g["done"] and any(r["eval"] for r in g["done"])]
+    if not groups:
+        return None
+    ms = sorted({g["num_features"] for g in groups if g["num_features"] is not None})
+    panels = ms if len(ms) > 1 else [None]
+    fig, axes = plt.subplots(1, len(panels), figsize=(3.5 + 5.2 * len(panels), 5.0), sharey=True, squeeze=False)
+    for ax, m in zip(axes[0], panels):
+        seen = {}  # groups drawn in the same colour and line style get different markers
+        for g in groups:
+            if m is not None and g["num_features"] not in (None, m):
+                continue
+            steps, mean, low, high, _ = curve(g["done"], "accuracy", "eval", confidence)
+            color, style = group_style(g)
+            marker = MARKERS[seen.get((color, style), 0) % len(MARKERS)]
+            seen[(color, style)] = seen.get((color, style), 0) + 1
+            ax.plot(steps, mean, color=color, linestyle=style, marker=marker, ms=4, label=f"{g['label']} (n={g['n']})")
+            ax.fill_between(steps, low, high, color=color, alpha=0.15, linewidth=0)
+        if m is not None:
+            ax.set_title(f"m = {m} random features", fontsize=10)
+        ax.set_xlabel("finetuning step")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="best")
+    axes[0][0].set_ylabel("validation accuracy")
+    fig.suptitle(f"{title}\n{describe(groups[0]['done'][0])}\nline: mean over seeds, band: "
+                 f"{confidence * 100:g} % Student-t interval across seeds", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_lr_sweep(sweep, out, title, confidence=CONFIDENCE):
+    """Final eval accuracy and loss-spike count vs peak lr, one line per point without its lr
+    (e.g. performer m=64), mean over seeds with CI error bars; diverged runs annotated."""
+    groups = [g for g in sweep["groups"] if g["done"]]
+    if not groups:
+        return None
+    series = {}
+    for g in groups:
+        series.setdefault(base_label(g["done"][0], False), []).append(g)
+    fig, (ax_acc, ax_spk) = plt.subplots(1, 2, figsize=(12, 4.8))
+    for i, (label, members) in enumerate(series.items()):
+        members = sorted(members, key=lambda g: g["lr"])
+        shift = 1.07 ** (i - (len(series) - 1) / 2)  # side by side, so error bars do not overlap
+        lrs = np.array([g["lr"] for g in members]) * shift
+        color, style = group_style(members[0])
+        n = "/".join(sorted({str(g["n"]) for g in members}))
+        for ax, metric in ((ax_acc, "final_eval_accuracy"), (ax_spk, "spikes")):
+            st = [g["stats"][metric] for g in members]
+            mean = np.array([s["mean"] if s["mean"] is not None else np.nan for s in st], dtype=float)
+            err = np.array([s["half_width"] or 0.0 for s in st], dtype=float)
+            ax.errorbar(lrs, mean, yerr=err, color=color, linestyle=style, marker="o", ms=4, capsize=3,
+                        label=f"{label} (n={n})")
+        for x, g in zip(lrs, members):
+            d = g["stats"]["diverged"]
+            if d["count"]:
+                y = g["stats"]["spikes"]["mean"] or 0.0
+                ax_spk.annotate(f"div {d['count']}/{d['n']}", (x, y), textcoords="offset points", xytext=(6, 4),
+                                ha="left", fontsize=7, color=color)
+    for ax, ylabel in ((ax_acc, "final validation accuracy"), (ax_spk, "loss spikes flagged per run")):
+        ax.set_xscale("log")
+        ax.set_xlabel("peak learning rate")
+        ax.set_ylabel(ylabel)
+        ax.grid(alpha=0.3, which="both")
+        ax.legend(fontsize=8)
+    ax_spk.set_ylim(bottom=min(0.0, ax_spk.get_ylim()[0]))
+    fig.suptitle(f"{title}\nmean over seeds, error bars: {confidence * 100:g} % t-interval (none for n = 1); "
+                 "'div k/n': k of n seeds diverged", fontsize=10)
+    fig.tight_layout()
+    fig.savefig(out, dpi=110)
+    plt.close(fig)
+    return out
+
+
+def plot_cpu(runs_dir, out_dir, tag, confidence=CONFIDENCE):
+    """The cpu layout's figures: <task>_pretrain accuracy, accuracy bands per sweep, the lr sweep."""
+    result = aggregate(runs_dir, confidence=confidence)
+    written = []
+    for name, run in result["pretrain"].items():
+        if name.startswith(CPU_PREFIXES):
+            task = name.split("_")[0].upper()
+            written.append(plot_accuracy([run], os.path.join(out_dir, f"{name}_accuracy.png"),
+                                         f"{task}: pretraining with exact attention{tag}", False))
+    for name, sweep in result["sweeps"].items():
+        if not name.startswith(CPU_PREFIXES):
+            continue
+        title = CPU_TITLES.get(name, name) + tag
+        if len({g["lr"] for g in sweep["groups"]}) > 1:
+            written.append(plot_lr_sweep(sweep, os.path.join(out_dir, f"{name}.png"), title, confidence))
+        else:
+            written.append(plot_accuracy_bands(sweep, os.path.join(out_dir, f"{name}_accuracy.png"), title,
+                                               confidence))
+    return [w for w in written if w]
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--runs", required=True, help="folder with pretrain/, kernels/, qkv/, lr_sweep/")
+    parser.add_argument("--runs", required=True, help="folder with pretrain/, kernels/, qkv/, lr_sweep/ (micro, "
+                        "gpu) or mqar_*/ and c4_*/ (cpu)")
     parser.add_argument("--out", required=True, help="folder for the PNGs")
     parser.add_argument("--label", default="", help="scale label for titles, e.g. micro or gpu")
     args = parser.parse_args()
@@ -198,6 +288,8 @@ def main():
         plot_spikes(lr_sweep, o("lr_spikes.png"), f"Loss spikes per learning rate{tag}"),
     ]
     written = [w for w in written if w]
+    if os.path.isdir(args.runs) and any(n.startswith(CPU_PREFIXES) for n in os.listdir(args.runs)):
+        written += plot_cpu(args.runs, args.out, tag)
     if not written:
         print(f"no run directories under {args.runs}", file=sys.stderr)
         return 1

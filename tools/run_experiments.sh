@@ -58,5 +58,7 @@ fi
 
 echo "== plots"
 "$PYTHON" tools/plot_runs.py --runs "$RUNS" --out "$RUNS/plots" --label "$SIZE"
+# Mean and 95 % t-interval over seeds for every sweep point (docs/results.md quotes these).
+"$PYTHON" tools/aggregate_runs.py --runs "$RUNS" --md "$RUNS/aggregate.md" --json "$RUNS/aggregate.json"
 echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/*/summary.md, plots: $RUNS/plots/"
 exit $status
