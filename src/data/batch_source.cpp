@@ -3,23 +3,11 @@
 #include "data/batch_source.h"
 
 #include "data/index_permutation.h"
+#include "util/config_reader.h"
 #include "util/error.h"
 #include "util/hashing.h"
 
 namespace darkformer {
-namespace {
-
-template <typename T>
-T StateField(const YAML::Node& node, const char* key, const std::string& where) {
-  DF_CHECK(node.IsMap() && node[key], where << ": data loader state lacks '" << key << "'");
-  try {
-    return node[key].as<T>();
-  } catch (const YAML::Exception& e) {
-    Fail(where + ": data loader state '" + key + "' has the wrong type: " + e.what());
-  }
-}
-
-}  // namespace
 
 YAML::Node LoaderState::ToYaml() const {
   YAML::Node node;
@@ -32,10 +20,10 @@ YAML::Node LoaderState::ToYaml() const {
 
 LoaderState LoaderState::FromYaml(const YAML::Node& node, const std::string& where) {
   LoaderState s;
-  s.seed = StateField<uint64_t>(node, "seed", where);
-  s.epoch = StateField<int64_t>(node, "epoch", where);
-  s.step = StateField<int64_t>(node, "step", where);
-  s.batches_per_epoch = StateField<int64_t>(node, "batches_per_epoch", where);
+  s.seed = RequiredField<uint64_t>(node, "seed", where);
+  s.epoch = RequiredField<int64_t>(node, "epoch", where);
+  s.step = RequiredField<int64_t>(node, "step", where);
+  s.batches_per_epoch = RequiredField<int64_t>(node, "batches_per_epoch", where);
   return s;
 }
 

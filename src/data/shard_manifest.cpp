@@ -4,21 +4,11 @@
 #include <filesystem>
 
 #include "util/atomic_file.h"
+#include "util/config_reader.h"
 #include "util/error.h"
 
 namespace darkformer {
 namespace {
-
-template <typename T>
-T Field(const YAML::Node& node, const char* key, const std::string& where) {
-  DF_CHECK(node.IsMap() && node[key], where << ": missing key '" << key << "'");
-  try {
-    return node[key].as<T>();
-  } catch (const YAML::Exception& e) {
-    Fail(where + ": key '" + key + "' (line " + std::to_string(node[key].Mark().line + 1) +
-         ") has the wrong type: " + e.what());
-  }
-}
 
 YAML::Node SplitToYaml(const ShardSplit& split) {
   YAML::Node node;
@@ -30,9 +20,9 @@ YAML::Node SplitToYaml(const ShardSplit& split) {
 
 ShardSplit SplitFromYaml(const YAML::Node& node, const std::string& where) {
   ShardSplit split;
-  split.stem = Field<std::string>(node, "stem", where);
-  split.documents = Field<int64_t>(node, "documents", where);
-  split.tokens = Field<int64_t>(node, "tokens", where);
+  split.stem = RequiredField<std::string>(node, "stem", where);
+  split.documents = RequiredField<int64_t>(node, "documents", where);
+  split.tokens = RequiredField<int64_t>(node, "tokens", where);
   return split;
 }
 
@@ -49,12 +39,12 @@ YAML::Node CountsToYaml(const C4ReadCounts& c) {
 
 C4ReadCounts CountsFromYaml(const YAML::Node& node, const std::string& where) {
   C4ReadCounts c;
-  c.lines = Field<int64_t>(node, "lines", where);
-  c.documents = Field<int64_t>(node, "documents", where);
-  c.blank = Field<int64_t>(node, "blank_lines", where);
-  c.malformed = Field<int64_t>(node, "malformed_lines", where);
-  c.no_text = Field<int64_t>(node, "no_text_lines", where);
-  c.text_bytes = Field<int64_t>(node, "text_bytes", where);
+  c.lines = RequiredField<int64_t>(node, "lines", where);
+  c.documents = RequiredField<int64_t>(node, "documents", where);
+  c.blank = RequiredField<int64_t>(node, "blank_lines", where);
+  c.malformed = RequiredField<int64_t>(node, "malformed_lines", where);
+  c.no_text = RequiredField<int64_t>(node, "no_text_lines", where);
+  c.text_bytes = RequiredField<int64_t>(node, "text_bytes", where);
   return c;
 }
 
@@ -76,14 +66,14 @@ YAML::Node ShardRecord::ToYaml() const {
 
 ShardRecord ShardRecord::FromYaml(const YAML::Node& node, const std::string& where) {
   ShardRecord r;
-  r.name = Field<std::string>(node, "name", where);
+  r.name = RequiredField<std::string>(node, "name", where);
   std::string here = where + " (shard " + r.name + ")";
-  r.source = Field<std::string>(node, "source", here);
-  r.source_bytes = Field<int64_t>(node, "source_bytes", here);
-  r.validation_source = Field<bool>(node, "validation_source", here);
-  r.settings = Field<std::string>(node, "settings", here);
+  r.source = RequiredField<std::string>(node, "source", here);
+  r.source_bytes = RequiredField<int64_t>(node, "source_bytes", here);
+  r.validation_source = RequiredField<bool>(node, "validation_source", here);
+  r.settings = RequiredField<std::string>(node, "settings", here);
   r.counts = CountsFromYaml(node["read"], here + " read");
-  r.empty_documents = Field<int64_t>(node, "empty_documents", here);
+  r.empty_documents = RequiredField<int64_t>(node, "empty_documents", here);
   r.train = SplitFromYaml(node["train"], here + " train");
   r.val = SplitFromYaml(node["val"], here + " val");
   return r;
@@ -133,18 +123,18 @@ YAML::Node DatasetManifest::ToYaml() const {
 
 DatasetManifest DatasetManifest::FromYaml(const YAML::Node& node, const std::string& where) {
   DatasetManifest m;
-  m.version = Field<int>(node, "version", where);
+  m.version = RequiredField<int>(node, "version", where);
   DF_CHECK(m.version == kManifestVersion,
            where << ": manifest version " << m.version << ", this build reads " << kManifestVersion);
-  m.tokenizer.hash = Field<std::string>(node["tokenizer"], "hash", where + " tokenizer");
-  m.tokenizer.vocab_size = Field<int64_t>(node["tokenizer"], "vocab_size", where + " tokenizer");
-  m.tokenizer.path = Field<std::string>(node["tokenizer"], "path", where + " tokenizer");
-  m.bytes_per_token = Field<int>(node, "bytes_per_token", where);
-  m.bos_id = Field<int>(node, "bos_id", where);
-  m.eos_id = Field<int>(node, "eos_id", where);
-  m.pad_id = Field<int>(node, "pad_id", where);
-  m.seed = Field<uint64_t>(node, "seed", where);
-  m.val_fraction = Field<double>(node, "val_fraction", where);
+  m.tokenizer.hash = RequiredField<std::string>(node["tokenizer"], "hash", where + " tokenizer");
+  m.tokenizer.vocab_size = RequiredField<int64_t>(node["tokenizer"], "vocab_size", where + " tokenizer");
+  m.tokenizer.path = RequiredField<std::string>(node["tokenizer"], "path", where + " tokenizer");
+  m.bytes_per_token = RequiredField<int>(node, "bytes_per_token", where);
+  m.bos_id = RequiredField<int>(node, "bos_id", where);
+  m.eos_id = RequiredField<int>(node, "eos_id", where);
+  m.pad_id = RequiredField<int>(node, "pad_id", where);
+  m.seed = RequiredField<uint64_t>(node, "seed", where);
+  m.val_fraction = RequiredField<double>(node, "val_fraction", where);
   if (node["shards"]) {
     for (const auto& s : node["shards"]) m.shards.push_back(ShardRecord::FromYaml(s, where));
   }

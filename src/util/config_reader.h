@@ -54,6 +54,19 @@ class ConfigReader {
 
 std::string YamlTypeName(const YAML::Node& node);
 
+// `node[key]` as T for files we wrote ourselves (manifests, checkpoint state): absent or of the
+// wrong type is an error naming `where`, the key and its line.
+template <typename T>
+T RequiredField(const YAML::Node& node, const char* key, const std::string& where) {
+  DF_CHECK(node.IsMap() && node[key], where << ": missing key '" << key << "'");
+  try {
+    return node[key].as<T>();
+  } catch (const YAML::Exception& e) {
+    Fail(where + ": key '" + key + "' (line " + std::to_string(node[key].Mark().line + 1) +
+         ") has the wrong type: " + e.what());
+  }
+}
+
 template <typename T>
 T ConfigReader::Convert(const YAML::Node& value, const std::string& key) const {
   try {
