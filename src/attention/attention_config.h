@@ -20,6 +20,7 @@ struct AttentionConfig {
   std::map<int64_t, std::string> per_layer;
   YAML::Node options = YAML::Node(YAML::NodeType::Map);  // the whole section, for kernel options
   std::string path = "attention";
+  int64_t run_seed = 0;  // train.seed (set by the run config, not a key): offsets kernel draws
 
   std::string KernelForLayer(int64_t layer) const;
   // The options section of kernel `name` (empty when absent), with its key path.

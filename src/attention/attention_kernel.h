@@ -25,14 +25,22 @@ struct KernelShape {
   int64_t num_heads = 1;      // query heads (k, v arrive already repeated to this many heads)
   int64_t head_dim = 1;
   int64_t layer_index = 0;    // for per-layer seeds and messages
+  int64_t run_seed = 0;       // train.seed: offsets every draw, so the seeds of a sweep differ
 };
+
+// The seed of a kernel's draws: its option seed, per layer, per run (run_seed 0 keeps the
+// option seed as configured).
+inline int64_t KernelSeed(int64_t option_seed, const KernelShape& shape) {
+  return option_seed + 1000 * shape.layer_index + 1000003 * shape.run_seed;
+}
 
 class AttentionKernelImpl : public torch::nn::Module {
  public:
   ~AttentionKernelImpl() override = default;
-  // q_BHLD, k_BHLD, v_BHLD -> out_BHLD in v's dtype. k and v have H heads (GQA already expanded).
-  virtual torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
-                                const torch::Tensor& v_BHLD, const AttentionCall& call) = 0;
+  // q_BHLD, k_BKLD, v_BKLD -> out_BHLD in v's dtype. k and v have K key/value heads, H a multiple
+  // of K (grouped / multi-query attention: query head h reads KV head h / (H / K)).
+  virtual torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
+                                const torch::Tensor& v_BKLD, const AttentionCall& call) = 0;
   virtual std::string kernel_name() const = 0;
   // Whether the kernel honours AttentionCall::softcap / sliding_window (random-feature kernels
   // cannot; the model warns at build, naming the layers).
@@ -51,5 +59,11 @@ class AttentionKernelImpl : public torch::nn::Module {
 };
 
 TORCH_MODULE(AttentionKernel);
+
+// KV heads repeated to `heads` query heads (each query head gets its group's KV head).
+inline torch::Tensor RepeatKvHeads(const torch::Tensor& t_BKLD, int64_t heads) {
+  const int64_t kv_heads = t_BKLD.size(1);
+  return kv_heads == heads ? t_BKLD : t_BKLD.repeat_interleave(heads / kv_heads, /*dim=*/1);
+}
 
 }  // namespace darkformer

@@ -8,11 +8,12 @@ namespace darkformer {
 RandomKernelImpl::RandomKernelImpl(const KernelShape& shape, const ConfigReader& options) {
   const auto seed = options.Get<int64_t>("seed", 0);
   options.RejectUnknown();
-  generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(seed + 1000 * shape.layer_index));
+  generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(KernelSeed(seed, shape)));
 }
 
-torch::Tensor RandomKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
-                                        const torch::Tensor& v_BHLD, const AttentionCall& call) {
+torch::Tensor RandomKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& /*k_BKLD*/,
+                                        const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  const auto v_BHLD = RepeatKvHeads(v_BKLD, q_BHLD.size(1));  // weights are drawn per query head
   const int64_t batch = v_BHLD.size(0), heads = v_BHLD.size(1), length = v_BHLD.size(2);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
   auto u_BHLL = v_BHLD.is_cpu() ? at::rand({batch, heads, length, length}, generator_, f32)
@@ -26,8 +27,9 @@ ConstantKernelImpl::ConstantKernelImpl(const KernelShape& /*shape*/, const Confi
   options.RejectUnknown();
 }
 
-torch::Tensor ConstantKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
-                                          const torch::Tensor& v_BHLD, const AttentionCall& call) {
+torch::Tensor ConstantKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& /*k_BKLD*/,
+                                          const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  const auto v_BHLD = RepeatKvHeads(v_BKLD, q_BHLD.size(1));
   const auto v = v_BHLD.to(torch::kFloat32);
   if (!call.causal) return v.mean(2, /*keepdim=*/true).expand_as(v).to(v_BHLD.scalar_type());
   // Running mean: sum_{j <= i} v_j / (i + 1), summed in fp32.

@@ -14,7 +14,7 @@ class RandomKernelImpl : public AttentionKernelImpl {
   // Fresh weights each call: u_ij ~ U(0, 1) for allowed j, out_i = sum_j u_ij v_j / sum_j u_ij.
   // Row i uses only its own draws and v_{j <= i} (causal), but the B x H x L x L draw is O(L^2)
   // memory: acceptable for a baseline, not for long contexts.
-  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, const torch::Tensor& v_BHLD,
+  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "random"; }
 
@@ -26,7 +26,7 @@ TORCH_MODULE(RandomKernel);
 class ConstantKernelImpl : public AttentionKernelImpl {
  public:
   ConstantKernelImpl(const KernelShape& shape, const ConfigReader& options);
-  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, const torch::Tensor& v_BHLD,
+  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "constant"; }
 };

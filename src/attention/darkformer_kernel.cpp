@@ -29,11 +29,15 @@ DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Confi
   M = register_parameter("M", m_init.unsqueeze(0).repeat({copies, 1, 1}).contiguous());
 }
 
-torch::Tensor DarkformerKernelImpl::LogFeatures(const torch::Tensor& x_BHLD) const {
-  const auto m_HRD = M.to(x_BHLD.scalar_type());
-  const auto mx_BHLR = torch::matmul(x_BHLD, m_HRD.transpose(-1, -2).unsqueeze(0));
-  return LogPositiveFeatures(mx_BHLR, projection_);
+// params = {M (trainable, per head or shared), W (the draw)}; M x then Performer features.
+torch::Tensor DarkformerKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                                    bool /*is_query*/) const {
+  const auto m_NRD = params.at(0).to(x_BNLD.scalar_type());
+  const auto mx_BNLR = torch::matmul(x_BNLD, m_NRD.transpose(-1, -2).unsqueeze(0));
+  return LogPositiveFeatures(mx_BNLR, params.at(1));
 }
+
+std::vector<torch::Tensor> DarkformerKernelImpl::FeatureParams() const { return {M, projection_}; }
 
 void DarkformerKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) {
   torch::NoGradGuard no_grad;

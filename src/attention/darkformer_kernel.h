@@ -13,7 +13,11 @@ class DarkformerKernelImpl : public FeatureKernelBase {
  public:
   DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "darkformer"; }
-  torch::Tensor LogFeatures(const torch::Tensor& x_BHLD) const override;
+  torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                bool is_query) const override;
+  std::vector<torch::Tensor> FeatureParams() const override;
+  // Per-head M: key features are per query head (the fused operator computes them G times).
+  bool KeysPerQueryHead() const override { return M.size(0) > 1; }
 
   // Whitening init (000 Appendix C): M = Lambda^-1/2 from the pooled covariance Lambda of
   // x = sqrt(s) q and y = sqrt(s) k (per head, or over all heads when M is shared), computed in

@@ -18,8 +18,10 @@ ExactKernelImpl::ExactKernelImpl(const KernelShape& /*shape*/, const ConfigReade
   options.RejectUnknown();
 }
 
-torch::Tensor ExactKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
-                                       const torch::Tensor& v_BHLD, const AttentionCall& call) {
+torch::Tensor ExactKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
+                                       const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  const auto k_BHLD = RepeatKvHeads(k_BKLD, q_BHLD.size(1));
+  const auto v_BHLD = RepeatKvHeads(v_BKLD, q_BHLD.size(1));
   const int64_t length = q_BHLD.size(2);
   if (call.softcap <= 0.0 && !force_explicit_) {
     if (call.sliding_window <= 0 || call.sliding_window >= length) {

@@ -13,8 +13,8 @@ torch::Tensor MakeAllowedMask(int64_t length, bool causal, int64_t sliding_windo
 class ExactKernelImpl : public AttentionKernelImpl {
  public:
   explicit ExactKernelImpl(const KernelShape& shape, const ConfigReader& options);
-  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
-                        const torch::Tensor& v_BHLD, const AttentionCall& call) override;
+  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
+                        const torch::Tensor& v_BKLD, const AttentionCall& call) override;
   std::string kernel_name() const override { return "exact"; }
   bool supports_softcap() const override { return true; }
   bool supports_sliding_window() const override { return true; }

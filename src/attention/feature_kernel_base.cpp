@@ -16,6 +16,7 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
   o.seed = reader.Get<int64_t>("seed", o.seed);
   o.chunk_size = reader.Get<int64_t>("chunk_size", o.chunk_size);
   DF_CHECK(o.chunk_size > 0, "config key '" << reader.KeyPath("chunk_size") << "' must be positive, got " << o.chunk_size);
+  o.fused = reader.Get<bool>("fused", o.fused);
   if (!with_redraw) return o;
   o.redraw = reader.GetEnum("redraw", o.redraw,
                              {{"never", RedrawPolicy::kNever},
@@ -32,10 +33,10 @@ FeatureKernelBase::FeatureKernelBase(const KernelShape& shape, FeatureKernelOpti
 void FeatureKernelBase::RegisterDraw(int64_t dim) {
   const auto i64 = torch::TensorOptions().dtype(torch::kInt64);
   // Per-layer seeds differ so layers do not share draws.
-  draw_seed_ = register_buffer("draw_seed", torch::tensor({options_.seed + 1000 * shape_.layer_index}, i64));
+  draw_seed_ = register_buffer("draw_seed", torch::tensor({KernelSeed(options_.seed, shape_)}, i64));
   draw_count_ = register_buffer("draw_count", torch::zeros({1}, i64));
   projection_ = register_buffer(
-      "projection", DrawProjection(options_.projection, options_.num_features, dim, DrawSeed(options_.seed + 1000 * shape_.layer_index, 0)));
+      "projection", DrawProjection(options_.projection, options_.num_features, dim, DrawSeed(KernelSeed(options_.seed, shape_), 0)));
 }
 
 int64_t FeatureKernelBase::draw_count() const { return draw_count_.defined() ? draw_count_.item<int64_t>() : 0; }
@@ -71,14 +72,34 @@ void FeatureKernelBase::ConvertState(const std::optional<torch::Device>& device,
   for (auto& b : named_buffers(/*recurse=*/false)) b->set_data(convert(*b));
 }
 
-torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD,
-                                         const torch::Tensor& v_BHLD, const AttentionCall& call) {
+FeatureMap FeatureKernelBase::MakeFeatureMap() const {
+  FeatureMap map;
+  // The kernel module outlives any graph built from it (it owns the parameters the graph reads).
+  map.log_features = [this](const torch::Tensor& x, const std::vector<torch::Tensor>& params, bool is_query) {
+    return LogFeaturesWith(x, params, is_query);
+  };
+  map.params = FeatureParams();
+  map.keys_per_query_head = KeysPerQueryHead();
+  return map;
+}
+
+torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
+                                         const torch::Tensor& v_BKLD, const AttentionCall& call) {
   const auto dtype = FeatureDtype(q_BHLD.scalar_type());
   const double root_scale = std::sqrt(call.scale);
   const auto x_BHLD = q_BHLD.to(dtype) * root_scale;
-  const auto y_BHLD = k_BHLD.to(dtype) * root_scale;
-  const auto query_BHLM = StabilisedQueryFeatures(LogFeatures(x_BHLD));
-  const auto key = StabilisedKeyFeatures(LogFeatures(y_BHLD));
+  if (call.causal && options_.fused) {
+    // One operator, key features once per KV head (fused_causal_attention.h).
+    const auto y_BKLD = k_BKLD.to(dtype) * root_scale;
+    const auto out_BHLD = FusedCausalLinearAttention(x_BHLD, y_BKLD, v_BKLD.to(dtype), MakeFeatureMap(), options_.chunk_size);
+    return out_BHLD.to(v_BKLD.scalar_type());
+  }
+  // The naive composite path (the reference the fused operator is tested against).
+  const int64_t heads = q_BHLD.size(1);
+  const auto y_BHLD = RepeatKvHeads(k_BKLD, heads).to(dtype) * root_scale;
+  const auto v_BHLD = RepeatKvHeads(v_BKLD, heads);
+  const auto query_BHLM = StabilisedQueryFeatures(LogFeatures(x_BHLD, /*is_query=*/true));
+  const auto key = StabilisedKeyFeatures(LogFeatures(y_BHLD, /*is_query=*/false));
   const auto out_BHLD = LinearAttention(query_BHLM, key.features_BHLM, key.log_scale_BHL, v_BHLD, call.causal,
                                         options_.chunk_size);
   return out_BHLD.to(v_BHLD.scalar_type());

@@ -5,8 +5,10 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "attention/attention_kernel.h"
+#include "attention/fused_causal_attention.h"
 #include "attention/random_projection.h"
 #include "util/config_reader.h"
 
@@ -22,6 +24,7 @@ struct FeatureKernelOptions {
   int64_t redraw_interval = 1000;                          // steps between redraws for every_n
   int64_t seed = 0;                                        // base seed; layer i draws from seed + 1000 i
   int64_t chunk_size = 64;                                 // causal linear attention chunk length
+  bool fused = true;  // causal path: the fused operator (fused_causal_attention.h); false: the naive composite
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown.
   static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw);
@@ -29,7 +32,7 @@ struct FeatureKernelOptions {
 
 class FeatureKernelBase : public AttentionKernelImpl {
  public:
-  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, const torch::Tensor& v_BHLD,
+  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   void on_train_step(int64_t step) override;
 
@@ -39,8 +42,20 @@ class FeatureKernelBase : public AttentionKernelImpl {
   void to(torch::Dtype dtype, bool non_blocking = false) override;
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
 
-  // log phi(x) for x_BHLD already scaled by sqrt(s) (features in fp32 / fp64).
-  virtual torch::Tensor LogFeatures(const torch::Tensor& x_BHLD) const = 0;
+  // log phi(x) for x_BNLD already scaled by sqrt(s) (features in fp32 / fp64), computed from
+  // `params` (the tensors FeatureParams() returns, or leaf copies of them): the kernel's gradient
+  // path. N is the number of query heads, or of KV heads when the parameters are shared across
+  // heads. is_query tells the two sides apart for kernels whose maps differ.
+  virtual torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                        bool is_query) const = 0;
+  virtual std::vector<torch::Tensor> FeatureParams() const = 0;
+  // Whether key features depend on the query head (parameters per query head).
+  virtual bool KeysPerQueryHead() const { return false; }
+  torch::Tensor LogFeatures(const torch::Tensor& x_BHLD, bool is_query = true) const {
+    return LogFeaturesWith(x_BHLD, FeatureParams(), is_query);
+  }
+  // The map the fused operator and the recurrent step use.
+  FeatureMap MakeFeatureMap() const;
   double MaxLogFeature(const torch::Tensor& x_BHLD) const override {
     return LogFeatures(x_BHLD).max().item<double>();
   }

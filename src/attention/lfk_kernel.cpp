@@ -10,10 +10,16 @@ LfkKernelImpl::LfkKernelImpl(const KernelShape& shape, const ConfigReader& optio
   options.RejectUnknown();
   // Same initial draw as a Performer layer with the same seed; training then moves W freely, so
   // there is nothing to redraw.
-  const uint64_t seed = DrawSeed(options_.seed + 1000 * shape.layer_index, 0);
+  const uint64_t seed = DrawSeed(KernelSeed(options_.seed, shape), 0);
   W = register_parameter("W", DrawProjection(options_.projection, options_.num_features, shape.head_dim, seed));
 }
 
-torch::Tensor LfkKernelImpl::LogFeatures(const torch::Tensor& x_BHLD) const { return LogPositiveFeatures(x_BHLD, W); }
+// params = {W}, trainable.
+torch::Tensor LfkKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                             bool /*is_query*/) const {
+  return LogPositiveFeatures(x_BNLD, params.at(0));
+}
+
+std::vector<torch::Tensor> LfkKernelImpl::FeatureParams() const { return {W}; }
 
 }  // namespace darkformer

@@ -11,8 +11,12 @@ PerformerKernelImpl::PerformerKernelImpl(const KernelShape& shape, const ConfigR
   RegisterDraw(shape.head_dim);
 }
 
-torch::Tensor PerformerKernelImpl::LogFeatures(const torch::Tensor& x_BHLD) const {
-  return LogPositiveFeatures(x_BHLD, projection_);
+// params = {W}: the drawn projection (a buffer: no gradient).
+torch::Tensor PerformerKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                                   bool /*is_query*/) const {
+  return LogPositiveFeatures(x_BNLD, params.at(0));
 }
+
+std::vector<torch::Tensor> PerformerKernelImpl::FeatureParams() const { return {projection_}; }
 
 }  // namespace darkformer

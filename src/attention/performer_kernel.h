@@ -10,7 +10,9 @@ class PerformerKernelImpl : public FeatureKernelBase {
  public:
   PerformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "performer"; }
-  torch::Tensor LogFeatures(const torch::Tensor& x_BHLD) const override;
+  torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                bool is_query) const override;
+  std::vector<torch::Tensor> FeatureParams() const override;
 };
 TORCH_MODULE(PerformerKernel);
 

@@ -15,7 +15,10 @@ torch::Tensor LogPositiveFeatures(const torch::Tensor& x_BHLD, const torch::Tens
   DF_CHECK(x_BHLD.dim() == 4, "LogPositiveFeatures: x must be BHLD, got " << x_BHLD.sizes());
   DF_CHECK(w.dim() == 2 || w.dim() == 3, "LogPositiveFeatures: W must be MD or HMD, got " << w.sizes());
   const auto dtype = FeatureDtype(x_BHLD.scalar_type());
-  const auto x = x_BHLD.to(dtype);
+  // Contiguous so a row's features do not depend on its input's strides (a chunk slice vs a fresh
+  // tensor take different GEMM paths and round differently): darkformer with M = I is then
+  // bit-identical to Performer.
+  const auto x = x_BHLD.to(dtype).contiguous();
   const auto w_cast = w.to(x.device(), dtype);
   const int64_t m = w.size(-2);
   // Shared W: one matmul; per-head W_HMD broadcasts over the batch.

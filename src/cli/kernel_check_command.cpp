@@ -3,11 +3,8 @@
 // with --bench its forward+backward time and peak CPU memory vs exact over lengths, with
 // --estimators the synthetic anisotropic estimator comparison and with --weights the per-layer
 // anisotropy and kernel errors of a checkpoint (attention/kernel_diagnostics.h holds the math).
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 
-#include <chrono>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -18,6 +15,7 @@
 #include "attention/kernel_diagnostics.h"
 #include "attention/kernel_registry.h"
 #include "cli/commands.h"
+#include "cli/kernel_bench.h"
 #include "data/packed_loader.h"
 #include "data/tokenizer.h"
 #include "model/weights_io.h"
@@ -35,9 +33,7 @@ struct KernelCheckArgs {
   double norm = 1.0;             // row norm of x = sqrt(s) q and y = sqrt(s) k
   uint64_t seed = 0;
   bool bench = false;
-  std::vector<int64_t> bench_lengths = {256, 1024, 4096, 16384};
-  std::vector<int64_t> bench_head_dims = {64, 256};
-  int64_t repeats = 2;
+  KernelBenchOptions bench_options;
   // (a) --estimators: synthetic q, k ~ N(0, Lambda).
   bool estimators = false;
   SyntheticEstimatorOptions synthetic;
@@ -99,7 +95,7 @@ void Check(const KernelCheckArgs& a) {
     auto f = std::dynamic_pointer_cast<FeatureKernelBase>(Build(a, a.kernel, a.options, a.head_dim, draw + 1).ptr());
     // Every head sees the same pairs; head 0's estimate is reported.
     const auto x_h = x.expand({1, a.heads, pairs, a.head_dim}), y_h = y.expand({1, a.heads, pairs, a.head_dim});
-    estimates.push_back(torch::exp(f->LogFeatures(x_h) + f->LogFeatures(y_h)).sum(-1)[0][0]);
+    estimates.push_back(torch::exp(f->LogFeatures(x_h) + f->LogFeatures(y_h, /*is_query=*/false)).sum(-1)[0][0]);
   }
   const auto est_NP = torch::stack(estimates).to(torch::kFloat64);
   auto y_target = y;
@@ -118,65 +114,6 @@ void Check(const KernelCheckArgs& a) {
                              (ratio_NP.select(1, p) - 1).pow(2).mean().item<double>());
   }
 }
-
-// Peak bytes allocated by the CPU allocator on this thread while installed.
-class PeakMemory : public c10::MemoryReportingInfoBase {
- public:
-  void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device device) override {
-    if (!device.is_cpu()) return;
-    current_ += alloc_size;
-    peak_ = std::max(peak_, current_);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-  int64_t peak() const { return peak_; }
-
- private:
-  int64_t current_ = 0, peak_ = 0;
-};
-
-struct Timing {
-  double ms = 0;
-  double peak_mib = 0;
-};
-
-Timing TimeForwardBackward(AttentionKernel kernel, int64_t heads, int64_t length, int64_t d, int64_t repeats) {
-  AttentionCall call;
-  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Timing best{1e300, 0};
-  for (int64_t r = 0; r < repeats; ++r) {
-    auto info = std::make_shared<PeakMemory>();
-    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, info);
-    auto q = torch::randn({1, heads, length, d}).requires_grad_(), k = torch::randn({1, heads, length, d}).requires_grad_(),
-         v = torch::randn({1, heads, length, d}).requires_grad_();
-    const auto start = std::chrono::steady_clock::now();
-    kernel->forward(q, k, v, call).sum().backward();
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
-    best.ms = std::min(best.ms, ms);
-    best.peak_mib = info->peak() / (1024.0 * 1024.0);
-  }
-  return best;
-}
-
-void Bench(const KernelCheckArgs& a) {
-  std::cout << fmt::format("forward+backward, CPU fp32, B=1 H={}, {} vs exact, options {} (best of {}; peak = CPU "
-                           "allocator bytes on the calling thread, inputs included)\n",
-                           a.heads, a.kernel, a.options, a.repeats);
-  std::cout << fmt::format("{:>5} {:>7} {:>12} {:>12} {:>12} {:>12}\n", "D", "L", a.kernel + " ms", "exact ms",
-                           a.kernel + " MiB", "exact MiB");
-  for (int64_t d : a.bench_head_dims) {
-    int64_t crossover = -1;
-    for (int64_t length : a.bench_lengths) {
-      const auto kernel = TimeForwardBackward(Build(a, a.kernel, a.options, d), a.heads, length, d, a.repeats);
-      const auto exact = TimeForwardBackward(Build(a, "exact", "{}", d), a.heads, length, d, a.repeats);
-      if (crossover < 0 && kernel.ms < exact.ms) crossover = length;
-      std::cout << fmt::format("{:>5} {:>7} {:>12.1f} {:>12.1f} {:>12.1f} {:>12.1f}\n", d, length, kernel.ms, exact.ms,
-                               kernel.peak_mib, exact.peak_mib);
-    }
-    std::cout << fmt::format("  D={}: {} faster than exact from L = {}\n", d, a.kernel,
-                             crossover < 0 ? std::string("(not within the lengths run)") : std::to_string(crossover));
-  }
-}
-
 
 void WriteJson(const std::string& path, const std::vector<Json>& lines) {
   if (path.empty()) return;
@@ -327,10 +264,16 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--norm", args.norm, "row norm of x = sqrt(s) q and y = sqrt(s) k")->capture_default_str();
   cmd->add_option("--draws", args.draws, "independent draws for the estimator check")->capture_default_str();
   cmd->add_option("--seed", args.seed, "seed of the synthetic inputs")->capture_default_str();
-  cmd->add_flag("--bench", args.bench, "time forward+backward and peak memory against exact instead");
-  cmd->add_option("--bench-lengths", args.bench_lengths, "sequence lengths to time")->delimiter(',')->capture_default_str();
-  cmd->add_option("--bench-head-dims", args.bench_head_dims, "head dims to time")->delimiter(',')->capture_default_str();
-  cmd->add_option("--repeats", args.repeats, "timed repeats per point (best kept)")->capture_default_str();
+  cmd->add_flag("--bench", args.bench, "time forward+backward, peak memory and GFLOP/s against exact instead");
+  auto& b = args.bench_options;
+  cmd->add_option("--bench-lengths", b.lengths, "sequence lengths to time")->delimiter(',')->capture_default_str();
+  cmd->add_option("--bench-head-dims", b.head_dims, "head dims to time")->delimiter(',')->capture_default_str();
+  cmd->add_option("--kv-heads", b.kv_heads, "--bench: key/value heads (0 = --heads; 1 = multi-query)")->capture_default_str();
+  cmd->add_option("--repeats", b.repeats, "--bench: timed repeats per row, alternating implementations (median kept)")
+      ->capture_default_str();
+  cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (fused: false)");
+  cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
+      ->capture_default_str();
   cmd->add_flag("--estimators", args.estimators,
                 "(a) performer vs importance-sampled performer vs darkformer on synthetic q, k ~ N(0, Lambda)");
   cmd->add_option("--dim", args.synthetic.dim, "(a) dimension d")->capture_default_str();
@@ -351,7 +294,14 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--batch", args.batch, "(b) rows from the shards")->capture_default_str();
   cmd->add_option("--json", args.json, "(a)/(b) write one JSON object per line to this file");
   cmd->callback([] {
-    if (args.bench) return Bench(args);
+    if (args.bench) {
+      auto options = args.bench_options;
+      options.kernel = args.kernel;
+      options.options = args.options;
+      options.heads = args.heads;
+      options.json = args.json;
+      return RunKernelBench(options);
+    }
     if (args.estimators) return Estimators(args);
     if (!args.weights.empty()) return ModelDiagnostics(args);
     Check(args);

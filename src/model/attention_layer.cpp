@@ -45,18 +45,14 @@ AttentionLayerImpl::Projected AttentionLayerImpl::Project(const torch::Tensor& x
   }
   q_BHLD = ApplyRotary(q_BHLD, rope);
   k_BKLD = ApplyRotary(k_BKLD, rope);
-  // Grouped / multi-query attention: each query head gets the key/value head of its group.
-  const int64_t group = num_heads_ / num_kv_heads_;
-  if (group > 1) {
-    k_BKLD = k_BKLD.repeat_interleave(group, /*dim=*/1);
-    v_BKLD = v_BKLD.repeat_interleave(group, /*dim=*/1);
-  }
+  // Grouped / multi-query attention: k and v keep their K heads; the kernel maps query head h to
+  // KV head h / (H / K) (feature kernels compute key features once per KV head).
   return {q_BHLD, k_BKLD, v_BKLD};
 }
 
 torch::Tensor AttentionLayerImpl::forward(const torch::Tensor& x_BLE, const RotaryTables& rope) {
   const auto p = Project(x_BLE, rope);
-  const auto out_BHLD = kernel_->forward(p.q_BHLD, p.k_BHLD, p.v_BHLD, call_);
+  const auto out_BHLD = kernel_->forward(p.q_BHLD, p.k_BKLD, p.v_BKLD, call_);
   const int64_t batch = x_BLE.size(0), length = x_BLE.size(1);
   return o_proj(out_BHLD.to(x_BLE.scalar_type()).transpose(1, 2).reshape({batch, length, num_heads_ * head_dim_}));
 }
@@ -64,7 +60,7 @@ torch::Tensor AttentionLayerImpl::forward(const torch::Tensor& x_BLE, const Rota
 std::pair<torch::Tensor, torch::Tensor> AttentionLayerImpl::QueriesKeys(const torch::Tensor& x_BLE,
                                                                         const RotaryTables& rope) {
   const auto p = Project(x_BLE, rope);
-  return {p.q_BHLD, p.k_BHLD};
+  return {p.q_BHLD, RepeatKvHeads(p.k_BKLD, num_heads_)};
 }
 
 }  // namespace darkformer

@@ -30,7 +30,7 @@ class AttentionLayerImpl : public torch::nn::Module {
 
  private:
   struct Projected {
-    torch::Tensor q_BHLD, k_BHLD, v_BHLD;
+    torch::Tensor q_BHLD, k_BKLD, v_BKLD;  // k, v with the KV heads (not repeated)
   };
   Projected Project(const torch::Tensor& x_BLE, const RotaryTables& rope);
 

@@ -29,6 +29,7 @@ AttentionKernel GemmaModelImpl::BuildKernel(int64_t layer) const {
   shape.num_heads = config_.num_attention_heads;
   shape.head_dim = config_.head_dim;
   shape.layer_index = layer;
+  shape.run_seed = attention_.run_seed;
   return MakeAttentionKernel(name, shape, attention_.OptionsFor(name));
 }
 

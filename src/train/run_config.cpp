@@ -105,6 +105,11 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
     }
     c.data = DataConfig::FromConfig(reader.Child("data"));
     c.train = TrainConfig::FromConfig(reader.Child("train"));
+    // train.seed is the run's seed (as in HF's and torchtitan's trainers): besides model init it
+    // offsets the data order and every kernel's draws, so a sweep over train.seed varies all of a
+    // run's randomness. Seed 0 leaves data.seed and the kernels' seeds as configured.
+    c.attention.run_seed = c.train.seed;
+    c.data.seed += static_cast<uint64_t>(c.train.seed) * 1000003u;
     c.eval = EvalConfig::FromConfig(reader.Child("eval"));
     c.log = LogConfig::FromConfig(reader.Child("log"));
     reader.RejectUnknown();

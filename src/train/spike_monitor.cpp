@@ -36,8 +36,9 @@ SpikeVerdict SpikeMonitor::Observe(double loss, double grad_norm) {
     v.loss_z = (loss - ls.mean) / std::max(ls.std, 1e-8);
     v.grad_norm_z = (grad_norm - gs.mean) / std::max(gs.std, 1e-8);
     v.loss_ratio_to_min = min_loss > 0 ? loss / min_loss : 0.0;
+    const bool rose = loss - ls.mean >= config_.min_loss_increase || !std::isfinite(loss);
     auto flag = [&](bool hit, const char* why) {
-      if (!hit) return;
+      if (!hit || !rose) return;
       v.spike = true;
       v.reason += (v.reason.empty() ? "" : ",") + std::string(why);
     };

@@ -1,5 +1,6 @@
 // Loss-spike detection: rolling-window z-scores of loss and grad norm, plus a ratio to the
-// recent minimum loss (a step well above the best recent loss is a spike even if noisy).
+// recent minimum loss (a step well above the best recent loss is a spike even if noisy); every
+// flag also needs an absolute rise of the loss over the window mean (train.spikes.min_loss_increase).
 #pragma once
 
 #include <deque>

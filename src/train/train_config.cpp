@@ -10,6 +10,9 @@ static SpikeConfig ReadSpikes(const ConfigReader& r) {
   s.loss_z = r.Get<double>("loss_z", s.loss_z);
   s.grad_norm_z = r.Get<double>("grad_norm_z", s.grad_norm_z);
   s.min_loss_ratio = r.Get<double>("min_loss_ratio", s.min_loss_ratio);
+  s.min_loss_increase = r.Get<double>("min_loss_increase", s.min_loss_increase);
+  DF_CHECK(s.min_loss_increase >= 0, "config key '" << r.KeyPath("min_loss_increase") << "' must be >= 0, got "
+                                                    << s.min_loss_increase);
   s.skip_update = r.Get<bool>("skip_update", s.skip_update);
   s.on_nonfinite = r.GetEnum("on_nonfinite", s.on_nonfinite, kNonfiniteActionNames);
   r.RejectUnknown();

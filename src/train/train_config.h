@@ -31,6 +31,9 @@ struct SpikeConfig {
   double loss_z = 4.0;              // loss z-score above which a step is a spike
   double grad_norm_z = 6.0;         // grad-norm z-score above which a step is a spike
   double min_loss_ratio = 1.5;      // loss / recent minimum above which a step is a spike
+  // Every flag also needs the loss at least this many nats above the window mean: near zero loss
+  // the z-scores and the ratio to the minimum fire on noise (a 1e-4 -> 2e-4 "spike").
+  double min_loss_increase = 0.05;
   bool skip_update = false;         // drop the optimizer update of a spike step
   NonfiniteAction on_nonfinite = NonfiniteAction::kSkip;  // non-finite loss or grad norm: skip | stop
 };

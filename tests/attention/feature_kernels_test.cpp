@@ -81,7 +81,7 @@ TEST(FeatureKernelsTest, KernelForwardMatchesUnstabilisedFormula) {
         torch::NoGradGuard no_grad;
         const double root = std::sqrt(call.scale);
         const auto phi_x = torch::exp(kernel->LogFeatures(q.to(torch::kFloat64) * root));
-        const auto phi_y = torch::exp(kernel->LogFeatures(k.to(torch::kFloat64) * root));
+        const auto phi_y = torch::exp(kernel->LogFeatures(k.to(torch::kFloat64) * root, /*is_query=*/false));
         auto a = torch::matmul(phi_x, phi_y.transpose(-1, -2));
         if (causal) a = a.tril();
         reference = torch::matmul(a, v.to(torch::kFloat64)) / a.sum(-1, true);

@@ -1,0 +1,351 @@
+// Fused causal linear attention (see fused_causal_attention.h). The math per chunk, with
+// psi_i = exp(log phi(x_i) - c_i) (query, shifted by its row max c_i), k_j = exp(log phi(y_j) - b_j)
+// and r_i = max_{j <= i} b_j:
+//   n_i = sum_{j <= i} (psi_i.k_j) exp(b_j - r_i) [v_j, 1]    out_i = n_i[:D] / n_i[D]
+// Backward, with g_i = dL/dout_i and gh_i = [g_i / n_i[D], -(g_i.out_i) / n_i[D]] = dL/dn_i:
+//   dL/dpsi_i = sum_{j <= i} exp(b_j - r_i) (gh_i.[v_j,1]) k_j     (forward scan: state S)
+//   dL/dk_j   = sum_{i >= j} exp(b_j - r_i) (gh_i.[v_j,1]) psi_i   (reverse scan: state R)
+//   dL/d[v_j,1] = sum_{i >= j} (psi_i.k_j) exp(b_j - r_i) gh_i
+// and the features' own backward (through the kernel's log phi) is recomputed per chunk.
+#include "attention/fused_causal_attention.h"
+
+#include <limits>
+
+#include "util/error.h"
+
+namespace darkformer {
+
+namespace {
+
+using torch::indexing::Slice;
+
+struct Layout {
+  int64_t batch, heads, kv_heads, group, key_heads, length, value_dim;
+};
+
+Layout MakeLayout(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
+                  const FeatureMap& map) {
+  DF_CHECK(x_BHLD.dim() == 4 && y_BKLD.dim() == 4 && v_BKLD.dim() == 4,
+           "FusedCausalLinearAttention: x, y, v must be 4-D, got " << x_BHLD.sizes() << ", " << y_BKLD.sizes()
+                                                                   << ", " << v_BKLD.sizes());
+  Layout l{x_BHLD.size(0), x_BHLD.size(1), y_BKLD.size(1), 1, 1, x_BHLD.size(2), v_BKLD.size(3)};
+  DF_CHECK(l.heads % l.kv_heads == 0, "FusedCausalLinearAttention: " << l.heads << " query heads are not a multiple of "
+                                                                     << l.kv_heads << " KV heads");
+  DF_CHECK(y_BKLD.size(0) == l.batch && v_BKLD.size(0) == l.batch && v_BKLD.size(1) == l.kv_heads &&
+               y_BKLD.size(2) == l.length && v_BKLD.size(2) == l.length && y_BKLD.size(3) == x_BHLD.size(3),
+           "FusedCausalLinearAttention: shapes do not match: x " << x_BHLD.sizes() << ", y " << y_BKLD.sizes()
+                                                                 << ", v " << v_BKLD.sizes());
+  l.group = l.heads / l.kv_heads;
+  l.key_heads = map.keys_per_query_head ? l.group : 1;
+  return l;
+}
+
+// log phi of a query block x_BHCD, laid out per KV head: BKGCM.
+torch::Tensor QueryLogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& params,
+                               const torch::Tensor& x_BHCD, const Layout& l) {
+  const auto lq_BHCM = map.log_features(x_BHCD, params, /*is_query=*/true);
+  return lq_BHCM.view({l.batch, l.kv_heads, l.group, x_BHCD.size(2), lq_BHCM.size(-1)});
+}
+
+// log phi of a key block y_BKCD: BKFCM, computed once per KV head unless the map's parameters
+// are per query head.
+torch::Tensor KeyLogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& params,
+                             const torch::Tensor& y_BKCD, const Layout& l) {
+  if (l.key_heads == 1) return map.log_features(y_BKCD, params, /*is_query=*/false).unsqueeze(2);
+  const int64_t c = y_BKCD.size(2), d = y_BKCD.size(3);
+  const auto y_BHCD = y_BKCD.unsqueeze(2).expand({l.batch, l.kv_heads, l.group, c, d}).reshape({l.batch, l.heads, c, d});
+  const auto lk_BHCM = map.log_features(y_BHCD, params, /*is_query=*/false);
+  return lk_BHCM.view({l.batch, l.kv_heads, l.group, c, lk_BHCM.size(-1)});
+}
+
+torch::Tensor ShiftedQueryFeatures(const torch::Tensor& lq_BKGCM) {
+  return torch::exp(lq_BKGCM - std::get<0>(lq_BKGCM.max(-1, /*keepdim=*/true)).detach());
+}
+
+// [v, 1] per KV head, broadcastable over the group: BK1CV.
+torch::Tensor WithOnes(const torch::Tensor& v_BKCD) {
+  return torch::cat({v_BKCD, torch::ones_like(v_BKCD.narrow(-1, 0, 1))}, -1).unsqueeze(2);
+}
+
+// exp(b_j - r_i) for j <= i inside a chunk, 0 above the diagonal (masked before the exp).
+torch::Tensor CausalWeights(const torch::Tensor& b_BKFC, const torch::Tensor& r_BKFC) {
+  const int64_t c = b_BKFC.size(-1);
+  const auto later = torch::ones({c, c}, torch::TensorOptions().dtype(torch::kBool).device(b_BKFC.device())).triu(1);
+  const auto log_w = (b_BKFC.unsqueeze(-2) - r_BKFC.unsqueeze(-1)).masked_fill(later, -std::numeric_limits<double>::infinity());
+  return torch::exp(log_w);
+}
+
+torch::Tensor Tiny(const torch::Tensor& t) {
+  return torch::scalar_tensor(t.scalar_type() == torch::kFloat64 ? std::numeric_limits<double>::min()
+                                                                 : std::numeric_limits<float>::min(),
+                              t.options());
+}
+
+// Key-side quantities of one chunk: k_j = exp(lk_j - b_j) and b_j = max log phi(y_j).
+struct KeyChunk {
+  torch::Tensor k_BKFCM, b_BKFC;
+};
+KeyChunk SplitKeys(const torch::Tensor& lk_BKFCM) {
+  const auto b_BKFC = std::get<0>(lk_BKFCM.max(-1)).detach();
+  return {torch::exp(lk_BKFCM - b_BKFC.unsqueeze(-1)), b_BKFC};
+}
+
+// The running key state: S = sum_j exp(b_j - ref) k_j [v_j, 1]^T over the keys folded so far.
+struct KeyState {
+  torch::Tensor s_BKFMV, ref_BKF;
+  // Folds a chunk whose prefix-max reference at its last key is new_ref (>= ref): every factor <= 1.
+  void Fold(const torch::Tensor& k_BKFCM, const torch::Tensor& b_BKFC, const torch::Tensor& vh_BK1CV,
+            const torch::Tensor& new_ref_BKF) {
+    const auto kw_BKFCM = k_BKFCM * torch::exp(b_BKFC - new_ref_BKF.unsqueeze(-1)).unsqueeze(-1);
+    const auto chunk_BKFMV = torch::matmul(kw_BKFCM.transpose(-1, -2), vh_BK1CV);
+    s_BKFMV = s_BKFMV.defined()
+                  ? s_BKFMV * torch::exp(ref_BKF - new_ref_BKF).unsqueeze(-1).unsqueeze(-1) + chunk_BKFMV
+                  : chunk_BKFMV;
+    ref_BKF = new_ref_BKF;
+  }
+};
+
+// The feature map travels with the autograd node (the caller's copy is gone by the backward).
+struct FeatureMapCapsule : torch::CustomClassHolder {
+  explicit FeatureMapCapsule(FeatureMap m) : map(std::move(m)) {}
+  FeatureMap map;
+};
+
+// Leaf copies of the map's parameters for a recomputation whose gradient we want.
+std::vector<torch::Tensor> ParamLeaves(const std::vector<torch::Tensor>& params) {
+  std::vector<torch::Tensor> leaves;
+  for (const auto& p : params) leaves.push_back(p.detach().requires_grad_(p.requires_grad()));
+  return leaves;
+}
+
+// Gradients of `out` (given d_out) w.r.t. the input leaf and the parameter leaves that need one;
+// parameter gradients are added into param_grads.
+torch::Tensor BackpropChunk(const torch::Tensor& out, const torch::Tensor& d_out, const torch::Tensor& input_leaf,
+                            const std::vector<torch::Tensor>& leaves, std::vector<torch::Tensor>& param_grads) {
+  std::vector<torch::Tensor> inputs = {input_leaf};
+  std::vector<size_t> which;
+  for (size_t i = 0; i < leaves.size(); ++i) {
+    if (leaves[i].requires_grad()) {
+      inputs.push_back(leaves[i]);
+      which.push_back(i);
+    }
+  }
+  const auto grads = torch::autograd::grad({out}, inputs, {d_out}, /*retain_graph=*/false, /*create_graph=*/false,
+                                           /*allow_unused=*/true);
+  for (size_t n = 0; n < which.size(); ++n) {
+    const auto& g = grads[n + 1];
+    if (!g.defined()) continue;
+    auto& acc = param_grads[which[n]];
+    acc = acc.defined() ? acc + g : g;
+  }
+  return grads[0].defined() ? grads[0] : torch::zeros_like(input_leaf);
+}
+
+class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_BHLD,
+                               const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD, at::TensorList params,
+                               const FeatureMap& feature_map, int64_t chunk_size) {
+    const FeatureMap* map = &feature_map;
+    const auto l = MakeLayout(x_BHLD, y_BKLD, v_BKLD, *map);
+    const std::vector<torch::Tensor> p(params.begin(), params.end());
+    KeyState state;
+    std::vector<torch::Tensor> outs, dens, refs;
+    for (int64_t start = 0; start < l.length; start += chunk_size) {
+      const int64_t c = std::min(chunk_size, l.length - start);
+      const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, p, x_BHLD.narrow(2, start, c), l));
+      const auto key = SplitKeys(KeyLogFeatures(*map, p, y_BKLD.narrow(2, start, c), l));
+      auto r_BKFC = std::get<0>(key.b_BKFC.cummax(-1));
+      if (state.ref_BKF.defined()) r_BKFC = torch::maximum(r_BKFC, state.ref_BKF.unsqueeze(-1));
+      const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
+      const auto a_BKGCC = torch::matmul(q_BKGCM, key.k_BKFCM.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
+      auto n_BKGCV = torch::matmul(a_BKGCC, vh_BK1CV);
+      if (state.s_BKFMV.defined()) {
+        const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
+        n_BKGCV = n_BKGCV + torch::matmul(q_BKGCM, state.s_BKFMV) * factor_BKFC1;
+      }
+      const auto den_BKGC = n_BKGCV.select(-1, l.value_dim).clamp_min(Tiny(n_BKGCV));
+      outs.push_back(n_BKGCV.narrow(-1, 0, l.value_dim) / den_BKGC.unsqueeze(-1));
+      dens.push_back(den_BKGC);
+      refs.push_back(r_BKFC);
+      if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
+    }
+    const auto out_BHLD = torch::cat(outs, 3).reshape({l.batch, l.heads, l.length, l.value_dim});
+    std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, torch::cat(dens, -1), torch::cat(refs, -1)};
+    saved.insert(saved.end(), p.begin(), p.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<FeatureMapCapsule>(feature_map));
+    ctx->saved_data["chunk"] = chunk_size;
+    ctx->saved_data["params"] = static_cast<int64_t>(p.size());
+    return out_BHLD;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto& x_BHLD = saved[0];
+    const auto& y_BKLD = saved[1];
+    const auto& v_BKLD = saved[2];
+    const auto& out_BHLD = saved[3];
+    const auto& den_BKGL = saved[4];
+    const auto& r_BKFL = saved[5];
+    const std::vector<torch::Tensor> params(saved.begin() + 6, saved.end());
+    const auto capsule = c10::static_intrusive_pointer_cast<FeatureMapCapsule>(ctx->saved_data["map"].toCapsule());
+    const FeatureMap* map = &capsule->map;
+    const int64_t chunk_size = ctx->saved_data["chunk"].toInt();
+    const auto l = MakeLayout(x_BHLD, y_BKLD, v_BKLD, *map);
+
+    // dL/dn = [g / den, -(g.out) / den], laid out per KV head.
+    const auto g_BKGLD = grad_outputs[0].to(out_BHLD.scalar_type()).reshape({l.batch, l.kv_heads, l.group, l.length, l.value_dim});
+    const auto out_BKGLD = out_BHLD.reshape(g_BKGLD.sizes());
+    const auto inv_den_BKGL1 = den_BKGL.reciprocal().unsqueeze(-1);
+    const auto gh_BKGLV = torch::cat({g_BKGLD * inv_den_BKGL1, -(g_BKGLD * out_BKGLD).sum(-1, true) * inv_den_BKGL1}, -1);
+
+    std::vector<torch::Tensor> param_grads(params.size());
+    std::vector<torch::Tensor> dx_chunks, dy_chunks, dv_chunks;
+    std::vector<int64_t> starts;
+    for (int64_t start = 0; start < l.length; start += chunk_size) starts.push_back(start);
+    auto chunk_len = [&](int64_t start) { return std::min(chunk_size, l.length - start); };
+
+    // Scan 1, forward order: query gradients against the running key state.
+    {
+      KeyState state;
+      for (const int64_t start : starts) {
+        const int64_t c = chunk_len(start);
+        const auto leaves = ParamLeaves(params);
+        const auto x_leaf = x_BHLD.narrow(2, start, c).detach().requires_grad_(true);
+        torch::Tensor q_BKGCM;
+        {
+          torch::AutoGradMode grad_on(true);
+          q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, leaves, x_leaf, l));
+        }
+        torch::NoGradGuard no_grad;
+        const auto key = SplitKeys(KeyLogFeatures(*map, params, y_BKLD.narrow(2, start, c), l));
+        const auto r_BKFC = r_BKFL.narrow(-1, start, c);
+        const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
+        const auto gh_BKGCV = gh_BKGLV.narrow(3, start, c);
+        const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
+        auto dq_BKGCM = torch::matmul(p_BKGCC, key.k_BKFCM);
+        if (state.s_BKFMV.defined()) {
+          const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
+          dq_BKGCM = dq_BKGCM + torch::matmul(gh_BKGCV, state.s_BKFMV.transpose(-1, -2)) * factor_BKFC1;
+        }
+        {
+          torch::AutoGradMode grad_on(true);
+          dx_chunks.push_back(BackpropChunk(q_BKGCM, dq_BKGCM, x_leaf, leaves, param_grads));
+        }
+        if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
+      }
+    }
+
+    // Scan 2, reverse order: key and value gradients against the running query state
+    // R = sum_{i in later chunks} exp(ref - r_i) psi_i gh_i^T, ref = this chunk's last prefix max.
+    {
+      torch::Tensor r_state_BKFMV;
+      for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
+        const int64_t start = *it, c = chunk_len(start);
+        const auto leaves = ParamLeaves(params);
+        const auto y_leaf = y_BKLD.narrow(2, start, c).detach().requires_grad_(true);
+        KeyChunk key;
+        {
+          torch::AutoGradMode grad_on(true);
+          key = SplitKeys(KeyLogFeatures(*map, leaves, y_leaf, l));
+        }
+        torch::NoGradGuard no_grad;
+        const auto k_BKFCM = key.k_BKFCM.detach();
+        const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, params, x_BHLD.narrow(2, start, c), l));
+        const auto r_BKFC = r_BKFL.narrow(-1, start, c);
+        const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
+        const auto gh_BKGCV = gh_BKGLV.narrow(3, start, c);
+        const auto w_BKFCC = CausalWeights(key.b_BKFC, r_BKFC);
+        const auto a_BKGCC = torch::matmul(q_BKGCM, k_BKFCM.transpose(-1, -2)) * w_BKFCC;
+        const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * w_BKFCC;
+        auto dk_BKFCM = torch::matmul(p_BKGCC.transpose(-1, -2), q_BKGCM);
+        if (l.key_heads == 1) dk_BKFCM = dk_BKFCM.sum(2, /*keepdim=*/true);
+        auto dvh_BK1CV = torch::matmul(a_BKGCC.transpose(-1, -2), gh_BKGCV).sum(2, /*keepdim=*/true);
+        const auto ref_BKF = r_BKFC.select(-1, c - 1);
+        if (r_state_BKFMV.defined()) {
+          const auto factor_BKFC1 = torch::exp(key.b_BKFC - ref_BKF.unsqueeze(-1)).unsqueeze(-1);
+          dk_BKFCM = dk_BKFCM + torch::matmul(vh_BK1CV, r_state_BKFMV.transpose(-1, -2)) * factor_BKFC1;
+          dvh_BK1CV = dvh_BK1CV + (torch::matmul(k_BKFCM, r_state_BKFMV) * factor_BKFC1).sum(2, /*keepdim=*/true);
+        }
+        {
+          torch::AutoGradMode grad_on(true);
+          dy_chunks.push_back(BackpropChunk(key.k_BKFCM, dk_BKFCM, y_leaf, leaves, param_grads));
+        }
+        dv_chunks.push_back(dvh_BK1CV.squeeze(2).narrow(-1, 0, l.value_dim));
+        if (start == 0) break;
+        // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1).
+        const auto prev_ref_BKF = r_BKFL.select(-1, start - 1);
+        const auto w_BKFC1 = torch::exp(prev_ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
+        auto add_BKGMV = torch::matmul((q_BKGCM * w_BKFC1).transpose(-1, -2), gh_BKGCV);
+        if (l.key_heads == 1) add_BKGMV = add_BKGMV.sum(2, /*keepdim=*/true);
+        r_state_BKFMV = r_state_BKFMV.defined()
+                            ? r_state_BKFMV * torch::exp(prev_ref_BKF - ref_BKF).unsqueeze(-1).unsqueeze(-1) + add_BKGMV
+                            : add_BKGMV;
+      }
+    }
+    std::reverse(dy_chunks.begin(), dy_chunks.end());
+    std::reverse(dv_chunks.begin(), dv_chunks.end());
+    torch::autograd::variable_list grads = {torch::cat(dx_chunks, 2), torch::cat(dy_chunks, 2), torch::cat(dv_chunks, 2)};
+    for (auto& g : param_grads) grads.push_back(g);
+    grads.push_back({});  // map
+    grads.push_back({});  // chunk_size
+    return grads;
+  }
+};
+
+}  // namespace
+
+torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
+                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {
+  DF_CHECK(chunk_size > 0, "FusedCausalLinearAttention: chunk_size must be positive, got " << chunk_size);
+  const auto dtype = x_BHLD.scalar_type();
+  return FusedCausalFunction::apply(x_BHLD, y_BKLD.to(dtype), v_BKLD.to(dtype), at::TensorList(map.params), map,
+                                    chunk_size);
+}
+
+int64_t FusedCausalSavedBytes(const torch::Tensor& out) {
+  const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<FusedCausalFunction>>(out.grad_fn());
+  if (!node) return 0;
+  int64_t bytes = 0;
+  for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  return bytes;
+}
+
+LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
+                                                 const FeatureMap& map, int64_t num_query_heads,
+                                                 int64_t chunk_size) {
+  DF_CHECK(chunk_size > 0, "LinearAttentionPrefillState: chunk_size must be positive, got " << chunk_size);
+  const auto x_probe = y_BKLD.narrow(1, 0, 1).expand({y_BKLD.size(0), num_query_heads, y_BKLD.size(2), y_BKLD.size(3)});
+  const auto l = MakeLayout(x_probe, y_BKLD, v_BKLD, map);
+  KeyState state;
+  for (int64_t start = 0; start < l.length; start += chunk_size) {
+    const int64_t c = std::min(chunk_size, l.length - start);
+    const auto key = SplitKeys(KeyLogFeatures(map, map.params, y_BKLD.narrow(2, start, c), l));
+    auto r_BKFC = std::get<0>(key.b_BKFC.cummax(-1));
+    if (state.ref_BKF.defined()) r_BKFC = torch::maximum(r_BKFC, state.ref_BKF.unsqueeze(-1));
+    state.Fold(key.k_BKFCM, key.b_BKFC, WithOnes(v_BKLD.narrow(2, start, c).to(key.k_BKFCM.scalar_type())),
+               r_BKFC.select(-1, c - 1));
+  }
+  return {state.s_BKFMV, state.ref_BKF, l.length};
+}
+
+torch::Tensor LinearAttentionStep(LinearAttentionState& state, const torch::Tensor& x_BH1D,
+                                  const torch::Tensor& y_BK1D, const torch::Tensor& v_BK1D, const FeatureMap& map) {
+  const auto l = MakeLayout(x_BH1D, y_BK1D, v_BK1D, map);
+  DF_CHECK(l.length == 1, "LinearAttentionStep takes one token, got " << l.length);
+  const auto key = SplitKeys(KeyLogFeatures(map, map.params, y_BK1D, l));
+  // The new reference: the running max including this key (the state is rescaled down to it).
+  const auto b_BKF = key.b_BKFC.squeeze(-1);
+  const auto new_ref_BKF = state.ref_BKF.defined() ? torch::maximum(state.ref_BKF, b_BKF) : b_BKF;
+  KeyState keys{state.state_BKFMV, state.ref_BKF};
+  keys.Fold(key.k_BKFCM, key.b_BKFC, WithOnes(v_BK1D.to(key.k_BKFCM.scalar_type())), new_ref_BKF);
+  state = {keys.s_BKFMV, keys.ref_BKF, state.tokens + 1};
+  const auto q_BKG1M = ShiftedQueryFeatures(QueryLogFeatures(map, map.params, x_BH1D, l));
+  const auto n_BKG1V = torch::matmul(q_BKG1M, state.state_BKFMV);
+  const auto den_BKG1 = n_BKG1V.select(-1, l.value_dim).clamp_min(Tiny(n_BKG1V));
+  return (n_BKG1V.narrow(-1, 0, l.value_dim) / den_BKG1.unsqueeze(-1)).reshape({l.batch, l.heads, 1, l.value_dim});
+}
+
+}  // namespace darkformer

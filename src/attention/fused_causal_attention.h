@@ -1,0 +1,69 @@
+// Causal linear attention with positive random features as one autograd operator: features are
+// computed chunk by chunk from the D-wide inputs (never held for the whole sequence), the
+// backward recomputes them per chunk in two scans (queries in forward order against the running
+// key state, keys in reverse order against a running query state), and autograd saves only
+// x, y, v, the kernel's parameters, the output, its normaliser and the prefix-max reference.
+// causal_linear_attention.h (the composite form) stays as the naive reference the tests use.
+//
+// Grouped / multi-query attention: x has H query heads, y and v have K key/value heads; key
+// features and running state are computed once per KV head (F = 1), or once per query head
+// (F = G = H / K) when the kernel's parameters differ per query head (darkformer per-head M).
+//
+// Stabiliser (as positive_features.h): each query's features are shifted by their own max (a
+// factor that cancels); each key splits as phi(y_j) = exp(b_j) psi_j with b_j its max
+// log-feature, combined against r_i = max_{j <= i} b_j; the state carries its own reference and is
+// rescaled when the prefix max grows. Nothing at position t reads a key after t.
+//
+// Shape legend: B batch, H query heads, K KV heads, G = H / K, F key-feature heads per KV head
+// (1 or G), L positions, C chunk, D head dim, M features, V = value dim + 1 (a ones column, so
+// numerator and normaliser come from one product).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <vector>
+
+namespace darkformer {
+
+// A kernel's feature map as the operator sees it: log phi of a block of inputs, differentiable
+// w.r.t. the inputs and `params` (the kernel's gradient path: M, W, ...).
+struct FeatureMap {
+  // x_BNCD (N heads: H for queries; K or H for keys) -> log phi_BNCM in fp32 / fp64. `params` are
+  // the tensors of `params` below (or leaf copies of them during the backward).
+  std::function<torch::Tensor(const torch::Tensor& x_BNCD, const std::vector<torch::Tensor>& params, bool is_query)>
+      log_features;
+  std::vector<torch::Tensor> params;
+  // True when key features depend on the query head (parameters per query head), so they are
+  // computed for each of the G query heads that share a KV head.
+  bool keys_per_query_head = false;
+};
+
+// out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in x's dtype
+// (fp32 or fp64; callers convert bf16 inputs to fp32 first).
+torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
+                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
+
+// Bytes the operator's autograd node holds for its backward (saved tensors), for the memory test
+// and the benchmark; 0 when `out` was not produced by the operator with gradients on.
+int64_t FusedCausalSavedBytes(const torch::Tensor& out);
+
+// The recurrent form (one token at a time) for decoding: the running sums of exp(b_j - ref) psi_j
+// [v_j, 1]^T per KV head (or query head, F = G) and their reference ref = max_{j <= t} b_j.
+struct LinearAttentionState {
+  torch::Tensor state_BKFMV;  // undefined before the first token
+  torch::Tensor ref_BKF;
+  int64_t tokens = 0;
+};
+
+// Appends the token (y_BK1D, v_BK1D) to `state`, then attends from x_BH1D over every token so
+// far (itself included): returns out_BH1D. Equal to FusedCausalLinearAttention's row t.
+torch::Tensor LinearAttentionStep(LinearAttentionState& state, const torch::Tensor& x_BH1D,
+                                  const torch::Tensor& y_BK1D, const torch::Tensor& v_BK1D, const FeatureMap& map);
+
+// The state after the whole sequence (y_BKLD, v_BKLD), for a prefill followed by steps.
+LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
+                                                 const FeatureMap& map, int64_t num_query_heads,
+                                                 int64_t chunk_size);
+
+}  // namespace darkformer

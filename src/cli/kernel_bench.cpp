@@ -1,0 +1,141 @@
+// Kernel benchmark (see kernel_bench.h).
+#include "cli/kernel_bench.h"
+
+#include <c10/core/Allocator.h>
+#include <c10/util/ThreadLocalDebugInfo.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <fstream>
+#include <iostream>
+
+#include "attention/kernel_registry.h"
+#include "util/error.h"
+#include "util/json.h"
+
+namespace darkformer {
+
+namespace {
+
+// Peak bytes allocated by the CPU allocator while installed (inputs included).
+class PeakMemory : public c10::MemoryReportingInfoBase {
+ public:
+  void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device device) override {
+    if (!device.is_cpu()) return;
+    current_ += alloc_size;
+    peak_ = std::max(peak_, current_);
+  }
+  bool memoryProfilingEnabled() const override { return true; }
+  int64_t peak() const { return peak_; }
+
+ private:
+  int64_t current_ = 0, peak_ = 0;
+};
+
+struct Sample {
+  double ms = 0, peak_mib = 0;
+};
+
+Sample TimeOnce(AttentionKernel& kernel, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto info = std::make_shared<PeakMemory>();
+  c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, info);
+  auto q = torch::randn({1, heads, length, d}).requires_grad_(), k = torch::randn({1, kv_heads, length, d}).requires_grad_(),
+       v = torch::randn({1, kv_heads, length, d}).requires_grad_();
+  const auto start = std::chrono::steady_clock::now();
+  kernel->forward(q, k, v, call).sum().backward();
+  return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
+          info->peak() / (1024.0 * 1024.0)};
+}
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? NAN : v[v.size() / 2];
+}
+
+// Model FLOPs of forward+backward (backward counted as twice the forward, the usual convention).
+// Exact causal: QK^T and PV over the lower triangle, 2 L^2 D per head forward.
+double ExactFlops(int64_t heads, int64_t length, int64_t d) { return 3.0 * 2.0 * heads * double(length) * length * d; }
+// Feature kernel, chunk C, m features, V = D + 1: query features 2 L D m per query head, key
+// features once per KV head, intra-chunk products 2 L C (m + V), state read and update 4 L m V.
+double FeatureFlops(int64_t heads, int64_t kv_heads, int64_t length, int64_t d, int64_t m, int64_t chunk) {
+  const double l = double(length), v = double(d + 1);
+  const double forward = heads * (2 * l * d * m + 2 * l * chunk * (m + v) + 4 * l * m * v) + kv_heads * (2 * l * d * m);
+  return 3.0 * forward;
+}
+
+AttentionKernel Build(const std::string& name, const YAML::Node& options, int64_t heads, int64_t d) {
+  KernelShape shape;
+  shape.num_heads = heads;
+  shape.head_dim = d;
+  return MakeAttentionKernel(name, shape, ConfigReader(YAML::Clone(options), "attention." + name));
+}
+
+}  // namespace
+
+void RunKernelBench(const KernelBenchOptions& o) {
+  const int64_t kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
+  DF_CHECK(o.heads % kv_heads == 0, "--kv-heads " << kv_heads << " must divide --heads " << o.heads);
+  DF_CHECK(o.repeats > 0, "--repeats must be positive, got " << o.repeats);
+  const auto fused_options = YAML::Load(o.options);
+  auto naive_options = YAML::Clone(fused_options);
+  naive_options["fused"] = false;
+  const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
+  const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
+  std::cout << fmt::format("forward+backward, CPU fp32, B=1, H={} query heads, {} KV heads, {} {} vs exact (SDPA); "
+                           "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
+                           o.heads, kv_heads, o.kernel, o.options, o.repeats, torch::get_num_threads());
+  std::cout << fmt::format("{:>4} {:>6} {:>7} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
+                           "GFLOP/s", "vs exact", "mem/exact");
+  std::vector<Json> lines;
+  for (const int64_t d : o.head_dims) {
+    for (const int64_t length : o.lengths) {
+      struct Impl {
+        std::string name;
+        AttentionKernel kernel;
+        double flops;
+        std::vector<double> ms, mib;
+      };
+      std::vector<Impl> impls;
+      impls.push_back({"fused", Build(o.kernel, fused_options, o.heads, d), FeatureFlops(o.heads, kv_heads, length, d, m, chunk)});
+      if (o.naive) impls.push_back({"naive", Build(o.kernel, naive_options, o.heads, d), impls[0].flops});
+      if (length <= o.exact_max_length) impls.push_back({"exact", Build("exact", YAML::Load("{}"), o.heads, d), ExactFlops(o.heads, length, d)});
+      for (auto& impl : impls) TimeOnce(impl.kernel, o.heads, kv_heads, length, d);  // warm-up
+      for (int64_t r = 0; r < o.repeats; ++r) {
+        for (auto& impl : impls) {  // alternate: each repeat times every implementation once
+          const auto s = TimeOnce(impl.kernel, o.heads, kv_heads, length, d);
+          impl.ms.push_back(s.ms);
+          impl.mib.push_back(s.peak_mib);
+        }
+      }
+      const Impl* exact = impls.back().name == "exact" ? &impls.back() : nullptr;
+      for (const auto& impl : impls) {
+        const double ms = Median(impl.ms), mib = Median(impl.mib);
+        const double gflops = impl.flops / (ms * 1e6);
+        const double speedup = exact ? Median(exact->ms) / ms : NAN, mem_ratio = exact ? mib / Median(exact->mib) : NAN;
+        std::cout << fmt::format("{:>4} {:>6} {:>7} {:>10.1f} {:>9.1f} {:>8.1f} {:>9.2f}x {:>9.2f}\n", d, length,
+                                 impl.name, ms, mib, gflops, speedup, mem_ratio);
+        Json line = {{"kernel", o.kernel}, {"impl", impl.name}, {"head_dim", d}, {"length", length},
+                     {"heads", o.heads}, {"kv_heads", kv_heads}, {"num_features", m}, {"chunk_size", chunk},
+                     {"threads", torch::get_num_threads()}, {"ms_median", ms}, {"ms_all", impl.ms},
+                     {"peak_mib", mib}, {"gflops", gflops}};
+        if (exact) {
+          line["speedup_vs_exact"] = speedup;
+          line["memory_vs_exact"] = mem_ratio;
+        }
+        lines.push_back(line);
+      }
+    }
+  }
+  if (!o.json.empty()) {
+    std::ofstream out(o.json);
+    DF_CHECK(out.good(), "--json: cannot write '" << o.json << "'");
+    for (const auto& line : lines) out << ToJsonLine(line) << "\n";
+    std::cout << fmt::format("wrote {} JSON lines to {}\n", lines.size(), o.json);
+  }
+}
+
+}  // namespace darkformer

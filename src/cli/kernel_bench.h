@@ -1,0 +1,27 @@
+// `darkformer kernel-check --bench`: forward+backward time, peak CPU memory and achieved GFLOP/s
+// of a feature kernel (fused operator and, optionally, the naive composite path) against exact
+// attention (scaled_dot_product_attention), measured alternately and reported as medians, with a
+// JSON line per row.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace darkformer {
+
+struct KernelBenchOptions {
+  std::string kernel = "darkformer";
+  std::string options = "{}";                     // the kernel's YAML options, inline
+  int64_t heads = 8, kv_heads = 0;                // kv_heads 0 = heads (MHA); 1 = MQA
+  std::vector<int64_t> lengths = {1024, 4096, 16384};
+  std::vector<int64_t> head_dims = {64};
+  int64_t repeats = 3;                            // timed repeats per row (median kept), after one warm-up
+  bool naive = false;                             // also time the naive composite path (fused: false)
+  int64_t exact_max_length = 16384;               // exact attention is skipped above this length
+  std::string json;                               // JSON lines file
+};
+
+void RunKernelBench(const KernelBenchOptions& options);
+
+}  // namespace darkformer

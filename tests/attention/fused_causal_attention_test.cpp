@@ -1,0 +1,232 @@
+// The fused causal operator (fused_causal_attention.h) against the naive composite path
+// (`fused: false`): outputs and gradients for every feature kernel, chunk sizes that do and do not
+// divide L, L = 1, MHA / GQA / MQA layouts and bf16 inputs; finite differences in fp64 through the
+// custom backward; causality; the bytes autograd saves; and the recurrent step.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "attention/darkformer_kernel.h"
+#include "attention/feature_kernel_base.h"
+#include "attention/fused_causal_attention.h"
+#include "attention/kernel_registry.h"
+#include "attention/lfk_kernel.h"
+
+namespace darkformer {
+namespace {
+
+const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "lfk"};
+
+AttentionKernel Make(const std::string& name, int64_t heads, int64_t d, int64_t m, int64_t chunk, bool fused) {
+  KernelShape shape;
+  shape.num_heads = heads;
+  shape.head_dim = d;
+  const std::string yaml = "{num_features: " + std::to_string(m) + ", chunk_size: " + std::to_string(chunk) +
+                           ", fused: " + (fused ? "true" : "false") + "}";
+  auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
+  if (name == "darkformer") {
+    // A non-trivial, per-head M: the gradient path through M x must be exercised.
+    torch::NoGradGuard no_grad;
+    auto& m_param = kernel->named_parameters()["M"];
+    torch::manual_seed(11);
+    m_param.copy_(torch::eye(d).unsqueeze(0) + 0.3 * torch::randn_like(m_param));
+  }
+  return kernel;
+}
+
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  return ((a.to(torch::kFloat64) - b.to(torch::kFloat64)).abs().max() /
+          b.to(torch::kFloat64).abs().max().clamp_min(1e-30))
+      .item<double>();
+}
+
+struct Result {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;  // q, k, v, then the kernel's trainable parameters
+};
+
+Result RunKernel(AttentionKernel& kernel, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+           const torch::Tensor& weights) {
+  auto qq = q.detach().requires_grad_(true), kk = k.detach().requires_grad_(true), vv = v.detach().requires_grad_(true);
+  for (auto& p : kernel->parameters()) p.mutable_grad() = torch::Tensor();
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(q.size(-1)));
+  const auto out = kernel->forward(qq, kk, vv, call);
+  (out.to(torch::kFloat32) * weights).sum().backward();
+  Result r{out.detach(), {qq.grad(), kk.grad(), vv.grad()}};
+  for (auto& p : kernel->parameters()) r.grads.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  return r;
+}
+
+TEST(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
+  struct Layout {
+    int64_t heads, kv_heads;
+  };
+  for (const auto& name : kFeatureKernels) {
+    for (const Layout layout : {Layout{2, 2}, Layout{4, 2}, Layout{4, 1}}) {
+      for (const int64_t length : {1, 32}) {
+        for (const int64_t chunk : {5, 16, 64}) {  // 16 divides L = 32, 5 does not, 64 exceeds it
+          torch::manual_seed(length * 100 + chunk);
+          const int64_t d = 8, m = 16;
+          const auto q = torch::randn({2, layout.heads, length, d});
+          const auto k = torch::randn({2, layout.kv_heads, length, d});
+          const auto v = torch::randn({2, layout.kv_heads, length, d});
+          const auto weights = torch::randn({2, layout.heads, length, d});
+          auto fused = Make(name, layout.heads, d, m, chunk, true);
+          auto naive = Make(name, layout.heads, d, m, chunk, false);
+          const auto a = RunKernel(fused, q, k, v, weights);
+          const auto b = RunKernel(naive, q, k, v, weights);
+          const std::string where = name + " H=" + std::to_string(layout.heads) + " K=" + std::to_string(layout.kv_heads) +
+                                    " L=" + std::to_string(length) + " chunk=" + std::to_string(chunk);
+          EXPECT_LE(RelativeError(a.out, b.out), 1e-5) << where;
+          ASSERT_EQ(a.grads.size(), b.grads.size()) << where;
+          for (size_t i = 0; i < a.grads.size(); ++i) {
+            ASSERT_EQ(a.grads[i].defined(), b.grads[i].defined()) << where << " grad " << i;
+            if (!a.grads[i].defined()) continue;
+            if (b.grads[i].abs().max().item<double>() < 1e-5) {
+              // A zero gradient (at L = 1, out = v_0: q, k and the kernel's parameters do not
+              // matter): both must be zero up to fp32 rounding; a ratio of roundoffs means nothing.
+              EXPECT_LE(a.grads[i].abs().max().item<double>(), 1e-5) << where << " grad " << i;
+            } else {
+              EXPECT_LE(RelativeError(a.grads[i], b.grads[i]), 1e-4) << where << " grad " << i;
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {
+  torch::manual_seed(3);
+  const int64_t heads = 4, kv = 1, length = 40, d = 16;
+  const auto q = torch::randn({1, heads, length, d}).to(torch::kBFloat16);
+  const auto k = torch::randn({1, kv, length, d}).to(torch::kBFloat16);
+  const auto v = torch::randn({1, kv, length, d}).to(torch::kBFloat16);
+  const auto weights = torch::randn({1, heads, length, d});
+  for (const auto& name : kFeatureKernels) {
+    auto fused = Make(name, heads, d, 32, 16, true);
+    auto naive = Make(name, heads, d, 32, 16, false);
+    const auto a = RunKernel(fused, q, k, v, weights);
+    const auto b = RunKernel(naive, q, k, v, weights);
+    EXPECT_EQ(a.out.scalar_type(), torch::kBFloat16);
+    // Both sum in fp32 and round once to bf16 (8 bits of mantissa): at most one bf16 ulp apart.
+    EXPECT_LE(RelativeError(a.out, b.out), 1.0 / 128) << name;
+    for (size_t i = 0; i < 3; ++i) EXPECT_LE(RelativeError(a.grads[i], b.grads[i]), 1.0 / 64) << name << " grad " << i;
+  }
+}
+
+// Central differences in fp64 through the custom backward (inputs and M / W).
+TEST(FusedCausalAttentionTest, FiniteDifferenceGradientsInFp64) {
+  for (const auto& name : kFeatureKernels) {
+    torch::manual_seed(5);
+    const int64_t heads = 2, kv = 1, length = 7, d = 3, m = 5, chunk = 3;
+    auto kernel = Make(name, heads, d, m, chunk, true);
+    kernel->to(torch::kFloat64);
+    const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
+    auto q = torch::randn({1, heads, length, d}, f64), k = torch::randn({1, kv, length, d}, f64),
+         v = torch::randn({1, kv, length, d}, f64);
+    const auto weights = torch::randn({1, heads, length, d}, f64);
+    AttentionCall call;
+    auto loss = [&] { return (kernel->forward(q, k, v, call) * weights).sum(); };
+    std::vector<torch::Tensor> inputs = {q, k, v};
+    for (auto& p : kernel->parameters()) inputs.push_back(p);
+    for (auto& t : inputs) t.requires_grad_(true);
+    loss().backward();
+    double worst = 0;
+    for (auto& t : inputs) {
+      const auto analytic = t.grad().clone();
+      auto flat = t.data().view(-1);
+      for (int64_t i = 0; i < flat.numel(); ++i) {
+        const double h = 1e-6, x0 = flat[i].item<double>();
+        double lp, lm;
+        {
+          torch::NoGradGuard no_grad;
+          flat[i] = x0 + h;
+          lp = loss().item<double>();
+          flat[i] = x0 - h;
+          lm = loss().item<double>();
+          flat[i] = x0;
+        }
+        const double numeric = (lp - lm) / (2 * h);
+        worst = std::max(worst, std::abs(numeric - analytic.view(-1)[i].item<double>()) / std::max(1.0, std::abs(numeric)));
+      }
+    }
+    std::cout << "[fused fd] " << name << ": worst relative gradient error " << worst << "\n";
+    EXPECT_LE(worst, 1e-6) << name;
+  }
+}
+
+TEST(FusedCausalAttentionTest, LaterKeysNeverTouchEarlierOutputs) {
+  torch::manual_seed(7);
+  const int64_t heads = 4, kv = 1, length = 50, t = 20, d = 8;
+  const auto q = torch::randn({1, heads, length, d}), k = torch::randn({1, kv, length, d}),
+             v = torch::randn({1, kv, length, d});
+  auto k2 = k.clone(), v2 = v.clone();
+  k2.narrow(2, t + 1, length - t - 1).mul_(200.0);  // keys after t with huge norms
+  v2.narrow(2, t + 1, length - t - 1).normal_();
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (const auto& name : kFeatureKernels) {
+    auto kernel = Make(name, heads, d, 32, 16, true);
+    const auto a = kernel->forward(q, k, v, call), b = kernel->forward(q, k2, v2, call);
+    EXPECT_EQ((a.narrow(2, 0, t + 1) - b.narrow(2, 0, t + 1)).abs().max().item<double>(), 0.0) << name;
+    EXPECT_TRUE(torch::isfinite(b).all().item<bool>()) << name;
+  }
+}
+
+// Autograd keeps O(L D) bytes (x, y, v, output, normaliser, reference), never O(L m) features.
+TEST(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
+  const int64_t heads = 2, d = 16;
+  auto saved = [&](int64_t length, int64_t m) {
+    torch::manual_seed(1);
+    auto kernel = Make("darkformer", heads, d, m, 64, true);
+    const auto q = torch::randn({1, heads, length, d}, torch::requires_grad()),
+               k = torch::randn({1, heads, length, d}, torch::requires_grad()),
+               v = torch::randn({1, heads, length, d}, torch::requires_grad());
+    AttentionCall call;
+    const auto out = FusedCausalLinearAttention(q, k, v, std::dynamic_pointer_cast<FeatureKernelBase>(kernel.ptr())->MakeFeatureMap(), 64);
+    return FusedCausalSavedBytes(out);
+  };
+  const int64_t length = 2048;
+  const int64_t small_m = saved(length, 16), large_m = saved(length, 1024), double_l = saved(2 * length, 1024);
+  const int64_t one_feature_tensor = int64_t{heads} * length * 1024 * 4;
+  std::cout << "[saved bytes] L=2048 m=16: " << small_m << ", m=1024: " << large_m << ", L=4096 m=1024: " << double_l
+            << " (one L x m feature tensor: " << one_feature_tensor << ")\n";
+  EXPECT_GT(small_m, 0);
+  // m only adds the draw W (m x d) and nothing per position.
+  EXPECT_EQ(large_m - small_m, (1024 - 16) * d * 4);
+  EXPECT_LT(large_m, one_feature_tensor / 4);
+  const double per_position = static_cast<double>(double_l - large_m) / length;
+  EXPECT_NEAR(per_position, static_cast<double>(large_m - 1024 * d * 4 - heads * d * d * 4) / length, 1.0);
+}
+
+TEST(FusedCausalAttentionTest, RecurrentStepsEqualTheParallelForm) {
+  torch::manual_seed(9);
+  const int64_t heads = 4, kv = 2, length = 23, prefill = 9, d = 8;
+  const auto x = torch::randn({1, heads, length, d}), y = torch::randn({1, kv, length, d}) * 2,
+             v = torch::randn({1, kv, length, d});
+  for (const auto& name : kFeatureKernels) {
+    auto kernel = Make(name, heads, d, 16, 4, true);
+    const auto map = std::dynamic_pointer_cast<FeatureKernelBase>(kernel.ptr())->MakeFeatureMap();
+    torch::NoGradGuard no_grad;
+    const auto full = FusedCausalLinearAttention(x, y, v, map, 4);
+    // From scratch, one token at a time.
+    LinearAttentionState state;
+    for (int64_t t = 0; t < length; ++t) {
+      const auto out = LinearAttentionStep(state, x.narrow(2, t, 1), y.narrow(2, t, 1), v.narrow(2, t, 1), map);
+      EXPECT_LE(RelativeError(out, full.narrow(2, t, 1)), 1e-5) << name << " t=" << t;
+    }
+    // Prefill with the chunked path, then steps.
+    auto prefilled = LinearAttentionPrefillState(y.narrow(2, 0, prefill), v.narrow(2, 0, prefill), map, heads, 4);
+    EXPECT_EQ(prefilled.tokens, prefill);
+    for (int64_t t = prefill; t < length; ++t) {
+      const auto out = LinearAttentionStep(prefilled, x.narrow(2, t, 1), y.narrow(2, t, 1), v.narrow(2, t, 1), map);
+      EXPECT_LE(RelativeError(out, full.narrow(2, t, 1)), 1e-5) << name << " t=" << t;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace darkformer
