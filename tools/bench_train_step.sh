@@ -13,10 +13,11 @@ KERNELS=("${@:-exact darkformer performer}")
 read -r -a KERNELS <<<"${KERNELS[*]}"
 OUT=runs/bench/train_step
 rm -rf "$OUT"
+mkdir -p "$OUT"
 for round in $(seq 1 "$ROUNDS"); do
   for kernel in "${KERNELS[@]}"; do
     "$DF" train --config bench/configs/train_step_2048.yaml --set attention.kernel="$kernel" \
-      --set log.dir="$OUT/$kernel-$round" >/dev/null 2>"$OUT.$kernel-$round.log" || { cat "$OUT.$kernel-$round.log"; exit 1; }
+      --set log.dir="$OUT/$kernel-$round" >/dev/null 2>"$OUT/$kernel-$round.log" || { cat "$OUT/$kernel-$round.log"; exit 1; }
   done
 done
 "$PYTHON" - "$OUT" "$ROUNDS" "${KERNELS[@]}" <<'PY'

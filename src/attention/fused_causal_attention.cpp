@@ -11,6 +11,7 @@
 
 #include <limits>
 
+#include "attention/positive_features.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -150,7 +151,11 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     const auto l = MakeLayout(x_BHLD, y_BKLD, v_BKLD, *map);
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     KeyState state;
-    std::vector<torch::Tensor> outs, dens, refs;
+    // Outputs go straight into preallocated tensors (a chunk list + cat would hold two copies at peak).
+    const auto feature_dtype = FeatureDtype(x_BHLD.scalar_type());
+    auto out_BKGLD = torch::empty({l.batch, l.kv_heads, l.group, l.length, l.value_dim}, x_BHLD.options().dtype(feature_dtype));
+    auto den_BKGL = torch::empty({l.batch, l.kv_heads, l.group, l.length}, out_BKGLD.options());
+    auto r_BKFL = torch::empty({l.batch, l.kv_heads, l.key_heads, l.length}, out_BKGLD.options());
     for (int64_t start = 0; start < l.length; start += chunk_size) {
       const int64_t c = std::min(chunk_size, l.length - start);
       const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, p, x_BHLD.narrow(2, start, c), l));
@@ -165,13 +170,13 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
         n_BKGCV = n_BKGCV + torch::matmul(q_BKGCM, state.s_BKFMV) * factor_BKFC1;
       }
       const auto den_BKGC = n_BKGCV.select(-1, l.value_dim).clamp_min(Tiny(n_BKGCV));
-      outs.push_back(n_BKGCV.narrow(-1, 0, l.value_dim) / den_BKGC.unsqueeze(-1));
-      dens.push_back(den_BKGC);
-      refs.push_back(r_BKFC);
+      out_BKGLD.narrow(3, start, c).copy_(n_BKGCV.narrow(-1, 0, l.value_dim) / den_BKGC.unsqueeze(-1));
+      den_BKGL.narrow(3, start, c).copy_(den_BKGC);
+      r_BKFL.narrow(3, start, c).copy_(r_BKFC);
       if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
     }
-    const auto out_BHLD = torch::cat(outs, 3).reshape({l.batch, l.heads, l.length, l.value_dim});
-    std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, torch::cat(dens, -1), torch::cat(refs, -1)};
+    const auto out_BHLD = out_BKGLD.view({l.batch, l.heads, l.length, l.value_dim});
+    std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, den_BKGL, r_BKFL};
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<FeatureMapCapsule>(feature_map));
@@ -198,11 +203,17 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     // dL/dn = [g / den, -(g.out) / den], laid out per KV head.
     const auto g_BKGLD = grad_outputs[0].to(out_BHLD.scalar_type()).reshape({l.batch, l.kv_heads, l.group, l.length, l.value_dim});
     const auto out_BKGLD = out_BHLD.reshape(g_BKGLD.sizes());
-    const auto inv_den_BKGL1 = den_BKGL.reciprocal().unsqueeze(-1);
-    const auto gh_BKGLV = torch::cat({g_BKGLD * inv_den_BKGL1, -(g_BKGLD * out_BKGLD).sum(-1, true) * inv_den_BKGL1}, -1);
+    // Per chunk (an L x (D+1) tensor for the whole sequence would raise the peak).
+    auto grad_n = [&](int64_t start, int64_t c) {
+      const auto g_BKGCD = g_BKGLD.narrow(3, start, c);
+      const auto inv_den_BKGC1 = den_BKGL.narrow(3, start, c).reciprocal().unsqueeze(-1);
+      return torch::cat({g_BKGCD * inv_den_BKGC1, -(g_BKGCD * out_BKGLD.narrow(3, start, c)).sum(-1, true) * inv_den_BKGC1}, -1);
+    };
 
     std::vector<torch::Tensor> param_grads(params.size());
-    std::vector<torch::Tensor> dx_chunks, dy_chunks, dv_chunks;
+    auto dx_BHLD = torch::empty_like(x_BHLD);
+    auto dy_BKLD = torch::empty_like(y_BKLD);
+    auto dv_BKLD = torch::empty_like(v_BKLD);
     std::vector<int64_t> starts;
     for (int64_t start = 0; start < l.length; start += chunk_size) starts.push_back(start);
     auto chunk_len = [&](int64_t start) { return std::min(chunk_size, l.length - start); };
@@ -223,7 +234,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
         const auto key = SplitKeys(KeyLogFeatures(*map, params, y_BKLD.narrow(2, start, c), l));
         const auto r_BKFC = r_BKFL.narrow(-1, start, c);
         const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
-        const auto gh_BKGCV = gh_BKGLV.narrow(3, start, c);
+        const auto gh_BKGCV = grad_n(start, c);
         const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
         auto dq_BKGCM = torch::matmul(p_BKGCC, key.k_BKFCM);
         if (state.s_BKFMV.defined()) {
@@ -232,7 +243,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
         }
         {
           torch::AutoGradMode grad_on(true);
-          dx_chunks.push_back(BackpropChunk(q_BKGCM, dq_BKGCM, x_leaf, leaves, param_grads));
+          dx_BHLD.narrow(2, start, c).copy_(BackpropChunk(q_BKGCM, dq_BKGCM, x_leaf, leaves, param_grads));
         }
         if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
       }
@@ -256,7 +267,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
         const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, params, x_BHLD.narrow(2, start, c), l));
         const auto r_BKFC = r_BKFL.narrow(-1, start, c);
         const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
-        const auto gh_BKGCV = gh_BKGLV.narrow(3, start, c);
+        const auto gh_BKGCV = grad_n(start, c);
         const auto w_BKFCC = CausalWeights(key.b_BKFC, r_BKFC);
         const auto a_BKGCC = torch::matmul(q_BKGCM, k_BKFCM.transpose(-1, -2)) * w_BKFCC;
         const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * w_BKFCC;
@@ -271,9 +282,9 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
         }
         {
           torch::AutoGradMode grad_on(true);
-          dy_chunks.push_back(BackpropChunk(key.k_BKFCM, dk_BKFCM, y_leaf, leaves, param_grads));
+          dy_BKLD.narrow(2, start, c).copy_(BackpropChunk(key.k_BKFCM, dk_BKFCM, y_leaf, leaves, param_grads));
         }
-        dv_chunks.push_back(dvh_BK1CV.squeeze(2).narrow(-1, 0, l.value_dim));
+        dv_BKLD.narrow(2, start, c).copy_(dvh_BK1CV.squeeze(2).narrow(-1, 0, l.value_dim));
         if (start == 0) break;
         // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1).
         const auto prev_ref_BKF = r_BKFL.select(-1, start - 1);
@@ -285,9 +296,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
                             : add_BKGMV;
       }
     }
-    std::reverse(dy_chunks.begin(), dy_chunks.end());
-    std::reverse(dv_chunks.begin(), dv_chunks.end());
-    torch::autograd::variable_list grads = {torch::cat(dx_chunks, 2), torch::cat(dy_chunks, 2), torch::cat(dv_chunks, 2)};
+    torch::autograd::variable_list grads = {dx_BHLD, dy_BKLD, dv_BKLD};
     for (auto& g : param_grads) grads.push_back(g);
     grads.push_back({});  // map
     grads.push_back({});  // chunk_size
