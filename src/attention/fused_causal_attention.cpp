@@ -59,8 +59,11 @@ torch::Tensor KeyLogFeatures(const FeatureMap& map, const std::vector<torch::Ten
   return lk_BHCM.view({l.batch, l.kv_heads, l.group, c, lk_BHCM.size(-1)});
 }
 
-torch::Tensor ShiftedQueryFeatures(const torch::Tensor& lq_BKGCM) {
-  return torch::exp(lq_BKGCM - std::get<0>(lq_BKGCM.max(-1, /*keepdim=*/true)).detach());
+// Outside autograd the shift and exp run in place (one L x m block instead of three).
+torch::Tensor ShiftedQueryFeatures(torch::Tensor lq_BKGCM) {
+  const auto shift = std::get<0>(lq_BKGCM.max(-1, /*keepdim=*/true)).detach();
+  if (!lq_BKGCM.requires_grad()) return lq_BKGCM.sub_(shift).exp_();
+  return torch::exp(lq_BKGCM - shift);
 }
 
 // [v, 1] per KV head, broadcastable over the group: BK1CV.
@@ -86,8 +89,9 @@ torch::Tensor Tiny(const torch::Tensor& t) {
 struct KeyChunk {
   torch::Tensor k_BKFCM, b_BKFC;
 };
-KeyChunk SplitKeys(const torch::Tensor& lk_BKFCM) {
+KeyChunk SplitKeys(torch::Tensor lk_BKFCM) {
   const auto b_BKFC = std::get<0>(lk_BKFCM.max(-1)).detach();
+  if (!lk_BKFCM.requires_grad()) return {lk_BKFCM.sub_(b_BKFC.unsqueeze(-1)).exp_(), b_BKFC};
   return {torch::exp(lk_BKFCM - b_BKFC.unsqueeze(-1)), b_BKFC};
 }
 

@@ -30,7 +30,8 @@ namespace darkformer {
 // w.r.t. the inputs and `params` (the kernel's gradient path: M, W, ...).
 struct FeatureMap {
   // x_BNCD (N heads: H for queries; K or H for keys) -> log phi_BNCM in fp32 / fp64. `params` are
-  // the tensors of `params` below (or leaf copies of them during the backward).
+  // the tensors of `params` below (or leaf copies of them during the backward). It must return a
+  // fresh tensor: outside autograd the operator shifts and exponentiates it in place.
   std::function<torch::Tensor(const torch::Tensor& x_BNCD, const std::vector<torch::Tensor>& params, bool is_query)>
       log_features;
   std::vector<torch::Tensor> params;

@@ -23,8 +23,10 @@ torch::Tensor LogPositiveFeatures(const torch::Tensor& x_BHLD, const torch::Tens
   const int64_t m = w.size(-2);
   // Shared W: one matmul; per-head W_HMD broadcasts over the batch.
   const auto proj_BHLM = w.dim() == 2 ? torch::matmul(x, w_cast.t()) : torch::matmul(x, w_cast.transpose(-1, -2).unsqueeze(0));
-  const auto half_norm_BHL1 = 0.5 * x.pow(2).sum(-1, /*keepdim=*/true);
-  return proj_BHLM - half_norm_BHL1 - 0.5 * std::log(static_cast<double>(m));
+  // One pass over the L x m block, in place on the fresh matmul output (its backward needs only x
+  // and W): log phi = Wx - |x|^2 / 2 - log(m) / 2.
+  const auto offset_BHL1 = 0.5 * x.pow(2).sum(-1, /*keepdim=*/true) + 0.5 * std::log(static_cast<double>(m));
+  return proj_BHLM.sub_(offset_BHL1);
 }
 
 torch::Tensor StabilisedQueryFeatures(const torch::Tensor& log_phi_BHLM) {
