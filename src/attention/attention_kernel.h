@@ -22,7 +22,7 @@ struct AttentionCall {
 
 // Facts a kernel needs at construction.
 struct KernelShape {
-  int64_t num_heads = 1;      // query heads (k, v arrive already repeated to this many heads)
+  int64_t num_heads = 1;      // query heads (k, v arrive with their own K KV heads, H % K == 0)
   int64_t head_dim = 1;
   int64_t layer_index = 0;    // for per-layer seeds and messages
   int64_t run_seed = 0;       // train.seed: offsets every draw, so the seeds of a sweep differ
