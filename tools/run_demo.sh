@@ -15,4 +15,6 @@ echo "== pretrained (exact):"
 $DF eval --config configs/demo/pretrain.yaml
 echo "== finetuned (darkformer):"
 $DF eval --config configs/demo/finetune.yaml
+echo "== a sample from the finetuned model (greedy):"
+$DF generate --config configs/demo/finetune.yaml --prompt "The" --max-new-tokens 32 --greedy
 echo "run directories: runs/demo-pretrain runs/demo-finetune-darkformer (metrics.jsonl, spikes.jsonl, summary.json)"

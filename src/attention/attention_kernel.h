@@ -8,6 +8,7 @@
 #include <torch/torch.h>
 
 #include <cmath>
+#include <memory>
 #include <string>
 
 namespace darkformer {
@@ -34,6 +35,18 @@ inline int64_t KernelSeed(int64_t option_seed, const KernelShape& shape) {
   return option_seed + 1000 * shape.layer_index + 1000003 * shape.run_seed;
 }
 
+// One layer's decoding state, the kernel's own: a KV cache (exact), running sums (feature
+// kernels), ... Created by the kernel's first Decode call.
+struct DecodeState {
+  virtual ~DecodeState() = default;
+  // Bytes of the tensors it holds (what grows with the context, or does not).
+  virtual int64_t Bytes() const = 0;
+  int64_t tokens = 0;  // tokens appended so far (the next token's position)
+};
+
+// Bytes of a tensor that may be undefined.
+inline int64_t NbytesOrZero(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
 class AttentionKernelImpl : public torch::nn::Module {
  public:
   ~AttentionKernelImpl() override = default;
@@ -56,6 +69,13 @@ class AttentionKernelImpl : public torch::nn::Module {
   // features (exact, baselines).
   virtual double MaxLogFeature(const torch::Tensor& /*x_BHLD*/) const { return std::nan(""); }
   virtual void Calibrate(const torch::Tensor& /*q_BHLD*/, const torch::Tensor& /*k_BHLD*/, double /*scale*/) {}
+
+  // Incremental causal attention for generation: appends T new tokens (q_BHTD, k_BKTD, v_BKTD,
+  // at positions state->tokens ...) to `state` (null: a fresh one is made) and returns out_BHTD,
+  // each new token attending to every earlier token and itself as forward() would over the whole
+  // sequence. A prompt goes in as one call (the parallel path), then one token per call.
+  virtual torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
+                               const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall& call);
 };
 
 TORCH_MODULE(AttentionKernel);

@@ -37,4 +37,50 @@ torch::Tensor ConstantKernelImpl::forward(const torch::Tensor& q_BHLD, const tor
   return (v.cumsum(2) / counts_L1).to(v_BHLD.scalar_type());
 }
 
+namespace {
+
+struct ValueHistory : DecodeState {
+  torch::Tensor v_BHSD;  // every token's v, per query head, fp32
+  int64_t Bytes() const override { return NbytesOrZero(v_BHSD); }
+};
+
+struct RunningSum : DecodeState {
+  torch::Tensor sum_BH1D;  // fp32
+  int64_t Bytes() const override { return NbytesOrZero(sum_BH1D); }
+};
+
+}  // namespace
+
+torch::Tensor RandomKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
+                                       const torch::Tensor& /*k_BKTD*/, const torch::Tensor& v_BKTD,
+                                       const AttentionCall& /*call*/) {
+  if (!state) state = std::make_unique<ValueHistory>();
+  auto& s = dynamic_cast<ValueHistory&>(*state);
+  const auto v_new = RepeatKvHeads(v_BKTD, q_BHTD.size(1)).to(torch::kFloat32);
+  s.v_BHSD = s.v_BHSD.defined() ? torch::cat({s.v_BHSD, v_new}, 2) : v_new;
+  const int64_t batch = v_new.size(0), heads = v_new.size(1), new_tokens = v_new.size(2), total = s.v_BHSD.size(2);
+  const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
+  auto u_BHTS = v_new.is_cpu() ? at::rand({batch, heads, new_tokens, total}, generator_, f32)
+                               : torch::rand({batch, heads, new_tokens, total}, f32.device(v_new.device()));
+  // New token t (position tokens + t) draws weights for positions <= its own.
+  u_BHTS = u_BHTS.tril(total - new_tokens);
+  s.tokens += new_tokens;
+  return torch::matmul(u_BHTS / u_BHTS.sum(-1, /*keepdim=*/true), s.v_BHSD).to(v_BKTD.scalar_type());
+}
+
+torch::Tensor ConstantKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
+                                         const torch::Tensor& /*k_BKTD*/, const torch::Tensor& v_BKTD,
+                                         const AttentionCall& /*call*/) {
+  if (!state) state = std::make_unique<RunningSum>();
+  auto& s = dynamic_cast<RunningSum&>(*state);
+  const auto v = RepeatKvHeads(v_BKTD, q_BHTD.size(1)).to(torch::kFloat32);
+  auto sums_BHTD = v.cumsum(2);
+  if (s.sum_BH1D.defined()) sums_BHTD = sums_BHTD + s.sum_BH1D;
+  const int64_t new_tokens = v.size(2);
+  const auto counts_T1 = torch::arange(s.tokens + 1, s.tokens + new_tokens + 1, v.options()).unsqueeze(-1);
+  s.sum_BH1D = sums_BHTD.narrow(2, new_tokens - 1, 1);
+  s.tokens += new_tokens;
+  return (sums_BHTD / counts_T1).to(v_BKTD.scalar_type());
+}
+
 }  // namespace darkformer

@@ -17,6 +17,10 @@ class RandomKernelImpl : public AttentionKernelImpl {
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "random"; }
+  // Fresh weights over every earlier token for each new one, so the state is every v so far
+  // (O(L) memory, like a KV cache): the definition needs them all.
+  torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
+                       const torch::Tensor& v_BKTD, const AttentionCall& call) override;
 
  private:
   at::Generator generator_;  // CPU draws from options.seed (seed + 1000 * layer); CUDA uses its default
@@ -29,6 +33,9 @@ class ConstantKernelImpl : public AttentionKernelImpl {
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "constant"; }
+  // The running sum of v (fp32) and the token count.
+  torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
+                       const torch::Tensor& v_BKTD, const AttentionCall& call) override;
 };
 TORCH_MODULE(ConstantKernel);
 

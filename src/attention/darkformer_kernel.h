@@ -18,6 +18,7 @@ class DarkformerKernelImpl : public FeatureKernelBase {
   std::vector<torch::Tensor> FeatureParams() const override;
   // Per-head M: key features are per query head (the fused operator computes them G times).
   bool KeysPerQueryHead() const override { return M.size(0) > 1; }
+  std::vector<bool> FeatureParamsPerHead() const override { return {M.size(0) > 1, false}; }
 
   // Whitening init (000 Appendix C): M = Lambda^-1/2 from the pooled covariance Lambda of
   // x = sqrt(s) q and y = sqrt(s) k (per head, or over all heads when M is shared), computed in

@@ -40,4 +40,59 @@ torch::Tensor ExactKernelImpl::forward(const torch::Tensor& q_BHLD, const torch:
   return torch::matmul(weights_BHLL, v_BHLD);
 }
 
+namespace {
+
+struct KvCache : DecodeState {
+  torch::Tensor k_BKSD, v_BKSD;  // the cached tokens: positions tokens - S ... tokens - 1
+  int64_t Bytes() const override { return NbytesOrZero(k_BKSD) + NbytesOrZero(v_BKSD); }
+};
+
+}  // namespace
+
+torch::Tensor ExactKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
+                                      const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD,
+                                      const AttentionCall& call) {
+  if (!state) state = std::make_unique<KvCache>();
+  auto& cache = dynamic_cast<KvCache&>(*state);
+  if (cache.tokens == 0 && q_BHTD.size(2) > 1) {
+    // Prompt: forward()'s own path (SDPA where it applies: no T x T logits held), then the cache.
+    AttentionCall causal = call;
+    causal.causal = true;
+    const auto out_BHTD = forward(q_BHTD, k_BKTD, v_BKTD, causal);
+    const int64_t length = k_BKTD.size(2);
+    const int64_t keep = call.sliding_window > 0 ? std::min(length, call.sliding_window - 1) : length;
+    cache.k_BKSD = k_BKTD.narrow(2, length - keep, keep).contiguous();
+    cache.v_BKSD = v_BKTD.narrow(2, length - keep, keep).contiguous();
+    cache.tokens = length;
+    return out_BHTD;
+  }
+  const int64_t batch = q_BHTD.size(0), heads = q_BHTD.size(1), new_tokens = q_BHTD.size(2), d = q_BHTD.size(3);
+  const int64_t kv_heads = k_BKTD.size(1), group = heads / kv_heads;
+  const auto k_BKSD = cache.k_BKSD.defined() ? torch::cat({cache.k_BKSD, k_BKTD}, 2) : k_BKTD;
+  const auto v_BKSD = cache.v_BKSD.defined() ? torch::cat({cache.v_BKSD, v_BKTD}, 2) : v_BKTD;
+  const int64_t keys = k_BKSD.size(2), first_key = cache.tokens + new_tokens - keys;
+  // Query head h reads KV head h / G: group the queries instead of repeating the cache.
+  const auto q_BKGTD = q_BHTD.to(torch::kFloat32).view({batch, kv_heads, group, new_tokens, d});
+  auto logits_BKGTS = torch::matmul(q_BKGTD, k_BKSD.to(torch::kFloat32).unsqueeze(2).transpose(-1, -2)) * call.scale;
+  if (call.softcap > 0.0) logits_BKGTS = torch::tanh(logits_BKGTS / call.softcap) * call.softcap;
+  const auto opts = torch::TensorOptions().dtype(torch::kLong).device(q_BHTD.device());
+  const auto query_pos_T1 = torch::arange(cache.tokens, cache.tokens + new_tokens, opts).unsqueeze(1);
+  const auto diff_TS = query_pos_T1 - torch::arange(first_key, first_key + keys, opts).unsqueeze(0);  // i - j
+  auto allowed_TS = diff_TS >= 0;
+  if (call.sliding_window > 0) allowed_TS = allowed_TS & (diff_TS < call.sliding_window);
+  logits_BKGTS = logits_BKGTS.masked_fill(allowed_TS.logical_not(), -std::numeric_limits<float>::infinity());
+  const auto weights_BKGTS = torch::softmax(logits_BKGTS, -1);
+  const auto out_BKGTD = torch::matmul(weights_BKGTS, v_BKSD.to(torch::kFloat32).unsqueeze(2));
+  // A later token at position p sees keys p - window + 1 ... p: the last window - 1 cached ones.
+  const int64_t keep = call.sliding_window > 0 ? std::min(keys, call.sliding_window - 1) : keys;
+  cache.k_BKSD = k_BKSD.narrow(2, keys - keep, keep);
+  cache.v_BKSD = v_BKSD.narrow(2, keys - keep, keep);
+  if (keep < keys) {  // drop the storage of the trimmed tokens
+    cache.k_BKSD = cache.k_BKSD.contiguous();
+    cache.v_BKSD = cache.v_BKSD.contiguous();
+  }
+  cache.tokens += new_tokens;
+  return out_BKGTD.reshape({batch, heads, new_tokens, d}).to(v_BKTD.scalar_type());
+}
+
 }  // namespace darkformer

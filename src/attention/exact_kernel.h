@@ -16,6 +16,10 @@ class ExactKernelImpl : public AttentionKernelImpl {
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                         const torch::Tensor& v_BKLD, const AttentionCall& call) override;
   std::string kernel_name() const override { return "exact"; }
+  // A KV cache of the KV heads (not repeated); sliding-window layers keep only the last
+  // window - 1 tokens (all a later token can see); logits in fp32, soft-capped as in forward.
+  torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
+                       const torch::Tensor& v_BKTD, const AttentionCall& call) override;
   bool supports_softcap() const override { return true; }
   bool supports_sliding_window() const override { return true; }
 

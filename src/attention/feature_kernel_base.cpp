@@ -80,6 +80,7 @@ FeatureMap FeatureKernelBase::MakeFeatureMap() const {
   };
   map.params = FeatureParams();
   map.keys_per_query_head = KeysPerQueryHead();
+  map.params_per_head = FeatureParamsPerHead();
   return map;
 }
 
@@ -103,6 +104,43 @@ torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torc
   const auto out_BHLD = LinearAttention(query_BHLM, key.features_BHLM, key.log_scale_BHL, v_BHLD, call.causal,
                                         options_.chunk_size);
   return out_BHLD.to(v_BHLD.scalar_type());
+}
+
+namespace {
+
+struct RecurrentState : DecodeState {
+  LinearAttentionState sums;
+  int64_t Bytes() const override { return NbytesOrZero(sums.state_BKFMV) + NbytesOrZero(sums.ref_BKF); }
+};
+
+}  // namespace
+
+torch::Tensor FeatureKernelBase::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
+                                        const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD,
+                                        const AttentionCall& call) {
+  if (!state) state = std::make_unique<RecurrentState>();
+  auto& s = dynamic_cast<RecurrentState&>(*state);
+  const int64_t new_tokens = q_BHTD.size(2);
+  const auto dtype = FeatureDtype(q_BHTD.scalar_type());
+  const double root_scale = std::sqrt(call.scale);
+  const auto map = MakeFeatureMap();
+  const auto y_BKTD = k_BKTD.to(dtype) * root_scale, v_f_BKTD = v_BKTD.to(dtype);
+  if (s.tokens == 0 && new_tokens > 1) {
+    // Prompt: the outputs exactly as forward() gives them, then the state after the last token.
+    AttentionCall causal = call;
+    causal.causal = true;
+    const auto out_BHTD = forward(q_BHTD, k_BKTD, v_BKTD, causal);
+    s.sums = LinearAttentionPrefillState(y_BKTD, v_f_BKTD, map, q_BHTD.size(1), options_.chunk_size);
+    s.tokens = new_tokens;
+    return out_BHTD;
+  }
+  const auto x_BHTD = q_BHTD.to(dtype) * root_scale;
+  std::vector<torch::Tensor> outs;
+  for (int64_t t = 0; t < new_tokens; ++t) {
+    outs.push_back(LinearAttentionStep(s.sums, x_BHTD.narrow(2, t, 1), y_BKTD.narrow(2, t, 1), v_f_BKTD.narrow(2, t, 1), map));
+  }
+  s.tokens += new_tokens;
+  return torch::cat(outs, 2).to(v_BKTD.scalar_type());
 }
 
 }  // namespace darkformer

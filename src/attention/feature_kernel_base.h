@@ -35,6 +35,11 @@ class FeatureKernelBase : public AttentionKernelImpl {
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   void on_train_step(int64_t step) override;
+  // The recurrent form (fused_causal_attention.h): running sums of phi(k) [v, 1]^T per KV head
+  // with the causal-safe reference, fp32, no per-position storage. A first call with several
+  // tokens (the prompt) runs forward()'s parallel path and keeps its final state.
+  torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
+                       const torch::Tensor& v_BKTD, const AttentionCall& call) override;
 
   // Kernel state stays at least fp32 (fp64 when asked) whatever the model's dtype, and integer
   // buffers keep their type.
@@ -51,6 +56,8 @@ class FeatureKernelBase : public AttentionKernelImpl {
   virtual std::vector<torch::Tensor> FeatureParams() const = 0;
   // Whether key features depend on the query head (parameters per query head).
   virtual bool KeysPerQueryHead() const { return false; }
+  // Which of FeatureParams() have one slice per query head along their first dimension.
+  virtual std::vector<bool> FeatureParamsPerHead() const { return {}; }
   torch::Tensor LogFeatures(const torch::Tensor& x_BHLD, bool is_query = true) const {
     return LogFeaturesWith(x_BHLD, FeatureParams(), is_query);
   }

@@ -9,6 +9,10 @@
 // and the features' own backward (through the kernel's log phi) is recomputed per chunk.
 #include "attention/fused_causal_attention.h"
 
+#include <ATen/Parallel.h>
+#include <ATen/ThreadLocalState.h>
+
+#include <algorithm>
 #include <limits>
 
 #include "attention/positive_features.h"
@@ -146,162 +150,273 @@ torch::Tensor BackpropChunk(const torch::Tensor& out, const torch::Tensor& d_out
   return grads[0].defined() ? grads[0] : torch::zeros_like(input_leaf);
 }
 
+// Units of work. A key row is a KV head whose key features the group shares, or a query head
+// when key features are per query head (then y and v are repeated per query head and each row's
+// group is that one head). Rows are independent: a unit is a block of rows of one batch element,
+// with as many blocks as it takes to give every intra-op thread work and no more, since each op
+// of a unit then covers all its rows at once (per-op overhead dominates at chunk scale).
+struct Unit {
+  int64_t b, row0, rows;
+};
+
+struct Units {
+  int64_t rows, group, blocks, block_rows;  // rows per batch element, query heads per row
+  int64_t count(const Layout& l) const { return l.batch * blocks; }
+  Unit operator()(int64_t i) const {
+    const int64_t b = i / blocks, row0 = (i % blocks) * block_rows;
+    return {b, row0, std::min(block_rows, rows - row0)};
+  }
+  Layout layout(const Layout& l, const Unit& u) const {
+    return {1, u.rows * group, u.rows, group, 1, l.length, l.value_dim};
+  }
+};
+
+Units MakeUnits(const Layout& l) {
+  const int64_t rows = l.key_heads == 1 ? l.kv_heads : l.heads;
+  const int64_t threads = at::get_num_threads();
+  const int64_t blocks = std::clamp<int64_t>((threads + l.batch - 1) / l.batch, 1, rows);
+  const int64_t block_rows = (rows + blocks - 1) / blocks;
+  return {rows, l.key_heads == 1 ? l.group : 1, (rows + block_rows - 1) / block_rows, block_rows};
+}
+
+// Keys and values per row: as given, or repeated per query head.
+torch::Tensor PerRow(const torch::Tensor& t_BKLD, const Layout& l) {
+  return l.key_heads == 1 ? t_BKLD : t_BKLD.repeat_interleave(l.group, 1);
+}
+
+// The unit's slice of a BN... tensor: batch b, heads [h, h + n).
+torch::Tensor Take(const torch::Tensor& t, int64_t b, int64_t h, int64_t n) { return t.narrow(0, b, 1).narrow(1, h, n); }
+// The unit's query-side slice of a BH... tensor, laid out per row: 1 x rows x group x ...
+torch::Tensor TakeGrouped(const torch::Tensor& t, const Units& units, const Unit& u) {
+  auto sizes = t.sizes().vec();
+  sizes.erase(sizes.begin(), sizes.begin() + 2);
+  sizes.insert(sizes.begin(), {1, u.rows, units.group});
+  return Take(t, u.b, u.row0 * units.group, u.rows * units.group).view(sizes);
+}
+
+// The unit's parameters: per-head ones narrowed to its query heads.
+std::vector<torch::Tensor> UnitParams(const FeatureMap& map, const std::vector<torch::Tensor>& params,
+                                      const Units& units, const Unit& u) {
+  std::vector<torch::Tensor> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const bool per_head = i < map.params_per_head.size() && map.params_per_head[i];
+    out.push_back(per_head ? params[i].narrow(0, u.row0 * units.group, u.rows * units.group) : params[i]);
+  }
+  return out;
+}
+
+// Runs fn(unit) for every unit on LibTorch's intra-op threads, each unit single-threaded inside
+// (a chunk's ops are too small for two threads to share). Grad mode and the rest of the caller's
+// thread-local state travel with the work.
+template <typename Fn>
+void ForEachUnit(int64_t count, const Fn& fn) {
+  const at::ThreadLocalState caller_state;
+  at::parallel_for(0, count, 1, [&](int64_t begin, int64_t end) {
+    at::ThreadLocalStateGuard guard(caller_state);
+    for (int64_t i = begin; i < end; ++i) fn(i);
+  });
+}
+
+// Forward scan of one unit: writes out_1KGLD, den_1KGL and r_1K1L (views into the outputs).
+void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
+                 const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size, torch::Tensor out_1KGLD,
+                 torch::Tensor den_1KGL, torch::Tensor r_1K1L) {
+  KeyState state;
+  for (int64_t start = 0; start < l.length; start += chunk_size) {
+    const int64_t c = std::min(chunk_size, l.length - start);
+    const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(map, p, x_1HLD.narrow(2, start, c), l));
+    const auto key = SplitKeys(KeyLogFeatures(map, p, y_1KLD.narrow(2, start, c), l));
+    auto r_BKFC = std::get<0>(key.b_BKFC.cummax(-1));
+    if (state.ref_BKF.defined()) r_BKFC = torch::maximum(r_BKFC, state.ref_BKF.unsqueeze(-1));
+    const auto vh_BK1CV = WithOnes(v_1KLD.narrow(2, start, c));
+    const auto a_BKGCC = torch::matmul(q_BKGCM, key.k_BKFCM.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
+    auto n_BKGCV = torch::matmul(a_BKGCC, vh_BK1CV);
+    if (state.s_BKFMV.defined()) {
+      const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
+      n_BKGCV = n_BKGCV + torch::matmul(q_BKGCM, state.s_BKFMV) * factor_BKFC1;
+    }
+    const auto den_BKGC = n_BKGCV.select(-1, l.value_dim).clamp_min(Tiny(n_BKGCV));
+    out_1KGLD.narrow(3, start, c).copy_(n_BKGCV.narrow(-1, 0, l.value_dim) / den_BKGC.unsqueeze(-1));
+    den_1KGL.narrow(3, start, c).copy_(den_BKGC);
+    r_1K1L.narrow(3, start, c).copy_(r_BKFC);
+    if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
+  }
+}
+
+// What the backward of one unit reads (views of the saved tensors and of the incoming gradient).
+struct UnitSaved {
+  torch::Tensor x_1HLD, y_1KLD, v_1KLD, out_1KGLD, den_1KGL, r_1K1L, g_1KGLD;
+};
+
+// Backward of one unit: writes dx_1HLD, dy_1KLD, dv_1KLD and returns the gradients of its
+// parameters (the unit's slices of per-head ones).
+std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& params, const Layout& l,
+                                        const UnitSaved& s, int64_t chunk_size, torch::Tensor dx_1HLD,
+                                        torch::Tensor dy_1KLD, torch::Tensor dv_1KLD) {
+  // dL/dn = [g / den, -(g.out) / den] per chunk (an L x (D+1) tensor would raise the peak).
+  auto grad_n = [&](int64_t start, int64_t c) {
+    const auto g_BKGCD = s.g_1KGLD.narrow(3, start, c);
+    const auto inv_den_BKGC1 = s.den_1KGL.narrow(3, start, c).reciprocal().unsqueeze(-1);
+    return torch::cat({g_BKGCD * inv_den_BKGC1, -(g_BKGCD * s.out_1KGLD.narrow(3, start, c)).sum(-1, true) * inv_den_BKGC1}, -1);
+  };
+  std::vector<torch::Tensor> param_grads(params.size());
+  std::vector<int64_t> starts;
+  for (int64_t start = 0; start < l.length; start += chunk_size) starts.push_back(start);
+  auto chunk_len = [&](int64_t start) { return std::min(chunk_size, l.length - start); };
+
+  // Scan 1, forward order: query gradients against the running key state.
+  {
+    KeyState state;
+    for (const int64_t start : starts) {
+      const int64_t c = chunk_len(start);
+      const auto leaves = ParamLeaves(params);
+      const auto x_leaf = s.x_1HLD.narrow(2, start, c).detach().requires_grad_(true);
+      torch::Tensor q_BKGCM;
+      {
+        torch::AutoGradMode grad_on(true);
+        q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(map, leaves, x_leaf, l));
+      }
+      torch::NoGradGuard no_grad;
+      const auto key = SplitKeys(KeyLogFeatures(map, params, s.y_1KLD.narrow(2, start, c), l));
+      const auto r_BKFC = s.r_1K1L.narrow(-1, start, c);
+      const auto vh_BK1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
+      const auto gh_BKGCV = grad_n(start, c);
+      const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
+      auto dq_BKGCM = torch::matmul(p_BKGCC, key.k_BKFCM);
+      if (state.s_BKFMV.defined()) {
+        const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
+        dq_BKGCM = dq_BKGCM + torch::matmul(gh_BKGCV, state.s_BKFMV.transpose(-1, -2)) * factor_BKFC1;
+      }
+      {
+        torch::AutoGradMode grad_on(true);
+        dx_1HLD.narrow(2, start, c).copy_(BackpropChunk(q_BKGCM, dq_BKGCM, x_leaf, leaves, param_grads));
+      }
+      if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
+    }
+  }
+
+  // Scan 2, reverse order: key and value gradients against the running query state
+  // R = sum_{i in later chunks} exp(ref - r_i) psi_i gh_i^T, ref = this chunk's last prefix max.
+  torch::Tensor r_state_BKFMV;
+  for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
+    const int64_t start = *it, c = chunk_len(start);
+    const auto leaves = ParamLeaves(params);
+    const auto y_leaf = s.y_1KLD.narrow(2, start, c).detach().requires_grad_(true);
+    KeyChunk key;
+    {
+      torch::AutoGradMode grad_on(true);
+      key = SplitKeys(KeyLogFeatures(map, leaves, y_leaf, l));
+    }
+    torch::NoGradGuard no_grad;
+    const auto k_BKFCM = key.k_BKFCM.detach();
+    const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(map, params, s.x_1HLD.narrow(2, start, c), l));
+    const auto r_BKFC = s.r_1K1L.narrow(-1, start, c);
+    const auto vh_BK1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
+    const auto gh_BKGCV = grad_n(start, c);
+    const auto w_BKFCC = CausalWeights(key.b_BKFC, r_BKFC);
+    const auto a_BKGCC = torch::matmul(q_BKGCM, k_BKFCM.transpose(-1, -2)) * w_BKFCC;
+    const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * w_BKFCC;
+    auto dk_BKFCM = torch::matmul(p_BKGCC.transpose(-1, -2), q_BKGCM).sum(2, /*keepdim=*/true);
+    auto dvh_BK1CV = torch::matmul(a_BKGCC.transpose(-1, -2), gh_BKGCV).sum(2, /*keepdim=*/true);
+    const auto ref_BKF = r_BKFC.select(-1, c - 1);
+    if (r_state_BKFMV.defined()) {
+      const auto factor_BKFC1 = torch::exp(key.b_BKFC - ref_BKF.unsqueeze(-1)).unsqueeze(-1);
+      dk_BKFCM = dk_BKFCM + torch::matmul(vh_BK1CV, r_state_BKFMV.transpose(-1, -2)) * factor_BKFC1;
+      dvh_BK1CV = dvh_BK1CV + torch::matmul(k_BKFCM, r_state_BKFMV) * factor_BKFC1;
+    }
+    {
+      torch::AutoGradMode grad_on(true);
+      dy_1KLD.narrow(2, start, c).copy_(BackpropChunk(key.k_BKFCM, dk_BKFCM, y_leaf, leaves, param_grads));
+    }
+    dv_1KLD.narrow(2, start, c).copy_(dvh_BK1CV.squeeze(2).narrow(-1, 0, l.value_dim));
+    if (start == 0) break;
+    // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1).
+    const auto prev_ref_BKF = s.r_1K1L.select(-1, start - 1);
+    const auto w_BKFC1 = torch::exp(prev_ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
+    const auto add_BKFMV = torch::matmul((q_BKGCM * w_BKFC1).transpose(-1, -2), gh_BKGCV).sum(2, /*keepdim=*/true);
+    r_state_BKFMV = r_state_BKFMV.defined()
+                        ? r_state_BKFMV * torch::exp(prev_ref_BKF - ref_BKF).unsqueeze(-1).unsqueeze(-1) + add_BKFMV
+                        : add_BKFMV;
+  }
+  return param_grads;
+}
+
 class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction> {
  public:
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_BHLD,
                                const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD, at::TensorList params,
                                const FeatureMap& feature_map, int64_t chunk_size) {
-    const FeatureMap* map = &feature_map;
-    const auto l = MakeLayout(x_BHLD, y_BKLD, v_BKLD, *map);
+    const auto l = MakeLayout(x_BHLD, y_BKLD, v_BKLD, feature_map);
+    const auto units = MakeUnits(l);
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    KeyState state;
-    // Outputs go straight into preallocated tensors (a chunk list + cat would hold two copies at peak).
-    const auto feature_dtype = FeatureDtype(x_BHLD.scalar_type());
-    auto out_BKGLD = torch::empty({l.batch, l.kv_heads, l.group, l.length, l.value_dim}, x_BHLD.options().dtype(feature_dtype));
-    auto den_BKGL = torch::empty({l.batch, l.kv_heads, l.group, l.length}, out_BKGLD.options());
-    auto r_BKFL = torch::empty({l.batch, l.kv_heads, l.key_heads, l.length}, out_BKGLD.options());
-    for (int64_t start = 0; start < l.length; start += chunk_size) {
-      const int64_t c = std::min(chunk_size, l.length - start);
-      const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, p, x_BHLD.narrow(2, start, c), l));
-      const auto key = SplitKeys(KeyLogFeatures(*map, p, y_BKLD.narrow(2, start, c), l));
-      auto r_BKFC = std::get<0>(key.b_BKFC.cummax(-1));
-      if (state.ref_BKF.defined()) r_BKFC = torch::maximum(r_BKFC, state.ref_BKF.unsqueeze(-1));
-      const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
-      const auto a_BKGCC = torch::matmul(q_BKGCM, key.k_BKFCM.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
-      auto n_BKGCV = torch::matmul(a_BKGCC, vh_BK1CV);
-      if (state.s_BKFMV.defined()) {
-        const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
-        n_BKGCV = n_BKGCV + torch::matmul(q_BKGCM, state.s_BKFMV) * factor_BKFC1;
-      }
-      const auto den_BKGC = n_BKGCV.select(-1, l.value_dim).clamp_min(Tiny(n_BKGCV));
-      out_BKGLD.narrow(3, start, c).copy_(n_BKGCV.narrow(-1, 0, l.value_dim) / den_BKGC.unsqueeze(-1));
-      den_BKGL.narrow(3, start, c).copy_(den_BKGC);
-      r_BKFL.narrow(3, start, c).copy_(r_BKFC);
-      if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
-    }
-    const auto out_BHLD = out_BKGLD.view({l.batch, l.heads, l.length, l.value_dim});
-    std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, den_BKGL, r_BKFL};
+    // Outputs go straight into preallocated tensors, each unit writing its own slices.
+    const auto options = x_BHLD.options().dtype(FeatureDtype(x_BHLD.scalar_type()));
+    auto out_BHLD = torch::empty({l.batch, l.heads, l.length, l.value_dim}, options);
+    auto den_BHL = torch::empty({l.batch, l.heads, l.length}, options);
+    auto r_BRL = torch::empty({l.batch, units.rows, l.length}, options);
+    const auto y_BRLD = PerRow(y_BKLD, l), v_BRLD = PerRow(v_BKLD, l);
+    ForEachUnit(units.count(l), [&](int64_t i) {
+      const auto u = units(i);
+      ForwardUnit(feature_map, UnitParams(feature_map, p, units, u), units.layout(l, u),
+                  Take(x_BHLD, u.b, u.row0 * units.group, u.rows * units.group), Take(y_BRLD, u.b, u.row0, u.rows),
+                  Take(v_BRLD, u.b, u.row0, u.rows), chunk_size, TakeGrouped(out_BHLD, units, u),
+                  TakeGrouped(den_BHL, units, u), Take(r_BRL, u.b, u.row0, u.rows).unsqueeze(2));
+    });
+    std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, den_BHL, r_BRL};
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<FeatureMapCapsule>(feature_map));
     ctx->saved_data["chunk"] = chunk_size;
-    ctx->saved_data["params"] = static_cast<int64_t>(p.size());
     return out_BHLD;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
-    const auto& x_BHLD = saved[0];
-    const auto& y_BKLD = saved[1];
-    const auto& v_BKLD = saved[2];
-    const auto& out_BHLD = saved[3];
-    const auto& den_BKGL = saved[4];
-    const auto& r_BKFL = saved[5];
+    const auto &x_BHLD = saved[0], &y_BKLD = saved[1], &v_BKLD = saved[2];
+    const auto &out_BHLD = saved[3], &den_BHL = saved[4], &r_BRL = saved[5];
     const std::vector<torch::Tensor> params(saved.begin() + 6, saved.end());
     const auto capsule = c10::static_intrusive_pointer_cast<FeatureMapCapsule>(ctx->saved_data["map"].toCapsule());
-    const FeatureMap* map = &capsule->map;
+    const FeatureMap& map = capsule->map;
     const int64_t chunk_size = ctx->saved_data["chunk"].toInt();
-    const auto l = MakeLayout(x_BHLD, y_BKLD, v_BKLD, *map);
+    const auto l = MakeLayout(x_BHLD, y_BKLD, v_BKLD, map);
+    const auto units = MakeUnits(l);
+    const auto g_BHLD = grad_outputs[0].to(out_BHLD.scalar_type()).contiguous();
+    const auto y_BRLD = PerRow(y_BKLD, l), v_BRLD = PerRow(v_BKLD, l);
 
-    // dL/dn = [g / den, -(g.out) / den], laid out per KV head.
-    const auto g_BKGLD = grad_outputs[0].to(out_BHLD.scalar_type()).reshape({l.batch, l.kv_heads, l.group, l.length, l.value_dim});
-    const auto out_BKGLD = out_BHLD.reshape(g_BKGLD.sizes());
-    // Per chunk (an L x (D+1) tensor for the whole sequence would raise the peak).
-    auto grad_n = [&](int64_t start, int64_t c) {
-      const auto g_BKGCD = g_BKGLD.narrow(3, start, c);
-      const auto inv_den_BKGC1 = den_BKGL.narrow(3, start, c).reciprocal().unsqueeze(-1);
-      return torch::cat({g_BKGCD * inv_den_BKGC1, -(g_BKGCD * out_BKGLD.narrow(3, start, c)).sum(-1, true) * inv_den_BKGC1}, -1);
-    };
-
-    std::vector<torch::Tensor> param_grads(params.size());
     auto dx_BHLD = torch::empty_like(x_BHLD);
-    auto dy_BKLD = torch::empty_like(y_BKLD);
-    auto dv_BKLD = torch::empty_like(v_BKLD);
-    std::vector<int64_t> starts;
-    for (int64_t start = 0; start < l.length; start += chunk_size) starts.push_back(start);
-    auto chunk_len = [&](int64_t start) { return std::min(chunk_size, l.length - start); };
-
-    // Scan 1, forward order: query gradients against the running key state.
-    {
-      KeyState state;
-      for (const int64_t start : starts) {
-        const int64_t c = chunk_len(start);
-        const auto leaves = ParamLeaves(params);
-        const auto x_leaf = x_BHLD.narrow(2, start, c).detach().requires_grad_(true);
-        torch::Tensor q_BKGCM;
-        {
-          torch::AutoGradMode grad_on(true);
-          q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, leaves, x_leaf, l));
-        }
-        torch::NoGradGuard no_grad;
-        const auto key = SplitKeys(KeyLogFeatures(*map, params, y_BKLD.narrow(2, start, c), l));
-        const auto r_BKFC = r_BKFL.narrow(-1, start, c);
-        const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
-        const auto gh_BKGCV = grad_n(start, c);
-        const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
-        auto dq_BKGCM = torch::matmul(p_BKGCC, key.k_BKFCM);
-        if (state.s_BKFMV.defined()) {
-          const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
-          dq_BKGCM = dq_BKGCM + torch::matmul(gh_BKGCV, state.s_BKFMV.transpose(-1, -2)) * factor_BKFC1;
-        }
-        {
-          torch::AutoGradMode grad_on(true);
-          dx_BHLD.narrow(2, start, c).copy_(BackpropChunk(q_BKGCM, dq_BKGCM, x_leaf, leaves, param_grads));
-        }
-        if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
+    auto dy_BRLD = torch::empty_like(y_BRLD), dv_BRLD = torch::empty_like(v_BRLD);
+    const int64_t count = units.count(l);
+    std::vector<std::vector<torch::Tensor>> unit_param_grads(count);
+    ForEachUnit(count, [&](int64_t i) {
+      const auto u = units(i);
+      const int64_t h0 = u.row0 * units.group, nh = u.rows * units.group;
+      const UnitSaved s{Take(x_BHLD, u.b, h0, nh), Take(y_BRLD, u.b, u.row0, u.rows), Take(v_BRLD, u.b, u.row0, u.rows),
+                        TakeGrouped(out_BHLD, units, u), TakeGrouped(den_BHL, units, u),
+                        Take(r_BRL, u.b, u.row0, u.rows).unsqueeze(2), TakeGrouped(g_BHLD, units, u)};
+      unit_param_grads[i] = BackwardUnit(map, UnitParams(map, params, units, u), units.layout(l, u), s, chunk_size,
+                                         Take(dx_BHLD, u.b, h0, nh), Take(dy_BRLD, u.b, u.row0, u.rows),
+                                         Take(dv_BRLD, u.b, u.row0, u.rows));
+    });
+    // Rows per query head: sum each KV head's group.
+    auto per_kv_head = [&](const torch::Tensor& d_BRLD) {
+      if (l.key_heads == 1) return d_BRLD;
+      return d_BRLD.view({l.batch, l.kv_heads, l.group, l.length, d_BRLD.size(3)}).sum(2);
+    };
+    torch::autograd::variable_list grads = {dx_BHLD, per_kv_head(dy_BRLD), per_kv_head(dv_BRLD)};
+    // Parameter gradients: summed over units, per-head ones into their heads' rows (serially).
+    for (size_t n = 0; n < params.size(); ++n) {
+      const bool per_head = n < map.params_per_head.size() && map.params_per_head[n];
+      torch::Tensor total;
+      for (int64_t i = 0; i < count; ++i) {
+        const auto& g = unit_param_grads[i][n];
+        if (!g.defined()) continue;
+        if (!total.defined()) total = torch::zeros_like(params[n], g.options());
+        const auto u = units(i);
+        (per_head ? total.narrow(0, u.row0 * units.group, u.rows * units.group) : total).add_(g);
       }
+      grads.push_back(total);
     }
-
-    // Scan 2, reverse order: key and value gradients against the running query state
-    // R = sum_{i in later chunks} exp(ref - r_i) psi_i gh_i^T, ref = this chunk's last prefix max.
-    {
-      torch::Tensor r_state_BKFMV;
-      for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
-        const int64_t start = *it, c = chunk_len(start);
-        const auto leaves = ParamLeaves(params);
-        const auto y_leaf = y_BKLD.narrow(2, start, c).detach().requires_grad_(true);
-        KeyChunk key;
-        {
-          torch::AutoGradMode grad_on(true);
-          key = SplitKeys(KeyLogFeatures(*map, leaves, y_leaf, l));
-        }
-        torch::NoGradGuard no_grad;
-        const auto k_BKFCM = key.k_BKFCM.detach();
-        const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(*map, params, x_BHLD.narrow(2, start, c), l));
-        const auto r_BKFC = r_BKFL.narrow(-1, start, c);
-        const auto vh_BK1CV = WithOnes(v_BKLD.narrow(2, start, c));
-        const auto gh_BKGCV = grad_n(start, c);
-        const auto w_BKFCC = CausalWeights(key.b_BKFC, r_BKFC);
-        const auto a_BKGCC = torch::matmul(q_BKGCM, k_BKFCM.transpose(-1, -2)) * w_BKFCC;
-        const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * w_BKFCC;
-        auto dk_BKFCM = torch::matmul(p_BKGCC.transpose(-1, -2), q_BKGCM);
-        if (l.key_heads == 1) dk_BKFCM = dk_BKFCM.sum(2, /*keepdim=*/true);
-        auto dvh_BK1CV = torch::matmul(a_BKGCC.transpose(-1, -2), gh_BKGCV).sum(2, /*keepdim=*/true);
-        const auto ref_BKF = r_BKFC.select(-1, c - 1);
-        if (r_state_BKFMV.defined()) {
-          const auto factor_BKFC1 = torch::exp(key.b_BKFC - ref_BKF.unsqueeze(-1)).unsqueeze(-1);
-          dk_BKFCM = dk_BKFCM + torch::matmul(vh_BK1CV, r_state_BKFMV.transpose(-1, -2)) * factor_BKFC1;
-          dvh_BK1CV = dvh_BK1CV + (torch::matmul(k_BKFCM, r_state_BKFMV) * factor_BKFC1).sum(2, /*keepdim=*/true);
-        }
-        {
-          torch::AutoGradMode grad_on(true);
-          dy_BKLD.narrow(2, start, c).copy_(BackpropChunk(key.k_BKFCM, dk_BKFCM, y_leaf, leaves, param_grads));
-        }
-        dv_BKLD.narrow(2, start, c).copy_(dvh_BK1CV.squeeze(2).narrow(-1, 0, l.value_dim));
-        if (start == 0) break;
-        // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1).
-        const auto prev_ref_BKF = r_BKFL.select(-1, start - 1);
-        const auto w_BKFC1 = torch::exp(prev_ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
-        auto add_BKGMV = torch::matmul((q_BKGCM * w_BKFC1).transpose(-1, -2), gh_BKGCV);
-        if (l.key_heads == 1) add_BKGMV = add_BKGMV.sum(2, /*keepdim=*/true);
-        r_state_BKFMV = r_state_BKFMV.defined()
-                            ? r_state_BKFMV * torch::exp(prev_ref_BKF - ref_BKF).unsqueeze(-1).unsqueeze(-1) + add_BKGMV
-                            : add_BKGMV;
-      }
-    }
-    torch::autograd::variable_list grads = {dx_BHLD, dy_BKLD, dv_BKLD};
-    for (auto& g : param_grads) grads.push_back(g);
     grads.push_back({});  // map
     grads.push_back({});  // chunk_size
     return grads;

@@ -9,14 +9,10 @@
 // features and running state are computed once per KV head (F = 1), or once per query head
 // (F = G = H / K) when the kernel's parameters differ per query head (darkformer per-head M).
 //
-// Stabiliser (as positive_features.h): each query's features are shifted by their own max (a
-// factor that cancels); each key splits as phi(y_j) = exp(b_j) psi_j with b_j its max
-// log-feature, combined against r_i = max_{j <= i} b_j; the state carries its own reference and is
-// rescaled when the prefix max grows. Nothing at position t reads a key after t.
-//
-// Shape legend: B batch, H query heads, K KV heads, G = H / K, F key-feature heads per KV head
-// (1 or G), L positions, C chunk, D head dim, M features, V = value dim + 1 (a ones column, so
-// numerator and normaliser come from one product).
+// Threads: key rows (KV heads, or query heads when key features are per query head) are
+// independent; the operator splits them into one block per intra-op thread and scans the blocks in
+// parallel, each block's ops single-threaded and covering all its rows (a chunk's ops are too
+// small to split between threads, and per-op overhead is what dominates at chunk scale).
 #pragma once
 
 #include <torch/torch.h>
@@ -38,6 +34,9 @@ struct FeatureMap {
   // True when key features depend on the query head (parameters per query head), so they are
   // computed for each of the G query heads that share a KV head.
   bool keys_per_query_head = false;
+  // params_per_head[i]: params[i]'s first dimension indexes the query heads (the operator hands
+  // each unit of work its heads' rows); missing entries mean shared.
+  std::vector<bool> params_per_head;
 };
 
 // out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in x's dtype

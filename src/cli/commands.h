@@ -12,5 +12,7 @@ void AddTrainCommand(CLI::App& app);
 void AddEvalCommand(CLI::App& app);
 void AddPrepareCommand(CLI::App& app);
 void AddSweepCommand(CLI::App& app);
+void AddGenerateCommand(CLI::App& app);
+void AddDecodeBenchCommand(CLI::App& app);
 
 }  // namespace darkformer

@@ -1,8 +1,6 @@
 // Kernel benchmark (see kernel_bench.h).
 #include "cli/kernel_bench.h"
 
-#include <c10/core/Allocator.h>
-#include <c10/util/ThreadLocalDebugInfo.h>
 #include <fmt/format.h>
 
 #include <algorithm>
@@ -12,27 +10,13 @@
 #include <iostream>
 
 #include "attention/kernel_registry.h"
+#include "cli/peak_memory.h"
 #include "util/error.h"
 #include "util/json.h"
 
 namespace darkformer {
 
 namespace {
-
-// Peak bytes allocated by the CPU allocator while installed (inputs included).
-class PeakMemory : public c10::MemoryReportingInfoBase {
- public:
-  void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device device) override {
-    if (!device.is_cpu()) return;
-    current_ += alloc_size;
-    peak_ = std::max(peak_, current_);
-  }
-  bool memoryProfilingEnabled() const override { return true; }
-  int64_t peak() const { return peak_; }
-
- private:
-  int64_t current_ = 0, peak_ = 0;
-};
 
 struct Sample {
   double ms = 0, peak_mib = 0;

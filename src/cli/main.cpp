@@ -33,6 +33,8 @@ int main(int argc, char** argv) {
   darkformer::AddEvalCommand(app);
   darkformer::AddPrepareCommand(app);
   darkformer::AddSweepCommand(app);
+  darkformer::AddGenerateCommand(app);
+  darkformer::AddDecodeBenchCommand(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::RuntimeError& e) {  // a command's own non-zero exit (interrupted, diverged)

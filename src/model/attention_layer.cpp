@@ -52,7 +52,16 @@ AttentionLayerImpl::Projected AttentionLayerImpl::Project(const torch::Tensor& x
 
 torch::Tensor AttentionLayerImpl::forward(const torch::Tensor& x_BLE, const RotaryTables& rope) {
   const auto p = Project(x_BLE, rope);
-  const auto out_BHLD = kernel_->forward(p.q_BHLD, p.k_BKLD, p.v_BKLD, call_);
+  return Output(kernel_->forward(p.q_BHLD, p.k_BKLD, p.v_BKLD, call_), x_BLE);
+}
+
+torch::Tensor AttentionLayerImpl::Decode(const torch::Tensor& x_BTE, const RotaryTables& rope,
+                                         std::unique_ptr<DecodeState>& state) {
+  const auto p = Project(x_BTE, rope);
+  return Output(kernel_->Decode(state, p.q_BHLD, p.k_BKLD, p.v_BKLD, call_), x_BTE);
+}
+
+torch::Tensor AttentionLayerImpl::Output(const torch::Tensor& out_BHLD, const torch::Tensor& x_BLE) {
   const int64_t batch = x_BLE.size(0), length = x_BLE.size(1);
   return o_proj(out_BHLD.to(x_BLE.scalar_type()).transpose(1, 2).reshape({batch, length, num_heads_ * head_dim_}));
 }

@@ -19,6 +19,9 @@ class AttentionLayerImpl : public torch::nn::Module {
   // Queries and keys as the kernel sees them (after norms and RoPE, before the scale), for
   // diagnostics and calibration: {q_BHLD, k_BHLD} with k repeated to H heads.
   std::pair<torch::Tensor, torch::Tensor> QueriesKeys(const torch::Tensor& x_BLE, const RotaryTables& rope);
+  // Generation: x_BTE holds T new tokens, `rope` their positions' tables; the kernel's decoding
+  // state carries everything before them (AttentionKernelImpl::Decode).
+  torch::Tensor Decode(const torch::Tensor& x_BTE, const RotaryTables& rope, std::unique_ptr<DecodeState>& state);
 
   // Replaces the kernel (the paper's finetuning swap); projections are untouched.
   void SetKernel(AttentionKernel kernel);
@@ -33,6 +36,8 @@ class AttentionLayerImpl : public torch::nn::Module {
     torch::Tensor q_BHLD, k_BKLD, v_BKLD;  // k, v with the KV heads (not repeated)
   };
   Projected Project(const torch::Tensor& x_BLE, const RotaryTables& rope);
+  // The kernel's out_BHLD through o_proj, back in the residual stream's dtype.
+  torch::Tensor Output(const torch::Tensor& out_BHLD, const torch::Tensor& x_BLE);
 
   int64_t num_heads_, num_kv_heads_, head_dim_;
   AttentionCall call_;

@@ -18,12 +18,15 @@ DecoderLayerImpl::DecoderLayerImpl(const GemmaConfig& config, int64_t layer_inde
   mlp = register_module("mlp", GatedMlp(e, config.intermediate_size));
 }
 
-torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x_BLE, const RotaryTables& rope) {
+torch::Tensor DecoderLayerImpl::forward(const torch::Tensor& x_BLE, const RotaryTables& rope,
+                                        std::unique_ptr<DecodeState>* state) {
+  const auto normed_BLE = input_layernorm(x_BLE);
+  const auto attended_BLE = state ? self_attn->Decode(normed_BLE, rope, *state) : self_attn(normed_BLE, rope);
   if (!sandwich_norms_) {
-    const auto h = x_BLE + self_attn(input_layernorm(x_BLE), rope);
+    const auto h = x_BLE + attended_BLE;
     return h + mlp(post_attention_layernorm(h));
   }
-  const auto h = x_BLE + post_attention_layernorm(self_attn(input_layernorm(x_BLE), rope));
+  const auto h = x_BLE + post_attention_layernorm(attended_BLE);
   return h + post_feedforward_layernorm(mlp(pre_feedforward_layernorm(h)));
 }
 

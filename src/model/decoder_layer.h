@@ -12,7 +12,9 @@ namespace darkformer {
 class DecoderLayerImpl : public torch::nn::Module {
  public:
   DecoderLayerImpl(const GemmaConfig& config, int64_t layer_index, AttentionKernel kernel);
-  torch::Tensor forward(const torch::Tensor& x_BLE, const RotaryTables& rope);
+  // `state` non-null: generation, x_BLE holds new tokens and attention runs incrementally.
+  torch::Tensor forward(const torch::Tensor& x_BLE, const RotaryTables& rope,
+                        std::unique_ptr<DecodeState>* state = nullptr);
 
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // Gemma 2/3

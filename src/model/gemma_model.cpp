@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attention/kernel_registry.h"
+#include "util/error.h"
 #include "util/labels.h"
 
 namespace darkformer {
@@ -118,8 +119,42 @@ void GemmaModelImpl::ForEachAttentionInput(const torch::Tensor& input_ids_BL, co
   }
 }
 
-torch::Tensor GemmaModelImpl::forward(const torch::Tensor& input_ids_BL) {
-  auto logits_BLV = torch::matmul(Hidden(input_ids_BL), embed_tokens->weight.t());
+DecodeCache GemmaModelImpl::NewDecodeCache(int64_t capacity, const torch::Device& device) const {
+  DF_CHECK(capacity > 0 && capacity <= config_.max_position_embeddings,
+           "generation needs " << capacity << " positions; the model has max_position_embeddings "
+                               << config_.max_position_embeddings);
+  DecodeCache cache;
+  cache.layers.resize(config_.num_hidden_layers);
+  cache.capacity = capacity;
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    auto& tables = config_.layer_types[i] == "sliding_attention" ? cache.local : cache.full;
+    if (!tables) tables = RopeFor(i, capacity, device);
+  }
+  return cache;
+}
+
+torch::Tensor GemmaModelImpl::ForwardDecode(const torch::Tensor& input_ids_BT, DecodeCache& cache) {
+  DF_CHECK(input_ids_BT.dim() == 2 && input_ids_BT.size(1) > 0, "ForwardDecode: input_ids must be [batch, T > 0], got "
+                                                                    << input_ids_BT.sizes());
+  const int64_t start = cache.tokens, count = input_ids_BT.size(1);
+  DF_CHECK(start + count <= cache.capacity, "generation: position " << start + count - 1 << " is beyond the cache's "
+                                                                     << cache.capacity << " positions");
+  auto slice = [&](const std::optional<RotaryTables>& t) {
+    return t ? RotaryTables{t->cos_LD.narrow(0, start, count), t->sin_LD.narrow(0, start, count)} : RotaryTables{};
+  };
+  const RotaryTables full = slice(cache.full), local = slice(cache.local);
+  auto x = Embed(input_ids_BT);
+  for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
+    x = layers_[i]->forward(x, config_.layer_types[i] == "sliding_attention" ? local : full, &cache.layers[i]);
+  }
+  cache.tokens += count;
+  return Logits(norm(x));
+}
+
+torch::Tensor GemmaModelImpl::forward(const torch::Tensor& input_ids_BL) { return Logits(Hidden(input_ids_BL)); }
+
+torch::Tensor GemmaModelImpl::Logits(const torch::Tensor& hidden_BLE) const {
+  auto logits_BLV = torch::matmul(hidden_BLE, embed_tokens->weight.t());
   if (config_.final_logit_softcapping > 0) {
     const double cap = config_.final_logit_softcapping;
     logits_BLV = torch::tanh(logits_BLV / cap) * cap;

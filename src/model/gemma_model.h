@@ -5,6 +5,8 @@
 #include <torch/torch.h>
 
 #include <functional>
+#include <memory>
+#include <optional>
 #include <vector>
 
 #include "attention/attention_config.h"
@@ -12,6 +14,21 @@
 #include "model/gemma_config.h"
 
 namespace darkformer {
+
+// Generation state of the whole model: each layer's kernel state and the RoPE tables for every
+// position up to `capacity` (built once, sliced per step).
+struct DecodeCache {
+  std::vector<std::unique_ptr<DecodeState>> layers;
+  int64_t tokens = 0;  // tokens consumed so far
+  int64_t capacity = 0;
+  std::optional<RotaryTables> full, local;
+  // Bytes of the layers' states (the RoPE tables excluded: fixed by capacity).
+  int64_t StateBytes() const {
+    int64_t bytes = 0;
+    for (const auto& layer : layers) bytes += layer ? layer->Bytes() : 0;
+    return bytes;
+  }
+};
 
 class GemmaModelImpl : public torch::nn::Module {
  public:
@@ -21,6 +38,12 @@ class GemmaModelImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids_BL);
   // Final hidden states before the LM head.
   torch::Tensor Hidden(const torch::Tensor& input_ids_BL);
+
+  // Generation: a cache for up to `capacity` tokens in all (at most max_position_embeddings),
+  // then logits_BTV of T new tokens given everything the cache holds (a prompt, then one token
+  // at a time). Equal to forward() over the whole sequence, position by position.
+  DecodeCache NewDecodeCache(int64_t capacity, const torch::Device& device) const;
+  torch::Tensor ForwardDecode(const torch::Tensor& input_ids_BT, DecodeCache& cache);
   // One layer's attention input: the residual stream after input_layernorm, and the layer's RoPE
   // tables. attention.QueriesKeys(h_BLE, rope) gives q and k as the kernel sees them.
   struct AttentionInput {
@@ -53,6 +76,8 @@ class GemmaModelImpl : public torch::nn::Module {
 
  private:
   torch::Tensor Embed(const torch::Tensor& input_ids_BL);
+  // The tied LM head, with Gemma 2's final soft-cap.
+  torch::Tensor Logits(const torch::Tensor& hidden_BLE) const;
   AttentionKernel BuildKernel(int64_t layer) const;
   void WarnUnsupportedFeatures() const;
 

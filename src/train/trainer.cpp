@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "model/weights_io.h"
+#include "train/model_loading.h"
 #include "train/lr_schedule.h"
 
 namespace darkformer {
@@ -34,10 +35,7 @@ bool MatchesAny(const std::string& name, const std::vector<std::string>& globs) 
 
 Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
   const auto& t = config_.train;
-  if (t.device == TrainDevice::kCuda || (t.device == TrainDevice::kAuto && torch::cuda::is_available())) {
-    DF_CHECK(torch::cuda::is_available(), "config key 'train.device' is cuda, but no CUDA device is available");
-    device_ = torch::Device(torch::kCUDA);
-  }
+  device_ = ResolveDevice(config_);
   if (t.threads > 0) torch::set_num_threads(static_cast<int>(t.threads));
   if (t.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, false);
@@ -227,22 +225,7 @@ int Trainer::Finish(int exit_code) {
 // ---- Building blocks ----------------------------------------------------------------------
 
 void Trainer::BuildModel() {
-  torch::manual_seed(config_.train.seed);
-  model_ = GemmaModel(config_.model, config_.attention);
-  std::string init = config_.train.init_from;
-  if (!init.empty() && fs::is_directory(init)) {
-    const auto latest = LatestCheckpoint(init);
-    DF_CHECK(latest, "config key 'train.init_from': run directory " << init << " has no checkpoint");
-    init = *latest;
-  }
-  if (init.empty()) {
-    model_->InitializeWeights(config_.train.init_std, config_.train.seed);
-  } else {
-    // A different kernel than the weights were trained with is the paper's finetuning swap: its
-    // own parameters (M, W) keep the initialisation its options give.
-    LoadWeights(init, *model_, {.kernel_state_optional = true});
-    spdlog::info("initialised from {}", init);
-  }
+  model_ = BuildModelFrom(config_, config_.train.init_from, "config key 'train.init_from'");
   model_->to(device_);
   int64_t trainable = 0, frozen = 0;
   for (const auto& item : model_->named_parameters()) {

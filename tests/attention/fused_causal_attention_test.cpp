@@ -59,6 +59,37 @@ Result RunKernel(AttentionKernel& kernel, const torch::Tensor& q, const torch::T
   return r;
 }
 
+// Fused and naive outputs and gradients (q, k, v, the kernel's parameters) for one configuration.
+void ExpectFusedEqualsNaive(const std::string& name, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length,
+                            int64_t chunk) {
+  torch::manual_seed(length * 100 + chunk);
+  const int64_t d = 8, m = 16;
+  const auto q = torch::randn({batch, heads, length, d});
+  const auto k = torch::randn({batch, kv_heads, length, d});
+  const auto v = torch::randn({batch, kv_heads, length, d});
+  const auto weights = torch::randn({batch, heads, length, d});
+  auto fused = Make(name, heads, d, m, chunk, true);
+  auto naive = Make(name, heads, d, m, chunk, false);
+  const auto a = RunKernel(fused, q, k, v, weights);
+  const auto b = RunKernel(naive, q, k, v, weights);
+  const std::string where = name + " B=" + std::to_string(batch) + " H=" + std::to_string(heads) +
+                            " K=" + std::to_string(kv_heads) + " L=" + std::to_string(length) +
+                            " chunk=" + std::to_string(chunk) + " threads=" + std::to_string(torch::get_num_threads());
+  EXPECT_LE(RelativeError(a.out, b.out), 1e-5) << where;
+  ASSERT_EQ(a.grads.size(), b.grads.size()) << where;
+  for (size_t i = 0; i < a.grads.size(); ++i) {
+    ASSERT_EQ(a.grads[i].defined(), b.grads[i].defined()) << where << " grad " << i;
+    if (!a.grads[i].defined()) continue;
+    if (b.grads[i].abs().max().item<double>() < 1e-5) {
+      // A zero gradient (at L = 1, out = v_0: q, k and the kernel's parameters do not
+      // matter): both must be zero up to fp32 rounding; a ratio of roundoffs means nothing.
+      EXPECT_LE(a.grads[i].abs().max().item<double>(), 1e-5) << where << " grad " << i;
+    } else {
+      EXPECT_LE(RelativeError(a.grads[i], b.grads[i]), 1e-4) << where << " grad " << i;
+    }
+  }
+}
+
 TEST(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
   struct Layout {
     int64_t heads, kv_heads;
@@ -67,35 +98,25 @@ TEST(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
     for (const Layout layout : {Layout{2, 2}, Layout{4, 2}, Layout{4, 1}}) {
       for (const int64_t length : {1, 32}) {
         for (const int64_t chunk : {5, 16, 64}) {  // 16 divides L = 32, 5 does not, 64 exceeds it
-          torch::manual_seed(length * 100 + chunk);
-          const int64_t d = 8, m = 16;
-          const auto q = torch::randn({2, layout.heads, length, d});
-          const auto k = torch::randn({2, layout.kv_heads, length, d});
-          const auto v = torch::randn({2, layout.kv_heads, length, d});
-          const auto weights = torch::randn({2, layout.heads, length, d});
-          auto fused = Make(name, layout.heads, d, m, chunk, true);
-          auto naive = Make(name, layout.heads, d, m, chunk, false);
-          const auto a = RunKernel(fused, q, k, v, weights);
-          const auto b = RunKernel(naive, q, k, v, weights);
-          const std::string where = name + " H=" + std::to_string(layout.heads) + " K=" + std::to_string(layout.kv_heads) +
-                                    " L=" + std::to_string(length) + " chunk=" + std::to_string(chunk);
-          EXPECT_LE(RelativeError(a.out, b.out), 1e-5) << where;
-          ASSERT_EQ(a.grads.size(), b.grads.size()) << where;
-          for (size_t i = 0; i < a.grads.size(); ++i) {
-            ASSERT_EQ(a.grads[i].defined(), b.grads[i].defined()) << where << " grad " << i;
-            if (!a.grads[i].defined()) continue;
-            if (b.grads[i].abs().max().item<double>() < 1e-5) {
-              // A zero gradient (at L = 1, out = v_0: q, k and the kernel's parameters do not
-              // matter): both must be zero up to fp32 rounding; a ratio of roundoffs means nothing.
-              EXPECT_LE(a.grads[i].abs().max().item<double>(), 1e-5) << where << " grad " << i;
-            } else {
-              EXPECT_LE(RelativeError(a.grads[i], b.grads[i]), 1e-4) << where << " grad " << i;
-            }
-          }
+          ExpectFusedEqualsNaive(name, 2, layout.heads, layout.kv_heads, length, chunk);
         }
       }
     }
   }
+}
+
+// The operator splits key rows (KV heads; query heads for darkformer's per-head M) into one block
+// per thread: blocks of unequal size, one row per block and a single block must all agree.
+TEST(FusedCausalAttentionTest, EqualsNaiveWhateverTheSplitIntoThreads) {
+  const int64_t saved_threads = torch::get_num_threads();
+  for (const int64_t threads : {1, 2, 3}) {
+    torch::set_num_threads(threads);
+    for (const auto& name : kFeatureKernels) {
+      ExpectFusedEqualsNaive(name, 1, 6, 3, 20, 8);  // 3 KV heads (darkformer: 6 query-head rows)
+      ExpectFusedEqualsNaive(name, 1, 4, 1, 20, 8);  // MQA: one KV head
+    }
+  }
+  torch::set_num_threads(saved_threads);
 }
 
 TEST(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {

@@ -427,6 +427,31 @@ def yaml_type_error(tmp):
     expect_bad(train(path), "data.batch_size", run_dir=run_dir, what="data.batch_size: [4]")
 
 
+@case
+def generate_bad_inputs(tmp):
+    path, run_dir, _ = setup_run(tmp, train={"steps": 2})
+    if not expect_ok(train(path), "2-step run"):
+        return
+    res = tk.run(["generate", "--config", path, "--prompt", "the", "--max-new-tokens", "5", "--greedy"])
+    expect_ok(res, "generate")
+    check(res.stdout.startswith("the"), "stdout starts with the prompt", res.stdout[:200])
+    check(any("tokens/s" in l for l in res.stderr.splitlines()), "tokens/s logged to stderr")
+    expect_bad(tk.run(["generate", "--config", path, "--prompt", ""]), "--prompt is empty", what="empty prompt")
+    long_prompt = " ".join(["word"] * 200)  # the tiny model has 64 positions
+    expect_bad(tk.run(["generate", "--config", path, "--prompt", long_prompt]), "max_position_embeddings is 64",
+               what="prompt longer than the model's positions")
+    missing = os.path.join(tmp, "no-such-checkpoint.h5")
+    expect_bad(tk.run(["generate", "--config", path, "--checkpoint", missing, "--prompt", "the"]),
+               "--checkpoint", missing, what="unknown checkpoint")
+    prompts = os.path.join(tmp, "prompts.txt")
+    with open(prompts, "w") as f:
+        f.write("the\n\nthe\n")
+    expect_bad(tk.run(["generate", "--config", path, "--prompt-file", prompts]), prompts + ":2",
+               what="empty line in a prompt file")
+    expect_bad(tk.run(["generate", "--config", path, "--prompt", "the", "--top-p", "0"]), "--top-p",
+               what="--top-p 0")
+
+
 def main(argv):
     if len(argv) == 2 and argv[1] == "--list":
         print("\n".join(CASES))
