@@ -7,6 +7,8 @@
 #include <cmath>
 
 #include "attention/darkformer_kernel.h"
+#include "attention/gerf_kernel.h"
+#include "attention/saderf_kernel.h"
 #include "attention/kernel_registry.h"
 #include "util/config_reader.h"
 #include "util/error.h"
@@ -127,6 +129,21 @@ torch::Tensor ClosedFormVariance(const torch::Tensor &x_PD,
          static_cast<double>(num_features);
 }
 
+// GERF (002 eq. 10) with w ~ N(0, I): kappa_hat / exp(x.y) per draw and pair, as EstimatorRatios.
+torch::Tensor GerfEstimatorRatios(const torch::Tensor &x_PD, const torch::Tensor &y_PD, double a,
+                                  int64_t num_features, int64_t draws, uint64_t seed) {
+  const auto x = x_PD.to(torch::kFloat64), y = y_PD.to(torch::kFloat64);
+  const double d = static_cast<double>(x.size(1));
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto w_NMD = torch::randn({draws, num_features, x.size(1)}, generator, kF64);
+  // log(phi(x) phi(y)) = 2 log D + 2 A |w|^2 + B w.(x + y) - (|x|^2 + |y|^2) / 2.
+  const auto c_P = 0.5 * (x.pow(2).sum(-1) + y.pow(2).sum(-1));
+  const auto log_z_NPM = 0.5 * d * std::log(1 - 4 * a) + (2 * a * w_NMD.pow(2).sum(-1)).unsqueeze(1) +
+                         std::sqrt(1 - 4 * a) * torch::matmul((x + y).unsqueeze(0), w_NMD.transpose(1, 2)) -
+                         c_P.view({1, -1, 1});
+  return torch::exp(torch::logsumexp(log_z_NPM, -1) - std::log(static_cast<double>(num_features)) - (x * y).sum(-1));
+}
+
 std::vector<EstimatorStats>
 CompareEstimators(const SyntheticEstimatorOptions &o,
                   const std::vector<int64_t> &num_features) {
@@ -153,6 +170,12 @@ CompareEstimators(const SyntheticEstimatorOptions &o,
   const auto m_DD = dark->M[0].to(torch::kFloat64);
   const auto xw_PD = torch::matmul(x_PD, m_DD.t()),
              yw_PD = torch::matmul(y_PD, m_DD.t());
+
+  // FAVOR++ / FAVOR# (002): the variance-optimal A*, and SADERF's psi, from the same pairs.
+  const double gerf_a = OptimalGerfA(GerfRho(x_PD, y_PD));
+  const auto psi_D = SaderfPsi(x_PD, y_PD);
+  const auto xs_PD = x_PD * psi_D, ys_PD = y_PD / psi_D;
+  const double saderf_a = OptimalGerfA(GerfRho(xs_PD, ys_PD));
 
   const auto kappa_P = torch::exp((x_PD * y_PD).sum(-1));
   const auto kappa_w_P = torch::exp((xw_PD * yw_PD).sum(-1));
@@ -182,6 +205,12 @@ CompareEstimators(const SyntheticEstimatorOptions &o,
         "darkformer_whitening", "exp(x^T M^T M y)", m,
         EstimatorRatios(xw_PD, yw_PD, torch::Tensor(), m, o.draws, base + 14),
         kappa_w_P, ClosedFormVariance(xw_PD, yw_PD, torch::Tensor(), m)));
+    out.push_back(Summarise("gerf_optimal", "exp(x.y)", m,
+                            GerfEstimatorRatios(x_PD, y_PD, gerf_a, m, o.draws, base + 15), kappa_P,
+                            GerfClosedFormVariance(x_PD, y_PD, gerf_a) / static_cast<double>(m)));
+    out.push_back(Summarise("saderf", "exp(x.y)", m,
+                            GerfEstimatorRatios(xs_PD, ys_PD, saderf_a, m, o.draws, base + 16), kappa_P,
+                            GerfClosedFormVariance(xs_PD, ys_PD, saderf_a) / static_cast<double>(m)));
   }
   return out;
 }
@@ -230,10 +259,9 @@ LayerDiagnostics DiagnoseLayer(const torch::Tensor &q_BHLD,
   const double exact_norm = exact.norm().item<double>();
   for (const auto &spec : kernels) {
     auto kernel = Build(spec.name, shape, spec.options_yaml);
-    if (spec.calibrate) {
-      DF_CHECK(kernel->wants_calibration(), "kernel '" << spec.label << "' takes no calibration");
-      kernel->Calibrate(q, k, scale);
-    }
+    if (spec.calibrate) DF_CHECK(kernel->wants_calibration(), "kernel '" << spec.label << "' takes no calibration");
+    // Data-aware kernels (darkformer whitening, gerf's optimal A, saderf) calibrate on the layer.
+    if (kernel->wants_calibration()) kernel->Calibrate(q, k, scale);
     const auto result = kernel->forward(q, k, v, call).to(torch::kFloat64);
     out.errors.push_back(
         {spec.label, (result - exact).norm().item<double>() / exact_norm});

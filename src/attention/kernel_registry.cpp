@@ -6,8 +6,10 @@
 #include "attention/baseline_kernels.h"
 #include "attention/darkformer_kernel.h"
 #include "attention/exact_kernel.h"
+#include "attention/gerf_kernel.h"
 #include "attention/lfk_kernel.h"
 #include "attention/performer_kernel.h"
+#include "attention/saderf_kernel.h"
 
 namespace darkformer {
 
@@ -27,9 +29,11 @@ const std::map<std::string, KernelFactory>& Registry() {
       {"constant", Factory<ConstantKernel>()},
       {"darkformer", Factory<DarkformerKernel>()},
       {"exact", Factory<ExactKernel>()},
+      {"gerf", Factory<GerfKernel>()},
       {"lfk", Factory<LfkKernel>()},
       {"performer", Factory<PerformerKernel>()},
       {"random", Factory<RandomKernel>()},
+      {"saderf", Factory<SaderfKernel>()},
   };
   return registry;
 }

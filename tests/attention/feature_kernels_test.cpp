@@ -12,6 +12,7 @@
 #include "attention/lfk_kernel.h"
 #include "attention/performer_kernel.h"
 #include "attention/positive_features.h"
+#include "attention/saderf_kernel.h"
 
 namespace darkformer {
 namespace {
@@ -28,11 +29,25 @@ AttentionKernel Make(const std::string& name, const std::string& yaml, const Ker
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
-const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "random", "constant"};
+const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "random", "constant"};
 const char* kSmallOptions = "{num_features: 16, chunk_size: 4}";
 
 std::string OptionsFor(const std::string& name) {
+  if (name == "gerf") return "{num_features: 16, chunk_size: 4, a: -0.2}";  // A != 0: not Performer
   return (name == "exact" || name == "constant") ? "{}" : name == "random" ? "{seed: 3}" : kSmallOptions;
+}
+
+// Moves a kernel's data-dependent state away from the identity it starts at (darkformer's M,
+// saderf's psi and A) so that tests see the kernel itself, not Performer.
+void Perturb(AttentionKernelImpl& kernel, double scale) {
+  torch::NoGradGuard no_grad;
+  if (auto dark = dynamic_cast<DarkformerKernelImpl*>(&kernel)) dark->M.add_(scale * torch::randn_like(dark->M));
+  if (auto saderf = dynamic_cast<SaderfKernelImpl*>(&kernel)) {
+    for (auto& b : saderf->named_buffers()) {
+      if (b.key() == "psi") b.value().copy_((scale * torch::randn_like(b.value())).exp());
+      if (b.key() == "a") b.value().fill_(-0.15);
+    }
+  }
 }
 
 TEST(FeatureKernelsTest, PrefixInvarianceForEveryKernel) {
@@ -67,14 +82,11 @@ TEST(FeatureKernelsTest, KernelForwardMatchesUnstabilisedFormula) {
              v = torch::randn({2, heads, length, d});
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  for (const std::string name : {"performer", "darkformer", "lfk"}) {
+  for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
     for (bool causal : {true, false}) {
       call.causal = causal;
-      auto kernel = std::dynamic_pointer_cast<FeatureKernelBase>(Make(name, kSmallOptions, Shape(heads, d)).ptr());
-      if (auto dark = std::dynamic_pointer_cast<DarkformerKernelImpl>(kernel)) {
-        torch::NoGradGuard no_grad;
-        dark->M.add_(0.2 * torch::randn_like(dark->M));
-      }
+      auto kernel = std::dynamic_pointer_cast<FeatureKernelBase>(Make(name, OptionsFor(name), Shape(heads, d)).ptr());
+      Perturb(*kernel, 0.2);
       const auto out = kernel->forward(q, k, v, call);
       torch::Tensor reference;
       {
@@ -130,9 +142,11 @@ TEST(FeatureKernelsTest, GradientsMatchFiniteDifferencesInFloat64) {
   const std::string options = "{num_features: 6, chunk_size: 3, projection: iid}";
   for (bool causal : {true, false}) {
     call.causal = causal;
-    for (const std::string name : {"performer", "darkformer", "lfk"}) {
-      auto kernel = Make(name, options, Shape(heads, d));
+    for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
+      auto kernel = Make(name, name == "gerf" ? "{num_features: 6, chunk_size: 3, projection: iid, a: -0.2}" : options,
+                         Shape(heads, d));
       kernel->to(torch::kFloat64);
+      if (name == "saderf") Perturb(*kernel, 0.3);
       std::vector<torch::Tensor> inputs = {q, k, v};
       std::string extra;
       if (name == "darkformer") {
@@ -165,8 +179,9 @@ TEST(FeatureKernelsTest, FiniteOutputsAndGradientsAtLargeNorms) {
       const auto dir = [&] { auto x = torch::randn({1, heads, length, d}); return x / x.norm(2, -1, true) * norm; };
       auto q = dir().to(dtype).requires_grad_(), k = dir().to(dtype).requires_grad_(),
            v = torch::randn({1, heads, length, d}).to(dtype).requires_grad_();
-      for (const std::string name : {"performer", "darkformer", "lfk"}) {
+      for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
         auto kernel = Make(name, "{num_features: 32, chunk_size: 16}", Shape(heads, d));
+        Perturb(*kernel, 0.3);
         q.mutable_grad() = torch::Tensor();
         k.mutable_grad() = torch::Tensor();
         const auto out = kernel->forward(q, k, v, call);
@@ -270,7 +285,8 @@ TEST(FeatureKernelsTest, OptionErrorsNameTheKey) {
       {"performer", "{num_feature: 3}"},   {"performer", "{projection: gaussian}"},
       {"performer", "{redraw: sometimes}"}, {"darkformer", "{init: random}"},
       {"lfk", "{redraw: every_step}"},      {"random", "{sed: 1}"},
-      {"darkformer", "{num_features: -1}"},
+      {"darkformer", "{num_features: -1}"}, {"gerf", "{a: 0.2}"},
+      {"gerf", "{a: best}"},                {"saderf", "{psi: 1}"},
   };
   for (const auto& [name, yaml] : cases) {
     const auto text = message([&] { Make(name, yaml, Shape(1, 8)); });

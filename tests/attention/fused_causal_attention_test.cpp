@@ -16,14 +16,14 @@
 namespace darkformer {
 namespace {
 
-const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "lfk"};
+const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "lfk", "gerf", "saderf"};
 
 AttentionKernel Make(const std::string& name, int64_t heads, int64_t d, int64_t m, int64_t chunk, bool fused) {
   KernelShape shape;
   shape.num_heads = heads;
   shape.head_dim = d;
   const std::string yaml = "{num_features: " + std::to_string(m) + ", chunk_size: " + std::to_string(chunk) +
-                           ", fused: " + (fused ? "true" : "false") + "}";
+                           ", fused: " + (fused ? "true" : "false") + (name == "gerf" ? ", a: -0.2" : "") + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
   if (name == "darkformer") {
     // A non-trivial, per-head M: the gradient path through M x must be exercised.
@@ -31,6 +31,14 @@ AttentionKernel Make(const std::string& name, int64_t heads, int64_t d, int64_t 
     auto& m_param = kernel->named_parameters()["M"];
     torch::manual_seed(11);
     m_param.copy_(torch::eye(d).unsqueeze(0) + 0.3 * torch::randn_like(m_param));
+  }
+  if (name == "saderf") {
+    // Calibrated-looking state: psi != 1 (queries and keys transformed differently), A* < 0.
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(12);
+    auto buffers = kernel->named_buffers();
+    buffers["psi"].copy_((0.3 * torch::randn_like(buffers["psi"])).exp());
+    buffers["a"].fill_(-0.15);
   }
   return kernel;
 }

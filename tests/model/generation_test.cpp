@@ -43,7 +43,7 @@ TEST_P(DecodeEqualsForwardTest, PrefillThenStepsGiveTheFullForwardLogits) {
   const auto ids_1L = input_ids.narrow(0, 0, 1);
   const int64_t length = ids_1L.size(1), prompt = 10;
   torch::NoGradGuard no_grad;
-  for (const std::string kernel : {"exact", "performer", "darkformer", "lfk", "constant"}) {
+  for (const std::string kernel : {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "constant"}) {
     AttentionConfig attention;
     attention.kernel = kernel;
     model->SetAttention(attention);

@@ -1,0 +1,84 @@
+// GERF / FAVOR++ attention (see gerf_kernel.h).
+#include "attention/gerf_kernel.h"
+
+#include <cmath>
+
+#include "attention/positive_features.h"
+
+namespace darkformer {
+
+double OptimalGerfA(double rho) {
+  return (1.0 - 2.0 * rho - std::sqrt((2.0 * rho + 1.0) * (2.0 * rho + 1.0) + 8.0 * rho)) / 16.0;
+}
+
+double GerfRho(const torch::Tensor& x_ND, const torch::Tensor& y_ND) {
+  const auto x = x_ND.to(torch::kFloat64), y = y_ND.to(torch::kFloat64);
+  const double d = static_cast<double>(x.size(1));
+  const auto cross = (x.mean(0) * y.mean(0)).sum();
+  return ((x.pow(2).sum(1).mean() + y.pow(2).sum(1).mean() + 2.0 * cross) / d).item<double>();
+}
+
+torch::Tensor GerfClosedFormVariance(const torch::Tensor& x_PD, const torch::Tensor& y_PD, double a) {
+  const auto x = x_PD.to(torch::kFloat64), y = y_PD.to(torch::kFloat64);
+  const double d = static_cast<double>(x.size(1));
+  const auto sum_sq = (x + y).pow(2).sum(1);
+  const auto log_second_moment = d * std::log(1 - 4 * a) - 0.5 * d * std::log(1 - 8 * a) +
+                                 2 * (1 - 4 * a) * sum_sq / (1 - 8 * a) - x.pow(2).sum(1) - y.pow(2).sum(1);
+  return log_second_moment.exp() - (2 * (x * y).sum(1)).exp();
+}
+
+torch::Tensor GerfLogFeatures(const torch::Tensor& x_BNLD, const torch::Tensor& w_MD, const torch::Tensor& a) {
+  const auto dtype = FeatureDtype(x_BNLD.scalar_type());
+  const auto x = x_BNLD.to(dtype).contiguous();
+  const auto w = w_MD.to(x.device(), dtype);
+  const auto a_t = a.to(x.device(), dtype);
+  const double d = static_cast<double>(x.size(-1)), m = static_cast<double>(w.size(0));
+  const auto one_minus_4a = 1 - 4 * a_t;
+  // log D + A |w|^2 - log(m) / 2 per feature, then B w^T x - |x|^2 / 2 per position (002 eq. 10).
+  const auto per_feature_M = 0.25 * d * one_minus_4a.log() + a_t * w.pow(2).sum(1) - 0.5 * std::log(m);
+  const auto proj_BNLM = torch::matmul(x, w.t()) * one_minus_4a.sqrt();
+  return proj_BNLM + per_feature_M - 0.5 * x.pow(2).sum(-1, /*keepdim=*/true);
+}
+
+GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& options)
+    : GerfKernelImpl(shape, options, /*reject_unknown=*/true) {}
+
+GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& options, bool reject_unknown)
+    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true)) {
+  const auto a_text = options.Get<std::string>("a", "0");
+  double a = 0.0;
+  if (a_text == "optimal") {
+    optimal_a_ = true;
+  } else {
+    try {
+      size_t used = 0;
+      a = std::stod(a_text, &used);
+      DF_CHECK(used == a_text.size(), "");
+    } catch (...) {
+      Fail("config key '" + options.KeyPath("a") + "' must be a number below 1/8 or 'optimal', got '" + a_text + "'");
+    }
+    DF_CHECK(a < 0.125, "config key '" << options.KeyPath("a") << "' must be below 1/8 (002 eq. 10), got " << a);
+  }
+  if (reject_unknown) options.RejectUnknown();
+  RegisterDraw(shape.head_dim);
+  a_ = register_buffer("a", torch::tensor({a}, torch::kFloat32));
+}
+
+torch::Tensor GerfKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                              bool /*is_query*/) const {
+  return GerfLogFeatures(x_BNLD, params.at(0), params.at(1));
+}
+
+void GerfKernelImpl::SetOptimalA(const torch::Tensor& x_ND, const torch::Tensor& y_ND) {
+  if (!optimal_a_) return;
+  a_.fill_(OptimalGerfA(GerfRho(x_ND, y_ND)));
+}
+
+void GerfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) {
+  torch::NoGradGuard no_grad;
+  const double root = std::sqrt(scale);
+  const int64_t d = q_BHLD.size(-1);
+  SetOptimalA(q_BHLD.reshape({-1, d}) * root, k_BHLD.reshape({-1, d}) * root);
+}
+
+}  // namespace darkformer

@@ -1,0 +1,41 @@
+// SADERF / FAVOR# attention (see saderf_kernel.h).
+#include "attention/saderf_kernel.h"
+
+#include <cmath>
+
+#include "attention/positive_features.h"
+
+namespace darkformer {
+
+torch::Tensor SaderfPsi(const torch::Tensor& x_ND, const torch::Tensor& y_ND) {
+  const auto x_sq = x_ND.to(torch::kFloat64).pow(2).sum(0), y_sq = y_ND.to(torch::kFloat64).pow(2).sum(0);
+  const auto valid = (x_sq > 0) & (y_sq > 0);
+  return torch::where(valid, (y_sq / x_sq.clamp_min(1e-300)).pow(0.25), torch::ones_like(x_sq));
+}
+
+SaderfKernelImpl::SaderfKernelImpl(const KernelShape& shape, const ConfigReader& options)
+    : GerfKernelImpl(shape, options, /*reject_unknown=*/false) {
+  // FAVOR# is defined with the optimal A; a fixed `a` is still accepted.
+  optimal_a_ = options.Get<std::string>("a", "optimal") == "optimal";
+  options.RejectUnknown();
+  psi_ = register_buffer("psi", torch::ones({shape.head_dim}, torch::kFloat32));
+}
+
+torch::Tensor SaderfKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                                bool is_query) const {
+  const auto psi = params.at(2).to(x_BNLD.device(), FeatureDtype(x_BNLD.scalar_type()));
+  return GerfLogFeatures(is_query ? x_BNLD * psi : x_BNLD / psi, params.at(0), params.at(1));
+}
+
+void SaderfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) {
+  torch::NoGradGuard no_grad;
+  const double root = std::sqrt(scale);
+  const int64_t d = q_BHLD.size(-1);
+  const auto x_ND = q_BHLD.reshape({-1, d}).to(torch::kFloat64) * root;
+  const auto y_ND = k_BHLD.reshape({-1, d}).to(torch::kFloat64) * root;
+  const auto psi = SaderfPsi(x_ND, y_ND);
+  psi_.copy_(psi.to(psi_.options()));
+  SetOptimalA(x_ND * psi, y_ND / psi);
+}
+
+}  // namespace darkformer
