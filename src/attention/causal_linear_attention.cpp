@@ -11,14 +11,19 @@ namespace {
 
 // Floor for the normaliser: only an fp32 underflow of every term (huge, misaligned x and y) reaches
 // it; numerator and denominator then both vanish and the output is 0 instead of NaN.
-torch::Tensor SafeDivide(const torch::Tensor& num_BHLD, const torch::Tensor& den_BHL) {
+torch::Tensor SafeDivide(const torch::Tensor& num_BHLD, const torch::Tensor& den_BHL, double signed_floor) {
+  if (signed_floor > 0) {
+    // Signed features (trig): the normaliser can cross zero; its magnitude is floored, its sign kept.
+    const auto den = torch::where(den_BHL >= 0, den_BHL.clamp_min(signed_floor), den_BHL.clamp_max(-signed_floor));
+    return num_BHLD / den.unsqueeze(-1);
+  }
   const double tiny = den_BHL.scalar_type() == torch::kFloat64 ? std::numeric_limits<double>::min()
                                                                 : std::numeric_limits<float>::min();
   return num_BHLD / den_BHL.clamp_min(tiny).unsqueeze(-1);
 }
 
 torch::Tensor NonCausal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM, const torch::Tensor& b_BHL,
-                        const torch::Tensor& v_BHLD) {
+                        const torch::Tensor& v_BHLD, double signed_floor) {
   // Every key is visible to every query, so the global max of b is a legitimate common reference.
   const auto ref_BH1 = std::get<0>(b_BHL.max(-1, /*keepdim=*/true));
   const auto kw_BHLM = k_BHLM * torch::exp(b_BHL - ref_BH1).unsqueeze(-1);
@@ -26,11 +31,11 @@ torch::Tensor NonCausal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM
   const auto norm_BHM = kw_BHLM.sum(-2);
   const auto num_BHLD = torch::matmul(q_BHLM, state_BHMD);
   const auto den_BHL = torch::matmul(q_BHLM, norm_BHM.unsqueeze(-1)).squeeze(-1);
-  return SafeDivide(num_BHLD, den_BHL);
+  return SafeDivide(num_BHLD, den_BHL, signed_floor);
 }
 
 torch::Tensor Causal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM, const torch::Tensor& b_BHL,
-                     const torch::Tensor& v_BHLD, int64_t chunk_size) {
+                     const torch::Tensor& v_BHLD, int64_t chunk_size, double signed_floor) {
   const int64_t length = q_BHLM.size(2);
   // r_i = max_{j <= i} b_j: the reference of query i, a prefix quantity.
   const auto r_BHL = std::get<0>(b_BHL.cummax(-1));
@@ -64,7 +69,7 @@ torch::Tensor Causal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM, c
       num_BHCD = num_BHCD + torch::matmul(q_BHCM, state_BHMD) * factor_BHC.unsqueeze(-1);
       den_BHC = den_BHC + torch::matmul(q_BHCM, norm_BHM.unsqueeze(-1)).squeeze(-1) * factor_BHC;
     }
-    outputs.push_back(SafeDivide(num_BHCD, den_BHC));
+    outputs.push_back(SafeDivide(num_BHCD, den_BHC, signed_floor));
     if (start + c >= length) break;
     // Fold this chunk into the running state at the new reference (the prefix max at its end);
     // rescaling the old state when the max grows keeps every exponent <= 0.
@@ -89,7 +94,7 @@ torch::Tensor Causal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM, c
 
 torch::Tensor LinearAttention(const torch::Tensor& query_features_BHLM, const torch::Tensor& key_features_BHLM,
                               const torch::Tensor& key_log_scale_BHL, const torch::Tensor& v_BHLD, bool causal,
-                              int64_t chunk_size) {
+                              int64_t chunk_size, double signed_floor) {
   DF_CHECK(chunk_size > 0, "LinearAttention: chunk_size must be positive, got " << chunk_size);
   DF_CHECK(query_features_BHLM.dim() == 4 && key_features_BHLM.sizes() == query_features_BHLM.sizes(),
            "LinearAttention: query/key features must be BHLM of equal shape, got "
@@ -100,8 +105,8 @@ torch::Tensor LinearAttention(const torch::Tensor& query_features_BHLM, const to
   const auto b_BHL = key_log_scale_BHL.defined()
                          ? key_log_scale_BHL.to(dtype).detach()
                          : torch::zeros(k_BHLM.sizes().slice(0, 3), k_BHLM.options());
-  return causal ? Causal(query_features_BHLM, k_BHLM, b_BHL, v, chunk_size)
-                : NonCausal(query_features_BHLM, k_BHLM, b_BHL, v);
+  return causal ? Causal(query_features_BHLM, k_BHLM, b_BHL, v, chunk_size, signed_floor)
+                : NonCausal(query_features_BHLM, k_BHLM, b_BHL, v, signed_floor);
 }
 
 }  // namespace darkformer

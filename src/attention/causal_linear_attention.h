@@ -15,8 +15,10 @@ namespace darkformer {
 // key_log_scale_BHL: per-key log-weights b_j (an undefined tensor means zeros). The key weights
 // are combined against the running max of b over positions <= i (causal-safe and exact).
 // Sums run in the features' dtype (fp32, or fp64 for gradient checks); returns out_BHLD in it.
+// signed_floor > 0: the features may be negative (trig), so the normaliser may cross zero; its
+// magnitude is floored at signed_floor with its sign kept (no NaN, no sign flip).
 torch::Tensor LinearAttention(const torch::Tensor& query_features_BHLM, const torch::Tensor& key_features_BHLM,
                               const torch::Tensor& key_log_scale_BHL, const torch::Tensor& v_BHLD, bool causal,
-                              int64_t chunk_size);
+                              int64_t chunk_size, double signed_floor = 0.0);
 
 }  // namespace darkformer
