@@ -10,6 +10,7 @@
 #include "attention/lfk_kernel.h"
 #include "attention/performer_kernel.h"
 #include "attention/saderf_kernel.h"
+#include "attention/slay_kernel.h"
 #include "attention/trig_kernel.h"
 
 namespace darkformer {
@@ -35,6 +36,7 @@ const std::map<std::string, KernelFactory>& Registry() {
       {"performer", Factory<PerformerKernel>()},
       {"random", Factory<RandomKernel>()},
       {"saderf", Factory<SaderfKernel>()},
+      {"slay", Factory<SlayKernel>()},
       {"trig", Factory<TrigKernel>()},
   };
   return registry;

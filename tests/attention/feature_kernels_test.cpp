@@ -29,7 +29,7 @@ AttentionKernel Make(const std::string& name, const std::string& yaml, const Ker
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
-const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "trig", "random", "constant"};
+const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay", "random", "constant"};
 const char* kSmallOptions = "{num_features: 16, chunk_size: 4}";
 
 std::string OptionsFor(const std::string& name) {

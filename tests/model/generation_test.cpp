@@ -64,12 +64,12 @@ TEST_P(DecodeEqualsForwardTest, PrefillThenStepsGiveTheFullForwardLogits) {
     EXPECT_LE(error, 1e-5) << name << " " << kernel;
     EXPECT_EQ(cache.tokens, length);
   }
-  // trig's features are signed: its normaliser sums terms of both signs, so fp32 rounding of the
-  // chunked and the step-by-step sums differs by up to ~1e-2 after cancellation on these random
+  // trig's and slay's features are signed: the sums have terms of both signs, so fp32 rounding of
+  // the chunked and the step-by-step sums differs by up to ~1e-2 after cancellation on these random
   // weights. The two orders are the same arithmetic, which fp64 shows.
-  {
+  for (const std::string kernel : {"trig", "slay"}) {
     AttentionConfig attention;
-    attention.kernel = "trig";
+    attention.kernel = kernel;
     model->SetAttention(attention);
     model->to(torch::kFloat64);
     const auto full_LV = model->forward(ids_1L)[0];
@@ -78,8 +78,8 @@ TEST_P(DecodeEqualsForwardTest, PrefillThenStepsGiveTheFullForwardLogits) {
     const int64_t bytes_after_prompt = cache.StateBytes();
     for (int64_t t = prompt; t < length; ++t) rows.push_back(model->ForwardDecode(ids_1L.narrow(1, t, 1), cache)[0]);
     const double error = RelativeError(torch::cat(rows, 0), full_LV);
-    std::cout << "[" << name << " trig, fp64] decode vs forward: max |diff| / max |logit| = " << error << "\n";
-    EXPECT_LE(error, 1e-9) << name << " trig";
+    std::cout << "[" << name << " " << kernel << ", fp64] decode vs forward: max |diff| / max |logit| = " << error << "\n";
+    EXPECT_LE(error, 1e-9) << name << " " << kernel;
     EXPECT_EQ(cache.StateBytes(), bytes_after_prompt);
   }
 }

@@ -1,0 +1,128 @@
+// SLAY attention (see slay_kernel.h).
+#include "attention/slay_kernel.h"
+
+#include <ATen/CPUGeneratorImpl.h>
+
+#include <cmath>
+
+#include "attention/causal_linear_attention.h"
+#include "attention/positive_features.h"
+
+namespace darkformer {
+
+std::pair<torch::Tensor, torch::Tensor> GaussLaguerre(int64_t n) {
+  DF_CHECK(n > 0, "GaussLaguerre: n must be positive, got " << n);
+  // Jacobi matrix of the Laguerre polynomials: diagonal 2i + 1, off-diagonal i (i = 1..n-1).
+  auto jacobi = torch::diag(2 * torch::arange(n, torch::kFloat64) + 1);
+  if (n > 1) {
+    const auto off = torch::arange(1, n, torch::kFloat64);
+    jacobi = jacobi + torch::diag(off, 1) + torch::diag(off, -1);
+  }
+  auto [nodes, vectors] = torch::linalg_eigh(jacobi);
+  return {nodes, vectors.select(0, 0).pow(2)};  // weights: mu_0 = int e^-u = 1 times v_0^2
+}
+
+torch::Tensor YatKernel(const torch::Tensor& t, double epsilon) {
+  const auto x = t.to(torch::kFloat64);
+  return x.pow(2) / (2 + epsilon - 2 * x);
+}
+
+torch::Tensor YatQuadrature(const torch::Tensor& t, double epsilon, int64_t nodes) {
+  const auto [u, a] = GaussLaguerre(nodes);
+  const double c = 2 + epsilon;
+  const auto x = t.to(torch::kFloat64).unsqueeze(-1);
+  return (x.pow(2) * (a / c) * (2 * u / c * x).exp()).sum(-1);
+}
+
+SlayKernelImpl::SlayKernelImpl(const KernelShape& shape, const ConfigReader& options)
+    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true)) {
+  nodes_ = options.Get<int64_t>("nodes", nodes_);
+  DF_CHECK(nodes_ > 0, "config key '" << options.KeyPath("nodes") << "' must be positive, got " << nodes_);
+  epsilon_ = options.Get<double>("epsilon", epsilon_);
+  DF_CHECK(epsilon_ > 0, "config key '" << options.KeyPath("epsilon") << "' must be positive (003 Lemma 1), got " << epsilon_);
+  sketch_dim_ = options.Get<int64_t>("sketch_dim", sketch_dim_);
+  DF_CHECK(sketch_dim_ >= 0, "config key '" << options.KeyPath("sketch_dim") << "' must be >= 0 (0 = exact), got " << sketch_dim_);
+  normaliser_floor_ = options.Get<double>("normaliser_floor", normaliser_floor_);
+  DF_CHECK(normaliser_floor_ > 0, "config key '" << options.KeyPath("normaliser_floor") << "' must be positive");
+  options.RejectUnknown();
+  // n * P * m features per head: a smaller m than the other kernels' default unless asked.
+  if (!options.Has("num_features")) options_.num_features = kDefaultSlayFeatures;
+  RegisterDraw(shape.head_dim);
+  if (sketch_dim_ > 0) {
+    auto generator = at::make_generator<at::CPUGeneratorImpl>(DrawSeed(KernelSeed(options_.seed, shape), 0) + 7);
+    sketch_ = register_buffer("sketch", at::normal(0.0, 1.0, {2, sketch_dim_, shape.head_dim}, generator, torch::kFloat32));
+  }
+}
+
+torch::Tensor SlayKernelImpl::Features(const torch::Tensor& x_BNLD) const {
+  const auto x = x_BNLD.to(FeatureDtype(x_BNLD.scalar_type()));
+  const auto unit = x / x.norm(2, -1, /*keepdim=*/true).clamp_min(1e-12);
+  // t^2 part: exact outer product, or the product sketch (S1 x) * (S2 x) / sqrt(p).
+  torch::Tensor poly_BNLP;
+  if (sketch_dim_ > 0) {
+    const auto s = sketch_.to(x.device(), x.scalar_type());
+    poly_BNLP = torch::matmul(unit, s[0].t()) * torch::matmul(unit, s[1].t()) / std::sqrt(double(sketch_dim_));
+  } else {
+    poly_BNLP = (unit.unsqueeze(-1) * unit.unsqueeze(-2)).flatten(-2);
+  }
+  const auto [u, a] = GaussLaguerre(nodes_);
+  const double c = 2 + epsilon_, m = static_cast<double>(projection_.size(0));
+  const auto proj_BNLM = torch::matmul(unit, projection_.to(x.device(), x.scalar_type()).t());
+  std::vector<torch::Tensor> parts;
+  for (int64_t i = 0; i < nodes_; ++i) {
+    const double beta = 2 * u[i].item<double>() / c, weight = std::sqrt(a[i].item<double>() / c);
+    // Positive random features of exp(beta t) on the unit sphere: |sqrt(beta) x^|^2 / 2 = beta / 2.
+    const auto exp_BNLM = (std::sqrt(beta) * proj_BNLM - 0.5 * beta).exp() / std::sqrt(m);
+    parts.push_back((weight * poly_BNLP.unsqueeze(-1) * exp_BNLM.unsqueeze(-2)).flatten(-2));
+  }
+  return torch::cat(parts, -1);
+}
+
+torch::Tensor SlayKernelImpl::LogFeaturesWith(const torch::Tensor&, const std::vector<torch::Tensor>&, bool) const {
+  Fail("attention kernel 'slay' has signed (tensor-product) features: they have no log form (it runs the composite path)");
+}
+
+double SlayKernelImpl::MaxLogFeature(const torch::Tensor& x_BHLD) const {
+  return Features(x_BHLD.to(torch::kFloat32)).abs().max().log().item<double>();
+}
+
+torch::Tensor SlayKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
+                                      const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  const int64_t heads = q_BHLD.size(1);
+  const auto out_BHLD = LinearAttention(Features(q_BHLD), Features(RepeatKvHeads(k_BKLD, heads)), torch::Tensor(),
+                                        RepeatKvHeads(v_BKLD, heads), call.causal, options_.chunk_size,
+                                        normaliser_floor_);
+  return out_BHLD.to(v_BKLD.scalar_type());
+}
+
+namespace {
+
+struct SlayState : DecodeState {
+  torch::Tensor s_BHMV;  // sum_j f(k_j) [v_j, 1]^T
+  int64_t Bytes() const override { return NbytesOrZero(s_BHMV); }
+};
+
+}  // namespace
+
+torch::Tensor SlayKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
+                                     const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall&) {
+  if (!state) state = std::make_unique<SlayState>();
+  auto& s = dynamic_cast<SlayState&>(*state);
+  const int64_t heads = q_BHTD.size(1), new_tokens = q_BHTD.size(2), dv = v_BKTD.size(-1);
+  const auto fq_BHTM = Features(q_BHTD), fk_BHTM = Features(RepeatKvHeads(k_BKTD, heads));
+  const auto v_BHTD = RepeatKvHeads(v_BKTD, heads).to(fq_BHTM.scalar_type());
+  const auto vh_BHTV = torch::cat({v_BHTD, torch::ones_like(v_BHTD.narrow(-1, 0, 1))}, -1);
+  std::vector<torch::Tensor> outs;
+  for (int64_t t = 0; t < new_tokens; ++t) {
+    const auto add_BHMV = torch::matmul(fk_BHTM.select(2, t).unsqueeze(-1), vh_BHTV.select(2, t).unsqueeze(-2));
+    s.s_BHMV = s.s_BHMV.defined() ? s.s_BHMV + add_BHMV : add_BHMV;
+    const auto n_BHV = torch::matmul(fq_BHTM.select(2, t).unsqueeze(-2), s.s_BHMV).squeeze(-2);
+    const auto den_BH = n_BHV.select(-1, dv);
+    const auto safe_BH = torch::where(den_BH >= 0, den_BH.clamp_min(normaliser_floor_), den_BH.clamp_max(-normaliser_floor_));
+    outs.push_back((n_BHV.narrow(-1, 0, dv) / safe_BH.unsqueeze(-1)).unsqueeze(2));
+  }
+  s.tokens += new_tokens;
+  return torch::cat(outs, 2).to(v_BKTD.scalar_type());
+}
+
+}  // namespace darkformer
