@@ -6,6 +6,7 @@
 #include "attention/baseline_kernels.h"
 #include "attention/darkformer_kernel.h"
 #include "attention/exact_kernel.h"
+#include "attention/flexformer_kernel.h"
 #include "attention/gerf_kernel.h"
 #include "attention/lfk_kernel.h"
 #include "attention/performer_kernel.h"
@@ -31,6 +32,7 @@ const std::map<std::string, KernelFactory>& Registry() {
       {"constant", Factory<ConstantKernel>()},
       {"darkformer", Factory<DarkformerKernel>()},
       {"exact", Factory<ExactKernel>()},
+      {"flexformer", Factory<FlexformerKernel>()},
       {"gerf", Factory<GerfKernel>()},
       {"lfk", Factory<LfkKernel>()},
       {"performer", Factory<PerformerKernel>()},

@@ -7,6 +7,7 @@
 
 #include "attention/causal_linear_attention.h"
 #include "attention/positive_features.h"
+#include "attention/signed_feature_decoding.h"
 
 namespace darkformer {
 
@@ -95,34 +96,12 @@ torch::Tensor SlayKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::
   return out_BHLD.to(v_BKLD.scalar_type());
 }
 
-namespace {
-
-struct SlayState : DecodeState {
-  torch::Tensor s_BHMV;  // sum_j f(k_j) [v_j, 1]^T
-  int64_t Bytes() const override { return NbytesOrZero(s_BHMV); }
-};
-
-}  // namespace
-
 torch::Tensor SlayKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                      const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall&) {
-  if (!state) state = std::make_unique<SlayState>();
-  auto& s = dynamic_cast<SlayState&>(*state);
-  const int64_t heads = q_BHTD.size(1), new_tokens = q_BHTD.size(2), dv = v_BKTD.size(-1);
-  const auto fq_BHTM = Features(q_BHTD), fk_BHTM = Features(RepeatKvHeads(k_BKTD, heads));
-  const auto v_BHTD = RepeatKvHeads(v_BKTD, heads).to(fq_BHTM.scalar_type());
-  const auto vh_BHTV = torch::cat({v_BHTD, torch::ones_like(v_BHTD.narrow(-1, 0, 1))}, -1);
-  std::vector<torch::Tensor> outs;
-  for (int64_t t = 0; t < new_tokens; ++t) {
-    const auto add_BHMV = torch::matmul(fk_BHTM.select(2, t).unsqueeze(-1), vh_BHTV.select(2, t).unsqueeze(-2));
-    s.s_BHMV = s.s_BHMV.defined() ? s.s_BHMV + add_BHMV : add_BHMV;
-    const auto n_BHV = torch::matmul(fq_BHTM.select(2, t).unsqueeze(-2), s.s_BHMV).squeeze(-2);
-    const auto den_BH = n_BHV.select(-1, dv);
-    const auto safe_BH = torch::where(den_BH >= 0, den_BH.clamp_min(normaliser_floor_), den_BH.clamp_max(-normaliser_floor_));
-    outs.push_back((n_BHV.narrow(-1, 0, dv) / safe_BH.unsqueeze(-1)).unsqueeze(2));
-  }
-  s.tokens += new_tokens;
-  return torch::cat(outs, 2).to(v_BKTD.scalar_type());
+  const int64_t heads = q_BHTD.size(1);
+  return SignedFeatureDecode(state, Features(q_BHTD), Features(RepeatKvHeads(k_BKTD, heads)), torch::Tensor(),
+                             RepeatKvHeads(v_BKTD, heads), normaliser_floor_)
+      .to(v_BKTD.scalar_type());
 }
 
 }  // namespace darkformer

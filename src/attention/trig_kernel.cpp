@@ -5,6 +5,7 @@
 
 #include "attention/causal_linear_attention.h"
 #include "attention/positive_features.h"
+#include "attention/signed_feature_decoding.h"
 
 namespace darkformer {
 
@@ -45,11 +46,6 @@ TrigKeys KeysOf(const TrigKernelImpl& kernel, const torch::Tensor& y_BNLD) {
   return {kernel.SignedFeatures(y_BNLD) * (half_sq_BNL - b_BNL).exp().unsqueeze(-1), b_BNL};
 }
 
-struct TrigState : DecodeState {
-  torch::Tensor s_BHMV, ref_BH;  // sum_j exp(b_j - ref) psi_j [v_j, 1]^T and its reference
-  int64_t Bytes() const override { return NbytesOrZero(s_BHMV) + NbytesOrZero(ref_BH); }
-};
-
 }  // namespace
 
 torch::Tensor TrigKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
@@ -68,31 +64,13 @@ torch::Tensor TrigKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::
 
 torch::Tensor TrigKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                      const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall& call) {
-  if (!state) state = std::make_unique<TrigState>();
-  auto& s = dynamic_cast<TrigState&>(*state);
   const auto dtype = FeatureDtype(q_BHTD.scalar_type());
   const double root = std::sqrt(call.scale);
-  const int64_t heads = q_BHTD.size(1), new_tokens = q_BHTD.size(2);
-  const auto q_feat_BHTM = SignedFeatures(q_BHTD.to(dtype) * root);
+  const int64_t heads = q_BHTD.size(1);
   const auto keys = KeysOf(*this, RepeatKvHeads(k_BKTD, heads).to(dtype) * root);
-  const auto v_BHTD = RepeatKvHeads(v_BKTD, heads).to(dtype);
-  const auto vh_BHTV = torch::cat({v_BHTD, torch::ones_like(v_BHTD.narrow(-1, 0, 1))}, -1);
-  std::vector<torch::Tensor> outs;
-  for (int64_t t = 0; t < new_tokens; ++t) {
-    // Fold key t at the new running max (the state rescaled down when it grows), then read.
-    const auto b_BH = keys.log_scale_BNL.select(2, t);
-    const auto ref_BH = s.ref_BH.defined() ? torch::maximum(s.ref_BH, b_BH) : b_BH;
-    const auto add_BHMV = torch::matmul((keys.features_BNLM.select(2, t) * (b_BH - ref_BH).exp().unsqueeze(-1)).unsqueeze(-1),
-                                        vh_BHTV.select(2, t).unsqueeze(-2));
-    s.s_BHMV = s.s_BHMV.defined() ? s.s_BHMV * (s.ref_BH - ref_BH).exp().unsqueeze(-1).unsqueeze(-1) + add_BHMV : add_BHMV;
-    s.ref_BH = ref_BH;
-    const auto n_BHV = torch::matmul(q_feat_BHTM.select(2, t).unsqueeze(-2), s.s_BHMV).squeeze(-2);
-    const auto den_BH = n_BHV.select(-1, v_BHTD.size(-1));
-    const auto safe_BH = torch::where(den_BH >= 0, den_BH.clamp_min(normaliser_floor_), den_BH.clamp_max(-normaliser_floor_));
-    outs.push_back((n_BHV.narrow(-1, 0, v_BHTD.size(-1)) / safe_BH.unsqueeze(-1)).unsqueeze(2));
-  }
-  s.tokens += new_tokens;
-  return torch::cat(outs, 2).to(v_BKTD.scalar_type());
+  return SignedFeatureDecode(state, SignedFeatures(q_BHTD.to(dtype) * root), keys.features_BNLM, keys.log_scale_BNL,
+                             RepeatKvHeads(v_BKTD, heads), normaliser_floor_)
+      .to(v_BKTD.scalar_type());
 }
 
 }  // namespace darkformer

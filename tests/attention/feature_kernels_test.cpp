@@ -13,6 +13,7 @@
 #include "attention/performer_kernel.h"
 #include "attention/positive_features.h"
 #include "attention/saderf_kernel.h"
+#include "attention/finite_difference.h"
 
 namespace darkformer {
 namespace {
@@ -29,7 +30,7 @@ AttentionKernel Make(const std::string& name, const std::string& yaml, const Ker
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
-const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay", "random", "constant"};
+const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay", "flexformer", "random", "constant"};
 const char* kSmallOptions = "{num_features: 16, chunk_size: 4}";
 
 std::string OptionsFor(const std::string& name) {
@@ -105,30 +106,7 @@ TEST(FeatureKernelsTest, KernelForwardMatchesUnstabilisedFormula) {
   }
 }
 
-// Central differences in fp64 on every element of each tensor in `inputs`.
-double MaxGradientError(const std::function<torch::Tensor()>& loss_fn, const std::vector<torch::Tensor>& inputs) {
-  for (const auto& x : inputs) x.mutable_grad() = torch::Tensor();
-  loss_fn().backward();
-  double worst = 0.0;
-  const double eps = 1e-6;
-  torch::NoGradGuard no_grad;
-  for (const auto& x : inputs) {
-    const auto analytic = x.grad().clone();
-    auto flat = x.view({-1});
-    for (int64_t i = 0; i < flat.size(0); ++i) {
-      const double saved = flat[i].item<double>();
-      flat[i].fill_(saved + eps);
-      const double up = loss_fn().item<double>();
-      flat[i].fill_(saved - eps);
-      const double down = loss_fn().item<double>();
-      flat[i].fill_(saved);
-      const double numeric = (up - down) / (2 * eps);
-      const double a = analytic.view({-1})[i].item<double>();
-      worst = std::max(worst, std::abs(numeric - a) / std::max(1.0, std::abs(a)));
-    }
-  }
-  return worst;
-}
+using testing::MaxGradientError;
 
 TEST(FeatureKernelsTest, GradientsMatchFiniteDifferencesInFloat64) {
   torch::manual_seed(1);

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "attention/finite_difference.h"
 #include "attention/kernel_registry.h"
 #include "attention/slay_kernel.h"
 
@@ -115,23 +116,7 @@ TEST(SlayTest, ForwardEqualsTheMaskedQuadraticFormAndFiniteDifferences) {
   call.causal = true;
   const auto weights = torch::randn({1, heads, length, d}, f64);
   auto loss = [&] { return (slay->forward(q, k, v, call) * weights).sum(); };
-  loss().backward();
-  double worst = 0.0;
-  torch::NoGradGuard no_grad;
-  for (auto* x : {&q, &k, &v}) {
-    const auto analytic = x->grad().clone();
-    auto flat = x->view({-1});
-    for (int64_t i = 0; i < flat.size(0); ++i) {
-      const double saved = flat[i].item<double>(), eps = 1e-6;
-      flat[i].fill_(saved + eps);
-      const double up = loss().item<double>();
-      flat[i].fill_(saved - eps);
-      const double down = loss().item<double>();
-      flat[i].fill_(saved);
-      const double g = analytic.view({-1})[i].item<double>();
-      worst = std::max(worst, std::abs((up - down) / (2 * eps) - g) / std::max(1.0, std::abs(g)));
-    }
-  }
+  const double worst = testing::MaxGradientError(loss, {q, k, v});
   std::cout << "[slay] finite differences: worst relative gradient error " << worst << "\n";
   EXPECT_LE(worst, 1e-6);
 }

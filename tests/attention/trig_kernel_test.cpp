@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "attention/finite_difference.h"
 #include "attention/kernel_registry.h"
 #include "attention/trig_kernel.h"
 
@@ -103,23 +104,7 @@ TEST(TrigTest, GradientsMatchFiniteDifferencesInFloat64) {
   AttentionCall call;
   call.scale = 0.7;
   auto loss = [&] { return (trig->forward(q, k, v, call) * weights).sum(); };
-  loss().backward();
-  double worst = 0.0;
-  torch::NoGradGuard no_grad;
-  for (auto* t : {&q, &k, &v}) {
-    const auto analytic = t->grad().clone();
-    auto flat = t->view({-1});
-    for (int64_t i = 0; i < flat.size(0); ++i) {
-      const double saved = flat[i].item<double>(), eps = 1e-6;
-      flat[i].fill_(saved + eps);
-      const double up = loss().item<double>();
-      flat[i].fill_(saved - eps);
-      const double down = loss().item<double>();
-      flat[i].fill_(saved);
-      const double a = analytic.view({-1})[i].item<double>();
-      worst = std::max(worst, std::abs((up - down) / (2 * eps) - a) / std::max(1.0, std::abs(a)));
-    }
-  }
+  const double worst = testing::MaxGradientError(loss, {q, k, v});
   std::cout << "[trig] finite differences: worst relative gradient error " << worst << "\n";
   EXPECT_LE(worst, 1e-6);
 }

@@ -67,7 +67,7 @@ TEST_P(DecodeEqualsForwardTest, PrefillThenStepsGiveTheFullForwardLogits) {
   // trig's and slay's features are signed: the sums have terms of both signs, so fp32 rounding of
   // the chunked and the step-by-step sums differs by up to ~1e-2 after cancellation on these random
   // weights. The two orders are the same arithmetic, which fp64 shows.
-  for (const std::string kernel : {"trig", "slay"}) {
+  for (const std::string kernel : {"trig", "slay", "flexformer"}) {
     AttentionConfig attention;
     attention.kernel = kernel;
     model->SetAttention(attention);
