@@ -144,6 +144,26 @@ torch::Tensor GerfEstimatorRatios(const torch::Tensor &x_PD, const torch::Tensor
   return torch::exp(torch::logsumexp(log_z_NPM, -1) - std::log(static_cast<double>(num_features)) - (x * y).sum(-1));
 }
 
+// Trigonometric features (001; flexformer at initialisation): kappa_hat / exp(x.y) per draw and pair,
+// kappa_hat = exp(|x|^2/2 + |y|^2/2) mean_j cos(w_j.(x - y)), w_j ~ N(0, I).
+torch::Tensor TrigEstimatorRatios(const torch::Tensor &x_PD, const torch::Tensor &y_PD, int64_t num_features,
+                                  int64_t draws, uint64_t seed) {
+  const auto x = x_PD.to(torch::kFloat64), y = y_PD.to(torch::kFloat64);
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto w_NMD = torch::randn({draws, num_features, x.size(1)}, generator, kF64);
+  const auto cos_NPM = torch::matmul((x - y).unsqueeze(0), w_NMD.transpose(1, 2)).cos();
+  const auto log_scale_P = 0.5 * (x.pow(2).sum(-1) + y.pow(2).sum(-1)) - (x * y).sum(-1);
+  return cos_NPM.mean(-1) * log_scale_P.exp();
+}
+
+// Its closed-form variance over one draw of m features: (exp(|x|^2 + |y|^2) / 2) (1 + exp(-2|x - y|^2))
+// - exp(2 x.y) per feature (E cos^2 = (1 + E cos 2w.u) / 2), divided by m.
+torch::Tensor TrigClosedFormVariance(const torch::Tensor &x_PD, const torch::Tensor &y_PD, int64_t num_features) {
+  const auto x = x_PD.to(torch::kFloat64), y = y_PD.to(torch::kFloat64);
+  const auto second = 0.5 * (x.pow(2).sum(-1) + y.pow(2).sum(-1)).exp() * (1 + (-2 * (x - y).pow(2).sum(-1)).exp());
+  return (second - (2 * (x * y).sum(-1)).exp()) / static_cast<double>(num_features);
+}
+
 std::vector<EstimatorStats>
 CompareEstimators(const SyntheticEstimatorOptions &o,
                   const std::vector<int64_t> &num_features) {
@@ -211,6 +231,9 @@ CompareEstimators(const SyntheticEstimatorOptions &o,
     out.push_back(Summarise("saderf", "exp(x.y)", m,
                             GerfEstimatorRatios(xs_PD, ys_PD, saderf_a, m, o.draws, base + 16), kappa_P,
                             GerfClosedFormVariance(xs_PD, ys_PD, saderf_a) / static_cast<double>(m)));
+    // trig's m cos features carry as many random projections as performer's m exp features.
+    out.push_back(Summarise("trig", "exp(x.y)", m, TrigEstimatorRatios(x_PD, y_PD, m, o.draws, base + 17), kappa_P,
+                            TrigClosedFormVariance(x_PD, y_PD, m)));
   }
   return out;
 }

@@ -37,7 +37,7 @@ struct SyntheticEstimatorOptions {
 // per pair and draw:
 struct EstimatorStats {
   std::string estimator;    // performer | performer_is | darkformer_identity |
-                            // darkformer_whitening | gerf_optimal | saderf
+                            // darkformer_whitening | gerf_optimal | saderf | trig
   std::string target;       // what kappa is: "exp(x.y)" or "exp(x^T M^T M y)"
   int64_t num_features = 0; // m
   double relative_error =

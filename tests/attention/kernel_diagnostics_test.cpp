@@ -108,7 +108,7 @@ TEST(KernelDiagnostics, CompareEstimatorsReportsEveryEstimatorAndM) {
   o.pairs = 32;
   o.draws = 50;
   const auto stats = CompareEstimators(o, {16, 64});
-  ASSERT_EQ(stats.size(), 12u);  // 6 estimators x 2 m
+  ASSERT_EQ(stats.size(), 14u);  // 7 estimators x 2 m
   for (const auto &s : stats) {
     EXPECT_TRUE(std::isfinite(s.relative_error) && s.relative_error > 0)
         << s.estimator;
