@@ -13,7 +13,7 @@ PY_PACKAGES=(numpy typing_extensions filelock sympy networkx jinja2 fsspec "setu
              transformers==5.23.0 safetensors h5py pyyaml matplotlib sentencepiece)
 APT_PACKAGES=(cmake ninja-build g++ git pkg-config python3-venv
               libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libhdf5-dev
-              libsentencepiece-dev sentencepiece libgtest-dev libgmock-dev zlib1g-dev python3.11-doc)
+              libsentencepiece-dev sentencepiece libgloo-dev libgtest-dev libgmock-dev zlib1g-dev python3.11-doc)
 
 stamp_key="$(printf '%s\n' "$TORCH_VERSION" "${NVIDIA_WHEELS[@]}" "${PY_PACKAGES[@]}" "${APT_PACKAGES[@]}" \
              "$(cat "$ROOT/tools/make_demo_corpus.sh" 2>/dev/null)" | sha256sum | cut -c1-16)"

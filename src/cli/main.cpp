@@ -1,5 +1,6 @@
 // darkformer: the command-line entry point. It only registers subcommands and dispatches, and
-// turns every exception into one error line and exit code 2 (bad input), never a crash.
+// turns every exception into one error line and exit code 2 (bad input; 4 when a data-parallel peer
+// rank failed), never a crash.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 #include <yaml-cpp/exceptions.h>
@@ -9,11 +10,13 @@
 #include <filesystem>
 
 #include "cli/commands.h"
+#include "distributed/data_parallel.h"
 #include "util/error.h"
 
 namespace {
 
 constexpr int kExitBadInput = 2;
+constexpr int kExitPeerFailed = 4;  // a data-parallel rank died, hung or could not be reached
 
 int Report(const std::string& message) {
   spdlog::error("{}", message);
@@ -41,6 +44,9 @@ int main(int argc, char** argv) {
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
+  } catch (const darkformer::DistributedError& e) {
+    spdlog::error("{}", e.what());
+    return kExitPeerFailed;
   } catch (const darkformer::Error& e) {
     return Report(e.what());
   } catch (const c10::Error& e) {

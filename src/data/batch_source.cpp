@@ -33,21 +33,21 @@ BatchSource::BatchSource(const DataConfig& config, std::string split) : config_(
 
 void BatchSource::SetNumRows(int64_t num_rows) {
   num_rows_ = num_rows;
-  const int64_t global_batch = config_.batch_size * config_.world_size;
-  batches_per_epoch_ = num_rows_ / global_batch;
+  config_.LocalBatchSize();  // throws when the ranks cannot split a global batch
+  batches_per_epoch_ = num_rows_ / config_.batch_size;
   DF_CHECK(batches_per_epoch_ > 0, Describe() << " makes " << num_rows_ << " rows of " << config_.seq_len
-                                              << " tokens, fewer than one global batch of " << config_.batch_size
-                                              << " x " << config_.world_size << " ranks");
+                                              << " tokens, fewer than one global batch of " << config_.batch_size);
 }
 
 std::vector<int64_t> BatchSource::RowsOfBatch(int64_t epoch, int64_t step) const {
   // A fresh permutation per epoch: building one costs a few hashes, so nothing is cached.
   IndexPermutation permutation(static_cast<uint64_t>(num_rows_),
                                SplitMix64(config_.seed ^ SplitMix64(static_cast<uint64_t>(epoch))));
-  // Global batch `step` is positions [step B W, (step + 1) B W) of the epoch's order; rank r takes
-  // its own B of them, so ranks never share a row.
-  const int64_t B = config_.batch_size;
-  const int64_t first = (step * config_.world_size + config_.rank) * B;
+  // Global batch `step` is positions [step G, (step + 1) G) of the epoch's order (G = batch_size);
+  // rank r takes the r-th of its W equal slices, so ranks never share a row and the W slices in
+  // rank order are the batch one process would read.
+  const int64_t B = config_.LocalBatchSize();
+  const int64_t first = step * config_.batch_size + config_.rank * B;
   std::vector<int64_t> rows(B);
   for (int64_t b = 0; b < B; ++b) rows[b] = static_cast<int64_t>(permutation(static_cast<uint64_t>(first + b)));
   return rows;
@@ -58,7 +58,7 @@ Batch BatchSource::Next() {
     ++epoch_;
     step_ = 0;
   }
-  const int64_t B = config_.batch_size, L = config_.seq_len;
+  const int64_t B = config_.LocalBatchSize(), L = config_.seq_len;
   Batch batch;
   batch.input_ids_BL = torch::empty({B, L}, torch::kInt64);
   batch.labels_BL = torch::empty({B, L}, torch::kInt64);
@@ -86,7 +86,7 @@ void BatchSource::Restore(const LoaderState& state) {
   DF_CHECK(state.batches_per_epoch == batches_per_epoch_,
            "data loader state was saved by a loader with " << state.batches_per_epoch << " batches per epoch, this one has "
                                                            << batches_per_epoch_ << " (changed data, "
-                                                           << config_.key_path << ".seq_len, batch_size or world_size?)");
+                                                           << config_.key_path << ".seq_len or batch_size?)");
   DF_CHECK(state.epoch >= 0 && state.step >= 0 && state.step <= batches_per_epoch_,
            "data loader state has an invalid position: epoch " << state.epoch << ", step " << state.step);
   epoch_ = state.epoch;

@@ -37,8 +37,6 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   c.packing = reader.GetEnum("packing", c.packing, kPackingNames);
   c.bos_per_document = reader.Get<bool>("bos_per_document", c.bos_per_document);
   c.seed = reader.Get<uint64_t>("seed", c.seed);
-  c.rank = reader.Get<int64_t>("rank", c.rank);
-  c.world_size = reader.Get<int64_t>("world_size", c.world_size);
   reader.RejectUnknown();
   if (c.source == DataSource::kMqar) {
     c.mqar.task.seq_len = c.seq_len;
@@ -48,11 +46,16 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   DF_CHECK(c.seq_len > 0, "config key '" << reader.KeyPath("seq_len") << "' must be positive, got " << c.seq_len);
   DF_CHECK(c.batch_size > 0,
            "config key '" << reader.KeyPath("batch_size") << "' must be positive, got " << c.batch_size);
-  DF_CHECK(c.world_size > 0,
-           "config key '" << reader.KeyPath("world_size") << "' must be positive, got " << c.world_size);
-  DF_CHECK(c.rank >= 0 && c.rank < c.world_size, "config key '" << reader.KeyPath("rank") << "' must be in [0, "
-                                                                 << c.world_size << "), got " << c.rank);
   return c;
+}
+
+int64_t DataConfig::LocalBatchSize() const {
+  DF_CHECK(world_size > 0 && rank >= 0 && rank < world_size,
+           "data-parallel rank " << rank << " is outside [0, " << world_size << ")");
+  DF_CHECK(batch_size % world_size == 0, "config key '" << key_path << ".batch_size' (" << batch_size
+                                                        << ", the global batch) does not divide among "
+                                                        << world_size << " data-parallel ranks (WORLD_SIZE)");
+  return batch_size / world_size;
 }
 
 }  // namespace darkformer

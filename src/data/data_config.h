@@ -38,7 +38,8 @@ struct DataConfig {
   MqarDataConfig mqar;
   // Tokens per row; each row also reads one more token for the shifted labels.
   int64_t seq_len = 1024;
-  // Rows per batch on each data-parallel rank.
+  // Rows per global batch: all data-parallel ranks together, so a run's numbers do not depend on
+  // how many processes ran it. Each rank takes batch_size / world_size of them.
   int64_t batch_size = 8;
   // "concat": documents joined with EOS into one stream cut into rows; "pad": one document per
   // row (long ones continue on further rows), padded, with no loss on padding.
@@ -47,7 +48,8 @@ struct DataConfig {
   bool bos_per_document = true;
   // Seeds the per-epoch shuffle of rows.
   uint64_t seed = 0;
-  // This process's data-parallel rank and the number of ranks; ranks read disjoint rows.
+  // This process's data-parallel rank and the number of ranks (not config keys: the trainer sets
+  // them from torchrun's RANK and WORLD_SIZE); ranks read disjoint rows of every global batch.
   int64_t rank = 0;
   int64_t world_size = 1;
   // The key path of the section, for errors ("data").
@@ -56,6 +58,9 @@ struct DataConfig {
   // Reads the section (`reader` is the data section itself); unknown keys are errors naming their
   // path, as are out-of-range values.
   static DataConfig FromConfig(const ConfigReader& reader);
+  // Rows of each global batch that this rank reads; throws (naming data.batch_size and the rank
+  // count) when the ranks cannot split the batch evenly.
+  int64_t LocalBatchSize() const;
 };
 
 }  // namespace darkformer

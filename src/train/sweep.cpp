@@ -116,6 +116,16 @@ SweepSpec SweepSpec::FromNode(const YAML::Node& root, const std::string& origin,
       Flatten(reader.node()["fixed"], "", fixed);
       for (const auto& [key, value] : fixed) spec.fixed.push_back(key + "=" + FlowYaml(value));
     }
+    if (reader.Has("launcher")) {
+      const auto launcher = reader.Child("launcher");
+      spec.launcher.torchrun = launcher.Get<std::string>("torchrun", spec.launcher.torchrun);
+      spec.launcher.nproc_per_node = launcher.Require<int64_t>("nproc_per_node");
+      spec.launcher.args = launcher.Get<std::vector<std::string>>("args", spec.launcher.args);
+      launcher.RejectUnknown();
+      DF_CHECK(spec.launcher.nproc_per_node >= 1, "config key '" << launcher.KeyPath("nproc_per_node")
+                                                                 << "' must be >= 1, got " << spec.launcher.nproc_per_node);
+      DF_CHECK(!spec.launcher.torchrun.empty(), "config key '" << launcher.KeyPath("torchrun") << "' must not be empty");
+    }
     reader.Get<std::string>("description", "");  // free text for people reading the file
     reader.RejectUnknown();
     return spec;

@@ -9,6 +9,11 @@
 //     train.lr: [1.0e-4, 1.0e-3]
 //   fixed: {train.steps: 100}            # optional overrides applied to every run
 //   parallel: 1                          # runs at a time (child processes)
+//   launcher:                            # optional: each run as a torchrun job of data-parallel ranks
+//     torchrun: .venv/bin/torchrun       #   the launcher (a path, or a name on PATH)
+//     nproc_per_node: 2                  #   ranks per run
+//     args: []                           #   more torchrun flags (--nnodes, --rdzv-endpoint ...);
+//                                        #   none: --standalone (a free local port per run)
 #pragma once
 
 #include <yaml-cpp/yaml.h>
@@ -29,6 +34,13 @@ struct SweepAxis {
   std::vector<YAML::Node> values; // scalars, lists or maps, passed on as YAML
 };
 
+// Runs each grid point under torchrun instead of as one process.
+struct SweepLauncher {
+  std::string torchrun = "torchrun";
+  int64_t nproc_per_node = 0;     // 0: no launcher, one process per run
+  std::vector<std::string> args;  // extra torchrun flags
+};
+
 struct SweepSpec {
   std::string path;                // the sweep file ("" when built in code)
   std::string base;                // run config path, resolved against the sweep file's folder
@@ -36,6 +48,7 @@ struct SweepSpec {
   std::vector<SweepAxis> grid;     // in file order
   std::vector<std::string> fixed;  // "key=value" overrides applied before the grid's
   int64_t parallel = 1;            // runs at a time
+  SweepLauncher launcher;
 
   // Loads a sweep file; `overrides` ("a.b=value") apply to the sweep file itself, e.g.
   // "output=runs/x" or "fixed.train.steps=5". Unknown keys are errors naming the key path.

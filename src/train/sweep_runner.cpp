@@ -48,7 +48,7 @@ pid_t Launch(const std::vector<std::string>& argv, const std::string& run_dir) {
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
-    execv(args[0], args.data());
+    execvp(args[0], args.data());  // a bare launcher name (torchrun) is looked up on PATH
     _exit(127);  // exec failed
   }
   return pid;
@@ -196,7 +196,15 @@ int LogTally(const SweepSpec& spec, const std::vector<SweepRecord>& records) {
 }  // namespace
 
 std::vector<std::string> RunCommand(const SweepSpec& spec, const SweepPoint& point, const std::string& program) {
-  std::vector<std::string> argv = {program, "train", "--config", spec.base};
+  std::vector<std::string> argv;
+  if (spec.launcher.nproc_per_node > 0) {
+    // torchrun starts the ranks and forwards the sweep's stop request (SIGTERM) to them.
+    argv = {spec.launcher.torchrun};
+    if (spec.launcher.args.empty()) argv.push_back("--standalone");
+    argv.insert(argv.end(), spec.launcher.args.begin(), spec.launcher.args.end());
+    argv.insert(argv.end(), {"--nproc-per-node", std::to_string(spec.launcher.nproc_per_node), "--no-python"});
+  }
+  argv.insert(argv.end(), {program, "train", "--config", spec.base});
   for (const auto& o : RunOverrides(spec, point)) {
     argv.push_back("--set");
     argv.push_back(o);

@@ -63,6 +63,7 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.keep_last = r.Get<int64_t>("keep_last", t.keep_last);
   t.spikes = ReadSpikes(r.Child("spikes"));
   t.fault_injection = ReadFaultInjection(r.Child("fault_injection"));
+  t.distributed = DistributedConfig::FromConfig(r.Child("distributed"));
   r.RejectUnknown();
   auto key = [&](const char* k) { return r.KeyPath(k); };
   DF_CHECK(t.steps > 0, "config key '" << key("steps") << "' must be positive");

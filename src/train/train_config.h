@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "distributed/distributed_config.h"
 #include "util/config_reader.h"
 
 namespace darkformer {
@@ -76,6 +77,7 @@ struct TrainConfig {
   int64_t keep_last = 2;             // checkpoints kept
   SpikeConfig spikes;
   FaultInjectionConfig fault_injection;
+  DistributedConfig distributed;  // used when torchrun starts several ranks (docs/distributed.md)
 
   static TrainConfig FromConfig(const ConfigReader& reader);
 };

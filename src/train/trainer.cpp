@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "distributed/launch_environment.h"
 #include "model/weights_io.h"
 #include "train/model_loading.h"
 #include "train/lr_schedule.h"
@@ -49,12 +50,13 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
 // ---- Run and its phases -------------------------------------------------------------------
 
 int Trainer::Run() {
-  log_ = std::make_unique<RunLog>(config_.log.dir);  // locks the run directory
-  if (AlreadyFinished()) return kExitOk;
-  log_->WriteConfig(config_.resolved);
+  JoinDataParallelGroup();
+  if (is_rank_zero()) log_ = std::make_unique<RunLog>(config_.log.dir);  // locks the run directory
+  if (AnyRank(log_ && AlreadyFinished(), "checking for a finished run")) return kExitOk;
+  if (log_) log_->WriteConfig(config_.resolved);
   Setup();
   Resume();
-  log_->OpenAfterStep(state_.step);
+  if (log_) log_->OpenAfterStep(state_.step);
   const auto& t = config_.train;
   if (t.precision == Precision::kBf16Autocast && device_.is_cuda()) {
     at::autocast::set_autocast_enabled(at::kCUDA, true);
@@ -73,7 +75,8 @@ int Trainer::Run() {
     RecordStep(step);
     MaybeEvaluate();
     state_.wall_seconds = wall_before + std::chrono::duration<double>(Clock::now() - run_start).count();
-    const bool stop = g_stop_requested.load() || t.fault_injection.stop_at_step == state_.step;
+    const bool stop = AnyRank(g_stop_requested.load() || t.fault_injection.stop_at_step == state_.step,
+                              "agreeing on a stop request");
     MaybeCheckpoint(stop);
     if (stop && state_.step < t.steps) {
       spdlog::warn("stop requested: checkpoint written at step {} in {}; rerun the same command to resume",
@@ -130,7 +133,22 @@ void Trainer::Resume() {
            "no checkpoint of " << config_.log.dir << " could be loaded (the run is not restarted from scratch "
                                << "over them; move them away to do that):" << failures);
   // A checkpoint write killed midway leaves a .tmp file.
-  RemoveStaleCheckpointFiles(config_.log.dir);
+  if (is_rank_zero()) RemoveStaleCheckpointFiles(config_.log.dir);
+  if (!parallel_) return;
+  // Every rank read the run directory (a shared filesystem); they must have resumed together.
+  const auto steps = parallel_->AllGather(state_.step, "comparing resumed steps");
+  for (int64_t r = 0; r < parallel_->world_size(); ++r) {
+    DF_CHECK(steps[r] == steps[0], "rank " << r << " resumed " << config_.log.dir << " at step " << steps[r]
+                                           << " but rank 0 at step " << steps[0]
+                                           << ": every rank must see the same run directory (a shared filesystem)");
+  }
+  // As torch DDP: rank 0's parameters and buffers (kernel draws, calibration) on every rank, then
+  // the gradient hooks.
+  std::vector<torch::Tensor> state;
+  for (const auto& p : model_->parameters()) state.push_back(p);
+  for (const auto& b : model_->buffers()) state.push_back(b);
+  parallel_->BroadcastFromRankZero(state, "broadcasting rank 0's parameters");
+  parallel_->WatchGradients(trainable_);
 }
 
 Trainer::StepResult Trainer::TrainStep() {
@@ -144,22 +162,46 @@ Trainer::StepResult Trainer::TrainStep() {
   optimizer_->zero_grad(/*set_to_none=*/true);
   r.position = train_loader_->state();
   torch::Tensor last_ids_BL;
-  for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-    const auto batch = train_loader_->Next();
-    const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
-    auto loss = CausalLmLoss(model_->forward(ids), labels) / static_cast<double>(t.grad_accum);
-    if (t.fault_injection.nan_loss_at_step == this_step) loss = loss * std::numeric_limits<double>::quiet_NaN();
-    loss.backward();
-    r.loss += loss.item<double>();
-    r.tokens += ids.numel();
-    last_ids_BL = ids;
+  const bool inject_nan = t.fault_injection.nan_loss_at_step == this_step;
+  if (!parallel_) {
+    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+      const auto batch = train_loader_->Next();
+      const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
+      auto loss = CausalLmLoss(model_->forward(ids), labels) / static_cast<double>(t.grad_accum);
+      if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
+      loss.backward();
+      r.loss += loss.item<double>();
+      r.tokens += ids.numel();
+      last_ids_BL = ids;
+    }
+  } else {
+    // Each micro-batch's loss is the mean over the global batch's labelled tokens, as one process
+    // computes it: this rank's token sum over the global count, which one all-reduce of every
+    // micro-batch's label count gives before any forward.
+    std::vector<Batch> batches;
+    std::vector<double> label_counts;
+    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+      batches.push_back(train_loader_->Next());
+      label_counts.push_back(static_cast<double>(batches.back().labels_BL.ne(kIgnoreIndex).sum().item<int64_t>()));
+    }
+    label_counts = parallel_->Sum(label_counts, "summing label counts");
+    double local_loss = 0.0;
+    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
+      const auto ids = batches[micro].input_ids_BL.to(device_), labels = batches[micro].labels_BL.to(device_);
+      local_loss += MicroBatchBackward(ids, labels, label_counts[micro], micro + 1 == t.grad_accum, inject_nan);
+      r.tokens += ids.numel();
+      last_ids_BL = ids;
+    }
+    const auto totals = parallel_->Sum({local_loss, static_cast<double>(r.tokens)}, "summing the step's loss");
+    r.loss = totals[0];
+    r.tokens = static_cast<int64_t>(totals[1]);
   }
   const double clip = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
   r.grad_norm = torch::nn::utils::clip_grad_norm_(trainable_, clip);
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   if (r.finite) r.verdict = spikes_->Observe(r.loss, r.grad_norm);
-  // Before the update, so the magnitudes are those this step's forward saw.
-  if (r.verdict.spike) r.attention = MeasureAttention(*model_, last_ids_BL);
+  // Before the update, so the magnitudes are those this step's forward saw (rank 0's slice).
+  if (r.verdict.spike && log_) r.attention = MeasureAttention(*model_, last_ids_BL);
   if (!r.finite) {
     spdlog::warn("step {}: non-finite loss {} or grad norm {} ({})", this_step, r.loss, r.grad_norm,
                  EnumName(t.spikes.on_nonfinite, kNonfiniteActionNames));
@@ -187,7 +229,7 @@ void Trainer::RecordStep(const StepResult& r) {
   }
   segment_tokens_ += static_cast<double>(r.tokens);
   segment_seconds_ += r.step_ms / 1000.0;
-  LogStep(r);
+  if (log_) LogStep(r);
 }
 
 void Trainer::MaybeEvaluate() {
@@ -197,12 +239,16 @@ void Trainer::MaybeEvaluate() {
   const auto r = Evaluate(*val_loader_, config_.eval.batches);
   if (last) state_.final_loss = r.loss;
   state_.best_eval_accuracy = std::max(state_.best_eval_accuracy, r.accuracy);
-  LogEval(r);
+  if (log_) LogEval(r);
 }
 
 void Trainer::MaybeCheckpoint(bool stop) {
   const int64_t every = config_.train.checkpoint_every;
-  if (stop || state_.step == config_.train.steps || (every > 0 && state_.step % every == 0)) WriteCheckpoint();
+  if (!(stop || state_.step == config_.train.steps || (every > 0 && state_.step % every == 0))) return;
+  if (is_rank_zero()) WriteCheckpoint();
+  // The other ranks wait until the checkpoint is on disk: a job killed after this point resumes
+  // from it on any number of ranks.
+  if (parallel_) parallel_->Barrier("waiting for rank 0's checkpoint of step " + std::to_string(state_.step));
 }
 
 int Trainer::Finish(int exit_code) {
@@ -218,7 +264,8 @@ int Trainer::Finish(int exit_code) {
   s.wall_seconds = state_.wall_seconds;
   s.mean_tokens_per_s = segment_seconds_ > 0 ? segment_tokens_ / segment_seconds_ : 0.0;
   s.kernel = config_.attention.kernel;
-  log_->Summary(s);
+  if (log_) log_->Summary(s);
+  if (parallel_) CheckReplicasAgree();
   return exit_code;
 }
 
@@ -274,8 +321,12 @@ void Trainer::CalibrateKernels() {
     wanted += model_->attention_layer(i)->kernel()->wants_calibration() ? 1 : 0;
   }
   if (wanted == 0) return;
-  // Its own loader: the training order is untouched.
-  const auto ids_BL = OpenBatchSource(config_.data, "train")->Next().input_ids_BL.to(device_);
+  // Its own loader: the training order is untouched. It reads the whole first global batch on
+  // every rank, so the calibration is the one a single process makes.
+  DataConfig whole_batch = config_.data;
+  whole_batch.rank = 0;
+  whole_batch.world_size = 1;
+  const auto ids_BL = OpenBatchSource(whole_batch, "train")->Next().input_ids_BL.to(device_);
   torch::NoGradGuard no_grad;
   model_->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
     auto kernel = in.attention.kernel();
@@ -311,6 +362,13 @@ EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
   }
   loader.Restore(saved);  // every eval sees the same validation batches
   model_->train();
+  if (parallel_) {  // each rank evaluated its slice of every batch
+    const auto totals = parallel_->Sum({loss_sum, static_cast<double>(correct), static_cast<double>(tokens)},
+                                       "summing evaluation results");
+    loss_sum = totals[0];
+    correct = static_cast<int64_t>(totals[1]);
+    tokens = static_cast<int64_t>(totals[2]);
+  }
   EvalResult r;
   r.tokens = tokens;
   r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
@@ -384,6 +442,58 @@ void Trainer::LogEval(const EvalResult& r) {
                  {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}});
   spdlog::info("eval @ {}: loss {:.4f} | ppl {:.2f} | next-token accuracy {:.4f} | {} tokens", state_.step, r.loss,
                r.perplexity, r.accuracy, r.tokens);
+}
+
+// ---- Data parallelism ---------------------------------------------------------------------
+
+void Trainer::JoinDataParallelGroup() {
+  const auto env = LaunchEnvironment::FromProcessEnvironment();
+  if (!env || env->world_size <= 1) return;
+  config_.data.rank = env->rank;
+  config_.data.world_size = env->world_size;
+  config_.data.LocalBatchSize();  // a global batch the ranks cannot split fails here, before joining
+  if (device_.is_cuda()) device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+  parallel_ = DataParallel::Join(config_.train.distributed, *env, device_);
+  if (!is_rank_zero()) {
+    // Every rank logs its setup (prefixed); step, eval and spike lines come from rank 0 alone.
+    spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env->rank));
+  }
+}
+
+bool Trainer::AnyRank(bool flag, const std::string& what) {
+  if (!parallel_) return flag;
+  return parallel_->Max({flag ? 1.0 : 0.0}, what)[0] > 0.0;
+}
+
+double Trainer::MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
+                                   bool last_micro, bool inject_nan) {
+  const auto logits = model_->forward(ids);
+  const auto token_loss_sum = torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}), labels.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
+  // sum / global count is this rank's share of the global mean; the Reducer divides the summed
+  // gradients by the rank count, so the backward loss carries a factor W to undo it.
+  const double accum = static_cast<double>(config_.train.grad_accum);
+  auto share = token_loss_sum / (global_label_count * accum);
+  if (inject_nan) share = share * std::numeric_limits<double>::quiet_NaN();
+  parallel_->Backward(share * static_cast<double>(parallel_->world_size()), last_micro);
+  return share.item<double>();
+}
+
+// Every rank applied the same averaged gradients; a digest of each rank's parameters shows the
+// replicas stayed bit-identical (logged on every rank, so a launcher's logs can be compared too).
+void Trainer::CheckReplicasAgree() {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model_->parameters()) params.push_back(p);
+  const auto digest = static_cast<int64_t>(DigestOf(params));
+  spdlog::info("rank {} parameter digest {:016x} after step {}", parallel_->rank(), static_cast<uint64_t>(digest),
+               state_.step);
+  const auto digests = parallel_->AllGather(digest, "comparing parameter digests");
+  for (int64_t r = 1; r < parallel_->world_size(); ++r) {
+    DF_CHECK(digests[r] == digests[0], "data parallel: rank " << r << "'s parameters differ from rank 0's after step "
+                                                              << state_.step << " (digest " << std::hex
+                                                              << digests[r] << " vs " << digests[0] << ")");
+  }
 }
 
 }  // namespace darkformer

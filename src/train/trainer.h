@@ -2,6 +2,9 @@
 // a possibly different attention kernel), freezes by name globs, runs AdamW with a schedule,
 // clipping and accumulation, logs JSONL metrics and spikes, evaluates, checkpoints and resumes.
 // Run() reads as torchtitan's train(): set up, resume, then step / log / evaluate / checkpoint.
+// Started by torchrun with WORLD_SIZE > 1 it is one data-parallel rank: it reads its slice of each
+// global batch, gradients are averaged over ranks, every decision (skip, stop, spike) is taken on
+// all-reduced values, and rank 0 alone writes the run directory.
 #pragma once
 
 #include <atomic>
@@ -9,6 +12,7 @@
 #include <string>
 
 #include "data/batch_source.h"
+#include "distributed/data_parallel.h"
 #include "model/gemma_model.h"
 #include "train/attention_stats.h"
 #include "train/checkpoint.h"
@@ -80,6 +84,16 @@ class Trainer {
   void WriteNonfinite(const StepResult& step);
   void LogStep(const StepResult& step);
   void LogEval(const EvalResult& r);
+  // Data parallelism: joins the group torchrun's environment describes (none: a plain run).
+  void JoinDataParallelGroup();
+  bool is_rank_zero() const { return !parallel_ || parallel_->rank() == 0; }
+  // The same on every rank: any rank's flag raises it on all.
+  bool AnyRank(bool flag, const std::string& what);
+  // The loss of one micro-batch whose gradients are the global batch's mean-token loss; returns
+  // this rank's share of the logged loss.
+  double MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
+                            bool last_micro, bool inject_nan);
+  void CheckReplicasAgree();
 
   RunConfig config_;
   torch::Device device_{torch::kCPU};
@@ -89,7 +103,8 @@ class Trainer {
   std::unique_ptr<BatchSource> train_loader_;
   std::unique_ptr<BatchSource> val_loader_;  // null without a validation split
   std::unique_ptr<SpikeMonitor> spikes_;
-  std::unique_ptr<RunLog> log_;
+  std::unique_ptr<RunLog> log_;  // rank 0 only
+  std::unique_ptr<DataParallel> parallel_;  // null in a plain run
   TrainerState state_;
   std::string attention_yaml_;
   double segment_tokens_ = 0.0, segment_seconds_ = 0.0;  // this process's steps, for tokens/s

@@ -148,21 +148,44 @@ TEST_F(PackedLoaderTest, BatchesAreInt64AndFollowTheSeededShuffle) {
   }
 }
 
-TEST_F(PackedLoaderTest, RanksReadDisjointRows) {
+TEST_F(PackedLoaderTest, RanksSplitEachGlobalBatchIntoDisjointSlices) {
   DataConfig config = Config();
+  config.batch_size = 12;  // the global batch
+  PackedLoader single(config);
   config.world_size = 3;
   std::vector<std::unique_ptr<PackedLoader>> ranks;
   for (int r = 0; r < 3; ++r) {
     config.rank = r;
     ranks.push_back(std::make_unique<PackedLoader>(config));
   }
+  ASSERT_EQ(ranks[0]->batches_per_epoch(), single.batches_per_epoch());  // the epoch does not depend on W
   std::set<int64_t> seen;
-  for (int64_t s = 0; s < ranks[0]->batches_per_epoch(); ++s) {
+  for (int64_t s = 0; s < single.batches_per_epoch(); ++s) {
+    // The three slices in rank order are the batch one process reads.
+    std::vector<int64_t> joined;
     for (const auto& loader : ranks) {
-      for (int64_t r : loader->RowsOfBatch(0, s)) EXPECT_TRUE(seen.insert(r).second) << "row " << r << " twice";
+      const auto rows = loader->RowsOfBatch(0, s);
+      ASSERT_EQ(rows.size(), 4u);
+      joined.insert(joined.end(), rows.begin(), rows.end());
     }
+    EXPECT_EQ(joined, single.RowsOfBatch(0, s));
+    for (int64_t r : joined) EXPECT_TRUE(seen.insert(r).second) << "row " << r << " twice";
   }
-  EXPECT_EQ(static_cast<int64_t>(seen.size()), ranks[0]->batches_per_epoch() * 4 * 3);
+  EXPECT_EQ(static_cast<int64_t>(seen.size()), single.batches_per_epoch() * 12);
+  EXPECT_EQ(ranks[1]->Next().input_ids_BL.size(0), 4);
+}
+
+TEST_F(PackedLoaderTest, AGlobalBatchThatRanksCannotSplitIsAnErrorNamingBoth) {
+  DataConfig config = Config();
+  config.batch_size = 6;
+  config.world_size = 4;
+  try {
+    PackedLoader loader(config);
+    FAIL() << "no error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'data.batch_size' (6"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("4 data-parallel ranks"), std::string::npos) << e.what();
+  }
 }
 
 TEST_F(PackedLoaderTest, RestoredLoaderContinuesWithTheSameBatches) {

@@ -142,6 +142,33 @@ TEST(RunOverrides, FixedThenGridThenLogDir) {
   EXPECT_EQ(overrides[2], "log.dir=runs/x/" + points[0].name);
 }
 
+TEST(RunCommand, PlainOrUnderTorchrun) {
+  TempDir dir;
+  auto spec = SpecIn(dir, "grid: {train.lr: [0.1]}\n");
+  const auto point = ExpandGrid(spec.grid)[0];
+  auto argv = RunCommand(spec, point, "/bin/darkformer");
+  EXPECT_EQ((std::vector<std::string>(argv.begin(), argv.begin() + 4)),
+            (std::vector<std::string>{"/bin/darkformer", "train", "--config", spec.base}));
+  spec = SpecIn(dir, "grid: {train.lr: [0.1]}\nlauncher: {torchrun: /venv/bin/torchrun, nproc_per_node: 2}\n");
+  argv = RunCommand(spec, point, "/bin/darkformer");
+  EXPECT_EQ((std::vector<std::string>(argv.begin(), argv.begin() + 7)),
+            (std::vector<std::string>{"/venv/bin/torchrun", "--standalone", "--nproc-per-node", "2", "--no-python",
+                                      "/bin/darkformer", "train"}));
+  // Explicit rendezvous flags replace --standalone.
+  spec = SpecIn(dir, "grid: {train.lr: [0.1]}\nlauncher: {nproc_per_node: 4, args: [--nnodes, '2', "
+                     "--rdzv-endpoint, 'host:29400']}\n");
+  argv = RunCommand(spec, point, "/bin/darkformer");
+  EXPECT_EQ((std::vector<std::string>(argv.begin(), argv.begin() + 8)),
+            (std::vector<std::string>{"torchrun", "--nnodes", "2", "--rdzv-endpoint", "host:29400",
+                                      "--nproc-per-node", "4", "--no-python"}));
+  try {
+    SpecIn(dir, "grid: {train.lr: [0.1]}\nlauncher: {nproc_per_node: 0}\n");
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'launcher.nproc_per_node'"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ClassifyRun, FromSummaryCheckpointsAndExitCode) {
   TempDir dir;
   const auto run = dir.File("run");

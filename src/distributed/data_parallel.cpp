@@ -1,0 +1,243 @@
+// The c10d process group, gradient Reducer and collectives (see data_parallel.h). This file alone
+// includes c10d's backend headers: they need USE_C10D_GLOO (and USE_C10D_NCCL) defined, and
+// Gloo's own headers (Debian's libgloo-dev; the torch wheel does not ship them).
+#include "distributed/data_parallel.h"
+
+#include <spdlog/spdlog.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#include <torch/csrc/distributed/c10d/reducer.hpp>
+#ifdef DARKFORMER_WITH_NCCL
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+
+#include "util/hashing.h"
+
+namespace darkformer {
+
+struct DataParallel::Group {
+  c10::intrusive_ptr<c10d::Store> store;
+  c10::intrusive_ptr<c10d::ProcessGroup> process_group;
+  std::shared_ptr<c10d::Reducer> reducer;
+};
+
+namespace {
+
+std::string FirstLine(const std::string& text) { return text.substr(0, text.find('\n')); }
+
+std::string CauseOf(const std::exception& e) {
+  if (const auto* c10 = dynamic_cast<const c10::Error*>(&e)) return FirstLine(c10->what_without_backtrace());
+  return FirstLine(e.what());
+}
+
+bool IsLoopback(const std::string& host) {
+  return host == "localhost" || host == "::1" || host.rfind("127.", 0) == 0;
+}
+
+// Gloo's network device: loopback for a single-machine group on 127.0.0.1; GLOO_SOCKET_IFNAME
+// when set (as in PyTorch); otherwise the interface this host's name resolves to.
+std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_addr) {
+  if (IsLoopback(master_addr)) return c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1");
+  if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME"); ifname != nullptr && *ifname != '\0') {
+    std::string first(ifname);
+    return c10d::ProcessGroupGloo::createDeviceForInterface(first.substr(0, first.find(',')));
+  }
+  return c10d::ProcessGroupGloo::createDefaultDevice();
+}
+
+}  // namespace
+
+std::unique_ptr<DataParallel> DataParallel::Join(const DistributedConfig& config, const LaunchEnvironment& env,
+                                                 torch::Device device) {
+  if (env.world_size <= 1) return nullptr;
+  auto backend = config.backend;
+  if (backend == DistributedBackend::kAuto) backend = device.is_cuda() ? DistributedBackend::kNccl : DistributedBackend::kGloo;
+  DF_CHECK(backend != DistributedBackend::kNccl || device.is_cuda(),
+           "config key 'train.distributed.backend' is nccl, which needs CUDA, but this run trains on the CPU "
+           "(use gloo, or auto)");
+  const auto timeout = std::chrono::milliseconds(config.timeout_s * 1000);
+  const int rank = static_cast<int>(env.rank), size = static_cast<int>(env.world_size);
+  const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
+  auto group = std::make_unique<Group>();
+  std::string backend_name;
+  try {
+    c10d::TCPStoreOptions options;
+    options.port = static_cast<uint16_t>(env.master_port);
+    options.isServer = rank == 0 && !env.agent_hosts_store;
+    // Every rank checks in (as Python's TCPStore with wait_for_workers): the host returns once all have.
+    options.numWorkers = static_cast<size_t>(size);
+    options.waitWorkers = true;
+    options.timeout = timeout;
+    auto tcp = c10::make_intrusive<c10d::TCPStore>(env.master_addr, options);
+    // A restarted attempt (torchrun --max-restarts) must not read the keys of the one before.
+    group->store = c10::make_intrusive<c10d::PrefixStore>(
+        "darkformer/attempt_" + std::to_string(env.restart_count), tcp);
+    group->process_group = c10::make_intrusive<c10d::ProcessGroup>(group->store, rank, size);
+    if (backend == DistributedBackend::kGloo) {
+      auto gloo_options = c10d::ProcessGroupGloo::Options::create(timeout);
+      gloo_options->devices.push_back(GlooDevice(env.master_addr));
+      auto gloo = c10::make_intrusive<c10d::ProcessGroupGloo>(
+          c10::make_intrusive<c10d::PrefixStore>("gloo", group->store), rank, size, gloo_options);
+      group->process_group->setBackend(c10::DeviceType::CPU, c10d::ProcessGroup::BackendType::GLOO, gloo);
+      group->process_group->setDefaultBackend(c10d::ProcessGroup::BackendType::GLOO);
+      backend_name = "gloo";
+    } else {
+#ifdef DARKFORMER_WITH_NCCL
+      auto nccl_options = c10d::ProcessGroupNCCL::Options::create();
+      nccl_options->timeout = timeout;
+      auto nccl = c10::make_intrusive<c10d::ProcessGroupNCCL>(
+          c10::make_intrusive<c10d::PrefixStore>("nccl", group->store), rank, size, nccl_options);
+      group->process_group->setBackend(c10::DeviceType::CUDA, c10d::ProcessGroup::BackendType::NCCL, nccl);
+      group->process_group->setDefaultBackend(c10d::ProcessGroup::BackendType::NCCL);
+      backend_name = "nccl";
+#else
+      Fail("config key 'train.distributed.backend' resolved to nccl, but this build has no NCCL "
+           "(nccl.h was not found at configure time); use gloo");
+#endif
+    }
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    throw DistributedError("rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                           " could not join the data-parallel group at " + where + " within " +
+                           std::to_string(config.timeout_s) + " s (train.distributed.timeout_s): " + CauseOf(e));
+  }
+  auto parallel = std::unique_ptr<DataParallel>(
+      new DataParallel(std::move(group), env.rank, env.world_size, device, config.timeout_s, backend_name, config));
+  parallel->Barrier("joining the group");
+  spdlog::info("data parallel: rank {} of {} ({} backend, rendezvous {})", env.rank, env.world_size, backend_name,
+               where);
+  return parallel;
+}
+
+DataParallel::DataParallel(std::unique_ptr<Group> group, int64_t rank, int64_t world_size, torch::Device device,
+                           int64_t timeout_s, std::string backend_name, const DistributedConfig& config)
+    : group_(std::move(group)),
+      rank_(rank),
+      world_size_(world_size),
+      device_(backend_name == "nccl" ? device : torch::Device(torch::kCPU)),
+      timeout_s_(timeout_s),
+      backend_name_(std::move(backend_name)),
+      config_(config) {}
+
+DataParallel::~DataParallel() = default;
+
+void DataParallel::Fail(const std::string& what, const std::string& cause) const {
+  throw DistributedError("data parallel: " + what + " failed on rank " + std::to_string(rank_) + " of " +
+                         std::to_string(world_size_) + " (another rank died, or none answered within " +
+                         std::to_string(timeout_s_) + " s, train.distributed.timeout_s): " + cause);
+}
+
+void DataParallel::Barrier(const std::string& what) {
+  // A one-element all-reduce: c10d's barrier on Gloo ignores the timeout option in some paths.
+  Reduce({0.0}, false, what);
+}
+
+std::vector<double> DataParallel::Sum(const std::vector<double>& values, const std::string& what) {
+  return Reduce(values, false, what);
+}
+
+std::vector<double> DataParallel::Max(const std::vector<double>& values, const std::string& what) {
+  return Reduce(values, true, what);
+}
+
+std::vector<double> DataParallel::Reduce(const std::vector<double>& values, bool max, const std::string& what) {
+  auto cpu = torch::tensor(values, torch::kFloat64);
+  std::vector<at::Tensor> tensors{cpu.to(device_)};
+  try {
+    c10d::AllreduceOptions options;
+    options.reduceOp = max ? c10d::ReduceOp::MAX : c10d::ReduceOp::SUM;
+    group_->process_group->allreduce(tensors, options)->wait(std::chrono::milliseconds(timeout_s_ * 1000));
+  } catch (const std::exception& e) {
+    Fail(what, CauseOf(e));
+  }
+  const auto result = tensors[0].to(torch::kCPU).contiguous();
+  return std::vector<double>(result.data_ptr<double>(), result.data_ptr<double>() + result.numel());
+}
+
+std::vector<int64_t> DataParallel::AllGather(int64_t value, const std::string& what) {
+  // Each rank writes its value into its own slot of a zero vector; the sum gathers them.
+  std::vector<at::Tensor> tensors{torch::zeros({world_size_}, torch::kInt64)};
+  tensors[0][rank_] = value;
+  tensors[0] = tensors[0].to(device_);
+  try {
+    group_->process_group->allreduce(tensors)->wait(std::chrono::milliseconds(timeout_s_ * 1000));
+  } catch (const std::exception& e) {
+    Fail(what, CauseOf(e));
+  }
+  const auto result = tensors[0].to(torch::kCPU).contiguous();
+  return std::vector<int64_t>(result.data_ptr<int64_t>(), result.data_ptr<int64_t>() + world_size_);
+}
+
+void DataParallel::BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what) {
+  torch::NoGradGuard no_grad;
+  std::vector<at::Tensor> views;
+  for (const auto& t : tensors) {
+    if (t.defined() && t.numel() > 0) views.push_back(t.detach());  // shares storage: in place
+  }
+  if (views.empty()) return;
+  try {
+    // One tensor per call: Gloo's broadcast wants a single tensor (or one per device).
+    for (auto& view : views) {
+      std::vector<at::Tensor> one{view.is_contiguous() ? view : view.contiguous()};
+      group_->process_group->broadcast(one)->wait(std::chrono::milliseconds(timeout_s_ * 1000));
+      if (!view.is_contiguous()) view.copy_(one[0]);
+    }
+  } catch (const std::exception& e) {
+    Fail(what, CauseOf(e));
+  }
+}
+
+void DataParallel::WatchGradients(const std::vector<torch::Tensor>& params) {
+  // As torch DDP: a small first bucket so the all-reduce starts early in backward, then
+  // bucket_cap_mb buckets, in reverse parameter order (the order gradients become ready).
+  const std::vector<size_t> caps{static_cast<size_t>(c10d::kDefaultFirstBucketBytes),
+                                 static_cast<size_t>(config_.bucket_cap_mb) * 1024 * 1024};
+  const std::vector<bool> sparse(params.size(), false);
+  auto [buckets, limits] = c10d::compute_bucket_assignment_by_size(params, caps, sparse);
+  std::reverse(buckets.begin(), buckets.end());
+  std::reverse(limits.begin(), limits.end());
+  std::vector<int64_t> limit_list(limits.begin(), limits.end());
+  group_->reducer = std::make_shared<c10d::Reducer>(
+      params, std::move(buckets), group_->process_group, sparse,
+      /*bucket_bytes_cap=*/config_.bucket_cap_mb * 1024 * 1024, config_.find_unused_parameters,
+      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
+      /*first_bucket_bytes_cap=*/c10d::kDefaultFirstBucketBytes, /*skip_all_reduce_unused_params=*/false,
+      /*use_python_reducer=*/false, std::move(limit_list));
+  spdlog::info("data parallel: gradients of {} tensors all-reduced in {} bucket(s)", params.size(), limits.size());
+}
+
+void DataParallel::Backward(const torch::Tensor& loss, bool synchronise) {
+  DF_CHECK(group_->reducer, "DataParallel::Backward before WatchGradients");
+  try {
+    if (synchronise) {
+      group_->reducer->prepare_for_forward();
+      std::vector<at::Tensor> outputs;
+      if (config_.find_unused_parameters) outputs.push_back(loss);
+      group_->reducer->prepare_for_backward(outputs);
+    }
+    loss.backward();
+  } catch (const Error&) {
+    throw;
+  } catch (const std::exception& e) {
+    Fail("the gradient all-reduce", CauseOf(e));
+  }
+}
+
+uint64_t DigestOf(const std::vector<torch::Tensor>& tensors) {
+  uint64_t digest = 0;
+  for (const auto& t : tensors) {
+    const auto bytes = t.detach().to(torch::kCPU).contiguous();
+    const auto view = std::string_view(static_cast<const char*>(bytes.data_ptr()), bytes.nbytes());
+    digest = SplitMix64(digest ^ Fnv1a64(view));
+  }
+  return digest;
+}
+
+}  // namespace darkformer

@@ -1,0 +1,277 @@
+"""Data-parallel training: `darkformer train` as a torchrun worker, Gloo on loopback, 2 CPU ranks.
+
+Each case drives the real binary. Ranks are started either by torchrun from the project venv
+(`--no-python`) or by setting the variables torchrun sets (RANK, WORLD_SIZE, LOCAL_RANK,
+MASTER_ADDR, MASTER_PORT) ourselves, which lets a case watch and kill one rank.
+
+    python test_data_parallel.py CASE     # one case: exit 0 pass, 1 fail
+    python test_data_parallel.py --list
+"""
+
+import glob
+import os
+import re
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+import traceback
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import testkit as tk  # noqa: E402
+
+CASES = {}
+failures = []
+TORCHRUN = os.path.join(os.path.dirname(os.environ.get("DARKFORMER_PYTHON") or
+                                        os.path.join(tk.SOURCE_DIR, ".venv", "bin", "python")), "torchrun")
+REL_TOL = 1e-5
+
+
+def case(fn):
+    CASES[fn.__name__] = fn
+    return fn
+
+
+def check(ok, what, detail=""):
+    print("%s %s%s" % ("ok  " if ok else "FAIL", what, (": " + detail) if detail and not ok else ""))
+    if not ok:
+        failures.append(what)
+    return ok
+
+
+def free_port():
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def write_config(tmp, name, kernel="exact", **sections):
+    run_dir = os.path.join(tmp, name)
+    base = {"train": {"steps": 10, "checkpoint_every": 5, "warmup_steps": 2, "lr": 3e-3,
+                      "distributed": {"timeout_s": 30}},
+            "data": {"batch_size": 4}}
+    config = tk.run_config(run_dir, tk.tiny_shards(tmp), kernel=kernel, **tk.deep_merge(base, sections))
+    path = os.path.join(tmp, name + ".yaml")
+    tk.write_yaml(path, config)
+    return path, run_dir
+
+
+def rank_env(rank, world, port):
+    env = dict(os.environ)
+    for k in list(env):
+        if k.startswith("TORCHELASTIC_"):
+            del env[k]
+    env.update({"RANK": str(rank), "WORLD_SIZE": str(world), "LOCAL_RANK": str(rank),
+                "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port), "OMP_NUM_THREADS": "1"})
+    return env
+
+
+def start_ranks(config, world, *sets, ranks=None):
+    """Starts ranks (all by default) of a `world`-rank job; returns the Popen objects."""
+    port = free_port()
+    args = [tk.BINARY, "train", "--config", config, *[a for s in sets for a in ("--set", s)]]
+    return [subprocess.Popen(args, env=rank_env(r, world, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                             text=True) for r in (range(world) if ranks is None else ranks)]
+
+
+def finish(procs, timeout=300):
+    out = []
+    for p in procs:
+        try:
+            stdout, stderr = p.communicate(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            stdout, stderr = p.communicate()
+            stderr += "\n[test] killed after %d s" % timeout
+        out.append((p.returncode, stderr))
+    return out
+
+
+def train_single(config, *sets, timeout=300):
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    args = [tk.BINARY, "train", "--config", config, *[a for s in sets for a in ("--set", s)]]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=timeout)
+    return r.returncode, r.stderr
+
+
+def losses(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    if not os.path.exists(path):
+        return {}
+    return {r["step"]: r["loss"] for r in tk.read_jsonl(path) if r.get("type") == "train"}
+
+
+def train_steps(run_dir):
+    path = os.path.join(run_dir, "metrics.jsonl")
+    return [r["step"] for r in tk.read_jsonl(path) if r.get("type") == "train"] if os.path.exists(path) else []
+
+
+def digests(stderr):
+    return re.findall(r"parameter digest ([0-9a-f]{16})", stderr)
+
+
+def tail(stderr, n=4):
+    return " | ".join(stderr.strip().splitlines()[-n:])
+
+
+def compare_losses(got, want, steps, what):
+    bad = [(s, got.get(s), want.get(s)) for s in steps
+           if s not in got or s not in want or abs(got[s] - want[s]) > REL_TOL * abs(want[s])]
+    worst = max((abs(got[s] - want[s]) / abs(want[s]) for s in steps if s in got and s in want), default=float("nan"))
+    check(not bad, "%s: losses of steps %d-%d within %g relative (worst %.2e)" % (what, steps[0], steps[-1], REL_TOL, worst),
+          "differ at %s" % bad[:3])
+
+
+def expect_equal_to_single_process(tmp, kernel, launch):
+    single_cfg, single_dir = write_config(tmp, "single-" + kernel, kernel=kernel)
+    rc, err = train_single(single_cfg)
+    check(rc == 0, "%s: 1-process run exits 0" % kernel, tail(err))
+    dp_cfg, dp_dir = write_config(tmp, "dp-" + kernel, kernel=kernel)
+    results = launch(dp_cfg)
+    for r, (rc, err) in enumerate(results):
+        check(rc == 0, "%s: rank %d exits 0" % (kernel, r), tail(err))
+    compare_losses(losses(dp_dir), losses(single_dir), list(range(1, 11)), "%s 2 ranks vs 1 process" % kernel)
+    found = digests("\n".join(err for _, err in results))
+    check(len(found) == 2 and found[0] == found[1],
+          "%s: both ranks end with bit-identical parameters (digests %s)" % (kernel, found))
+    # Rank 0 alone wrote the run directory: one line per step.
+    check(train_steps(dp_dir) == list(range(1, 11)), "%s: metrics.jsonl has steps 1-10 once" % kernel,
+          str(train_steps(dp_dir)))
+
+
+def launch_with_environment(config):
+    return finish(start_ranks(config, 2))
+
+
+def launch_with_torchrun(config):
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    args = [TORCHRUN, "--no-python", "--nnodes", "1", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
+            "--master-port", str(port), tk.BINARY, "train", "--config", config]
+    r = subprocess.run(args, env=env, capture_output=True, text=True, timeout=300)
+    # torchrun interleaves both workers' stderr into its own; report it once for both ranks.
+    return [(r.returncode, r.stderr), (r.returncode, "")]
+
+
+# ---- Cases -------------------------------------------------------------------------------------
+
+@case
+def exact_matches_one_process(tmp):
+    expect_equal_to_single_process(tmp, "exact", launch_with_environment)
+
+
+@case
+def darkformer_under_torchrun_matches_one_process(tmp):
+    check(os.access(TORCHRUN, os.X_OK), "torchrun is in the venv (%s)" % TORCHRUN)
+    expect_equal_to_single_process(tmp, "darkformer", launch_with_torchrun)
+
+
+@case
+def resume_two_ranks_on_one(tmp):
+    # An uninterrupted 1-process run of 8 steps ...
+    ref_cfg, ref_dir = write_config(tmp, "ref", kernel="darkformer", train={"steps": 8, "checkpoint_every": 0})
+    rc, err = train_single(ref_cfg)
+    check(rc == 0, "uninterrupted run exits 0", tail(err))
+    # ... against 2 ranks stopped at step 4 (as SIGINT would) and 1 process finishing it.
+    cfg, run_dir = write_config(tmp, "run", kernel="darkformer", train={"steps": 8, "checkpoint_every": 0})
+    results = finish(start_ranks(cfg, 2, "train.fault_injection.stop_at_step=4"))
+    check(all(rc == 130 for rc, _ in results), "2 ranks stop at step 4 with exit 130 (got %s)" % [r for r, _ in results],
+          tail(results[0][1]))
+    check(os.path.exists(os.path.join(run_dir, "checkpoints", "step_00000004.h5")), "a checkpoint of step 4")
+    rc, err = train_single(cfg)
+    check(rc == 0, "1 process resumes and finishes", tail(err))
+    check("resumed from" in err and "at step 4" in err, "it resumed at step 4", tail(err))
+    compare_losses(losses(run_dir), losses(ref_dir), list(range(1, 9)), "2 ranks then 1 vs uninterrupted")
+    check(train_steps(run_dir) == list(range(1, 9)), "metrics.jsonl has steps 1-8 once", str(train_steps(run_dir)))
+
+
+@case
+def killed_rank_ends_the_job(tmp):
+    cfg, run_dir = write_config(tmp, "run", train={"steps": 100000, "checkpoint_every": 2,
+                                                    "distributed": {"timeout_s": 20}})
+    procs = start_ranks(cfg, 2)
+    deadline = time.time() + 120
+    while time.time() < deadline and len(train_steps(run_dir)) < 5 and all(p.poll() is None for p in procs):
+        time.sleep(0.2)
+    check(len(train_steps(run_dir)) >= 5, "the job trains (%d steps logged)" % len(train_steps(run_dir)))
+    procs[1].send_signal(signal.SIGKILL)
+    killed_at = time.time()
+    rc, err = finish([procs[0]], timeout=90)[0]
+    waited = time.time() - killed_at
+    procs[1].wait()
+    check(rc not in (0, None) and waited < 60, "rank 0 exits non-zero %.1f s after rank 1 was killed (exit %s)"
+          % (waited, rc), tail(err))
+    check("data parallel" in err and "rank 0 of 2" in err, "its error names the data-parallel failure", tail(err))
+    # The newest checkpoint loads: one process resumes from it and trains two more steps.
+    ckpts = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*.h5")))
+    check(bool(ckpts), "a checkpoint survives")
+    if ckpts:
+        step = int(re.search(r"step_(\d+)", ckpts[-1]).group(1))
+        rc, err = train_single(cfg, "train.steps=%d" % (step + 2))
+        check(rc == 0 and "at step %d" % step in err, "1 process resumes from step %d and finishes" % step, tail(err))
+
+
+@case
+def rendezvous_without_peer_times_out(tmp):
+    cfg, _ = write_config(tmp, "run", train={"distributed": {"timeout_s": 5}})
+    start = time.time()
+    rc, err = finish(start_ranks(cfg, 2, ranks=[1]), timeout=60)[0]
+    took = time.time() - start
+    check(rc not in (0, None) and took < 30, "rank 1 alone exits non-zero after %.1f s (exit %s)" % (took, rc), tail(err))
+    check("could not join" in err or "data parallel" in err, "the error says the group could not be joined", tail(err))
+
+
+@case
+def indivisible_global_batch(tmp):
+    cfg, _ = write_config(tmp, "run", data={"batch_size": 3})
+    results = finish(start_ranks(cfg, 2), timeout=60)
+    for r, (rc, err) in enumerate(results):
+        check(rc == 2 and "'data.batch_size' (3" in err and "2 data-parallel ranks" in err,
+              "rank %d: exit 2 naming data.batch_size and the 2 ranks" % r, tail(err))
+
+
+@case
+def sweep_runs_under_torchrun(tmp):
+    cfg, _ = write_config(tmp, "base", train={"steps": 4})
+    sweep = os.path.join(tmp, "sweep.yaml")
+    tk.write_yaml(sweep, {"base": cfg, "output": os.path.join(tmp, "sweep"), "grid": {"train.lr": [0.001]},
+                          "launcher": {"torchrun": TORCHRUN, "nproc_per_node": 2}})
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE", "LOCAL_RANK")}
+    env["OMP_NUM_THREADS"] = "1"
+    r = subprocess.run([tk.BINARY, "sweep", "--config", sweep], env=env, capture_output=True, text=True, timeout=300)
+    check(r.returncode == 0, "the sweep exits 0", tail(r.stderr))
+    run_dir = os.path.join(tmp, "sweep", "lr-0.001")
+    log = open(os.path.join(run_dir, "train.log"), encoding="utf-8").read() if os.path.exists(
+        os.path.join(run_dir, "train.log")) else ""
+    check("rank 1 of 2" in log, "its run trained as 2 torchrun ranks", log[-500:])
+    check(train_steps(run_dir) == [1, 2, 3, 4], "the run logged steps 1-4", str(train_steps(run_dir)))
+
+
+def main(argv):
+    if len(argv) == 2 and argv[1] == "--list":
+        print("\n".join(CASES))
+        return 0
+    if len(argv) != 2 or argv[1] not in CASES:
+        print("usage: test_data_parallel.py CASE | --list\ncases: " + " ".join(CASES), file=sys.stderr)
+        return 1
+    tmp = tempfile.mkdtemp(prefix="df-dp-%s-" % argv[1])
+    try:
+        CASES[argv[1]](tmp)
+    except Exception:
+        traceback.print_exc()
+        failures.append("exception")
+    finally:
+        if os.environ.get("DARKFORMER_KEEP_TMP"):
+            print("kept " + tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("%s: %s" % (argv[1], "FAIL (%d)" % len(failures) if failures else "pass"))
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
