@@ -27,6 +27,7 @@ static FaultInjectionConfig ReadFaultInjection(const ConfigReader& r) {
   f.lr_multiplier_factor = lr.Get<double>("factor", f.lr_multiplier_factor);
   lr.RejectUnknown();
   f.nan_loss_at_step = r.Get<int64_t>("nan_loss_at_step", f.nan_loss_at_step);
+  f.nan_loss_rank = r.Get<int64_t>("nan_loss_rank", f.nan_loss_rank);
   f.stop_at_step = r.Get<int64_t>("stop_at_step", f.stop_at_step);
   r.RejectUnknown();
   DF_CHECK(f.lr_multiplier_step >= 0, "config key '" << lr.KeyPath("step") << "' must be >= 0");

@@ -45,7 +45,8 @@ struct SpikeConfig {
 struct FaultInjectionConfig {
   int64_t lr_multiplier_step = 0;     // lr_multiplier_at_step.step: this step's lr is multiplied...
   double lr_multiplier_factor = 1.0;  // lr_multiplier_at_step.factor: ...by this factor
-  int64_t nan_loss_at_step = 0;       // this step's loss (and so its gradients) becomes NaN
+  int64_t nan_loss_at_step = 0;       // this step's loss (and so its gradients) becomes NaN...
+  int64_t nan_loss_rank = -1;         // ...on this data-parallel rank only (-1: every rank)
   int64_t stop_at_step = 0;           // acts as a SIGINT arriving during this step
 };
 

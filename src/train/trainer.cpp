@@ -162,7 +162,8 @@ Trainer::StepResult Trainer::TrainStep() {
   optimizer_->zero_grad(/*set_to_none=*/true);
   r.position = train_loader_->state();
   torch::Tensor last_ids_BL;
-  const bool inject_nan = t.fault_injection.nan_loss_at_step == this_step;
+  const bool inject_nan = t.fault_injection.nan_loss_at_step == this_step &&
+                          (t.fault_injection.nan_loss_rank < 0 || t.fault_injection.nan_loss_rank == config_.data.rank);
   if (!parallel_) {
     for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
       const auto batch = train_loader_->Next();
@@ -391,6 +392,7 @@ void Trainer::WriteCheckpoint() {
 }
 
 void Trainer::WriteNonfinite(const StepResult& step) {
+  if (!log_) return;  // rank 0 writes the run directory
   const auto& position = step.position;
   std::vector<int64_t> rows;  // unshuffled row indices of every micro-batch (BatchSource::FillRow)
   for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {

@@ -171,6 +171,28 @@ def darkformer_under_torchrun_matches_one_process(tmp):
 
 
 @case
+def nan_on_one_rank_is_seen_by_all(tmp):
+    # Rank 1 alone gets a NaN loss at step 3: both ranks must skip that update (on_nonfinite: skip)
+    # and stay identical; with on_nonfinite: stop both must stop (exit 3).
+    cfg, run_dir = write_config(tmp, "skip", train={"steps": 5, "fault_injection": {"nan_loss_at_step": 3,
+                                                                                   "nan_loss_rank": 1}})
+    results = finish(start_ranks(cfg, 2))
+    check(all(rc == 0 for rc, _ in results), "skip: both ranks exit 0 (got %s)" % [r for r, _ in results],
+          tail(results[0][1]) + " || " + tail(results[1][1]))
+    rows = {r["step"]: r for r in tk.read_jsonl(os.path.join(run_dir, "metrics.jsonl")) if r.get("type") == "train"}
+    check(3 in rows and rows[3]["skipped"] and not rows[2]["skipped"], "step 3 is logged as skipped",
+          str(rows.get(3)))
+    found = digests("\n".join(err for _, err in results))
+    check(len(found) == 2 and found[0] == found[1], "the replicas stay bit-identical (digests %s)" % found)
+    cfg, run_dir = write_config(tmp, "stop", train={"steps": 5, "spikes": {"on_nonfinite": "stop"},
+                                                    "fault_injection": {"nan_loss_at_step": 3, "nan_loss_rank": 1}})
+    results = finish(start_ranks(cfg, 2))
+    check(all(rc == 3 for rc, _ in results), "stop: both ranks exit 3 at the NaN (got %s)" % [r for r, _ in results],
+          tail(results[0][1]) + " || " + tail(results[1][1]))
+    check(os.path.exists(os.path.join(run_dir, "nonfinite.json")), "rank 0 wrote nonfinite.json")
+
+
+@case
 def resume_two_ranks_on_one(tmp):
     # An uninterrupted 1-process run of 8 steps ...
     ref_cfg, ref_dir = write_config(tmp, "ref", kernel="darkformer", train={"steps": 8, "checkpoint_every": 0})
@@ -206,6 +228,7 @@ def killed_rank_ends_the_job(tmp):
     check(rc not in (0, None) and waited < 60, "rank 0 exits non-zero %.1f s after rank 1 was killed (exit %s)"
           % (waited, rc), tail(err))
     check("data parallel" in err and "rank 0 of 2" in err, "its error names the data-parallel failure", tail(err))
+    print("     " + next((line for line in err.splitlines() if "[error]" in line), "(no error line)"))
     # The newest checkpoint loads: one process resumes from it and trains two more steps.
     ckpts = sorted(glob.glob(os.path.join(run_dir, "checkpoints", "step_*.h5")))
     check(bool(ckpts), "a checkpoint survives")
