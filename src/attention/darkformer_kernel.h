@@ -16,6 +16,9 @@ class DarkformerKernelImpl : public FeatureKernelBase {
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override;
+  // log phi = LogPositiveFeatures(x M^T, W): M applied outside the fused operator (autograd), the
+  // features' backward in closed form inside it.
+  std::optional<PositiveFeatureForm> PositiveForm() const override { return PositiveFeatureForm{M, projection_}; }
   // Per-head M: key features are per query head (the fused operator computes them G times).
   bool KeysPerQueryHead() const override { return M.size(0) > 1; }
   std::vector<bool> FeatureParamsPerHead() const override { return {M.size(0) > 1, false}; }

@@ -88,6 +88,9 @@ torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torc
                                          const torch::Tensor& v_BKLD, const AttentionCall& call) {
   const auto dtype = FeatureDtype(q_BHLD.scalar_type());
   const double root_scale = std::sqrt(call.scale);
+  if (call.causal && options_.fused) {
+    if (const auto form = PositiveForm()) return ForwardPositiveFused(*form, q_BHLD, k_BKLD, v_BKLD, root_scale);
+  }
   const auto x_BHLD = q_BHLD.to(dtype) * root_scale;
   if (call.causal && options_.fused) {
     // One operator, key features once per KV head (fused_causal_attention.h).
@@ -104,6 +107,37 @@ torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torc
   const auto out_BHLD = LinearAttention(query_BHLM, key.features_BHLM, key.log_scale_BHL, v_BHLD, call.causal,
                                         options_.chunk_size);
   return out_BHLD.to(v_BHLD.scalar_type());
+}
+
+torch::Tensor FeatureKernelBase::ForwardPositiveFused(const PositiveFeatureForm& form, const torch::Tensor& q_BHLD,
+                                                      const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
+                                                      double root_scale) const {
+  const auto dtype = FeatureDtype(q_BHLD.scalar_type());
+  torch::Tensor x, y, v = v_BKLD.to(dtype);
+  if (!form.input_map_NRD.defined()) {
+    x = q_BHLD.to(dtype) * root_scale;
+    y = k_BKLD.to(dtype) * root_scale;
+  } else {
+    // x = sqrt(s) M q as one product with sqrt(s) M: autograd then keeps q and k (alive anyway)
+    // for M's gradient instead of scaled copies of them.
+    const auto a_1NDR = (form.input_map_NRD.to(dtype) * root_scale).transpose(-1, -2).unsqueeze(0);
+    x = torch::matmul(q_BHLD.to(dtype), a_1NDR);
+    y = k_BKLD.to(dtype);
+    if (form.input_map_NRD.size(0) > 1) {
+      // M per query head makes keys per query head: the operator then sees H KV heads.
+      const int64_t heads = q_BHLD.size(1);
+      y = RepeatKvHeads(y, heads);
+      v = RepeatKvHeads(v, heads);
+    }
+    y = torch::matmul(y, a_1NDR);
+  }
+  FeatureMap map;
+  map.log_features = [](const torch::Tensor& in, const std::vector<torch::Tensor>& params, bool /*is_query*/) {
+    return LogPositiveFeatures(in, params.at(0));
+  };
+  map.params = {form.w_MR};
+  map.positive_features = true;
+  return FusedCausalLinearAttention(x, y, v, map, options_.chunk_size).to(v_BKLD.scalar_type());
 }
 
 namespace {

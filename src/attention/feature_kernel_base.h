@@ -4,6 +4,7 @@
 // x = sqrt(s) q, y = sqrt(s) k -> stabilised features -> chunked linear attention.
 #pragma once
 
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -63,6 +64,14 @@ class FeatureKernelBase : public AttentionKernelImpl {
   }
   // The map the fused operator and the recurrent step use.
   FeatureMap MakeFeatureMap() const;
+  // Kernels whose log phi(x) is LogPositiveFeatures(x A^T, W) (performer, lfk: A = I; darkformer:
+  // A = M) say so here; the causal path then applies A outside the fused operator (autograd
+  // carries M's gradient) and the operator differentiates the features in closed form.
+  struct PositiveFeatureForm {
+    torch::Tensor input_map_NRD;  // A per query head (N = H) or shared (N = 1); undefined: identity
+    torch::Tensor w_MR;           // W, shared across heads
+  };
+  virtual std::optional<PositiveFeatureForm> PositiveForm() const { return std::nullopt; }
   double MaxLogFeature(const torch::Tensor& x_BHLD) const override {
     return LogFeatures(x_BHLD).max().item<double>();
   }
@@ -84,6 +93,9 @@ class FeatureKernelBase : public AttentionKernelImpl {
   torch::Tensor projection_, draw_seed_, draw_count_;
 
  private:
+  // The causal fused path of a PositiveForm() kernel.
+  torch::Tensor ForwardPositiveFused(const PositiveFeatureForm& form, const torch::Tensor& q_BHLD,
+                                     const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD, double root_scale) const;
   void ConvertState(const std::optional<torch::Device>& device, torch::Dtype dtype, bool non_blocking);
 };
 

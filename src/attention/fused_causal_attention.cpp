@@ -150,6 +150,22 @@ torch::Tensor BackpropChunk(const torch::Tensor& out, const torch::Tensor& d_out
   return grads[0].defined() ? grads[0] : torch::zeros_like(input_leaf);
 }
 
+// Closed-form backward of positive features (FeatureMap::positive_features): given phi_NCM (the
+// shifted features; the shift is detached, so d log phi = dphi * phi) and dphi_NCM for inputs
+// x_NCD, returns dx and adds dW into dw (undefined: W needs no gradient).
+torch::Tensor PositiveFeatureBackward(const torch::Tensor& phi_NCM, const torch::Tensor& dphi_NCM,
+                                      const torch::Tensor& x_NCD, const torch::Tensor& w_MD, torch::Tensor* dw) {
+  const auto dl_NCM = dphi_NCM * phi_NCM;
+  auto dx_NCD = torch::matmul(dl_NCM, w_MD);
+  dx_NCD.sub_(x_NCD * dl_NCM.sum(-1, /*keepdim=*/true));
+  if (dw != nullptr) {
+    const int64_t m = dl_NCM.size(-1), d = x_NCD.size(-1);
+    const auto g_MD = torch::matmul(dl_NCM.reshape({-1, m}).t(), x_NCD.reshape({-1, d}));
+    *dw = dw->defined() ? *dw + g_MD : g_MD;
+  }
+  return dx_NCD;
+}
+
 // Units of work. A key row is a KV head whose key features the group shares, or a query head
 // when key features are per query head (then y and v are repeated per query head and each row's
 // group is that one head). Rows are independent: a unit is a block of rows of one batch element,
@@ -260,6 +276,17 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     return torch::cat({g_BKGCD * inv_den_BKGC1, -(g_BKGCD * s.out_1KGLD.narrow(3, start, c)).sum(-1, true) * inv_den_BKGC1}, -1);
   };
   std::vector<torch::Tensor> param_grads(params.size());
+  // Closed-form feature gradients (FeatureMap::positive_features): W and where its gradient goes.
+  const bool closed = map.positive_features;
+  torch::Tensor w_MD;
+  torch::Tensor* dw = nullptr;
+  if (closed) {
+    DF_CHECK(params.size() == 1 && params[0].dim() == 2,
+             "FusedCausalLinearAttention: positive_features wants one shared W (m x D), got " << params.size()
+                                                                                             << " parameter(s)");
+    w_MD = params[0].detach().to(s.x_1HLD.scalar_type());
+    if (params[0].requires_grad()) dw = &param_grads[0];
+  }
   std::vector<int64_t> starts;
   for (int64_t start = 0; start < l.length; start += chunk_size) starts.push_back(start);
   auto chunk_len = [&](int64_t start) { return std::min(chunk_size, l.length - start); };
@@ -269,11 +296,11 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     KeyState state;
     for (const int64_t start : starts) {
       const int64_t c = chunk_len(start);
-      const auto leaves = ParamLeaves(params);
-      const auto x_leaf = s.x_1HLD.narrow(2, start, c).detach().requires_grad_(true);
+      const auto leaves = closed ? params : ParamLeaves(params);
+      const auto x_leaf = s.x_1HLD.narrow(2, start, c).detach().requires_grad_(!closed);
       torch::Tensor q_BKGCM;
       {
-        torch::AutoGradMode grad_on(true);
+        torch::AutoGradMode grad_on(!closed);
         q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(map, leaves, x_leaf, l));
       }
       torch::NoGradGuard no_grad;
@@ -287,7 +314,13 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
         const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
         dq_BKGCM = dq_BKGCM + torch::matmul(gh_BKGCV, state.s_BKFMV.transpose(-1, -2)) * factor_BKFC1;
       }
-      {
+      if (closed) {
+        const auto x_NCD = x_leaf.reshape({-1, c, x_leaf.size(-1)});
+        const auto m = q_BKGCM.size(-1);
+        dx_1HLD.narrow(2, start, c).copy_(
+            PositiveFeatureBackward(q_BKGCM.reshape({-1, c, m}), dq_BKGCM.reshape({-1, c, m}), x_NCD, w_MD, dw)
+                .view_as(x_leaf));
+      } else {
         torch::AutoGradMode grad_on(true);
         dx_1HLD.narrow(2, start, c).copy_(BackpropChunk(q_BKGCM, dq_BKGCM, x_leaf, leaves, param_grads));
       }
@@ -300,11 +333,11 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
   torch::Tensor r_state_BKFMV;
   for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
     const int64_t start = *it, c = chunk_len(start);
-    const auto leaves = ParamLeaves(params);
-    const auto y_leaf = s.y_1KLD.narrow(2, start, c).detach().requires_grad_(true);
+    const auto leaves = closed ? params : ParamLeaves(params);
+    const auto y_leaf = s.y_1KLD.narrow(2, start, c).detach().requires_grad_(!closed);
     KeyChunk key;
     {
-      torch::AutoGradMode grad_on(true);
+      torch::AutoGradMode grad_on(!closed);
       key = SplitKeys(KeyLogFeatures(map, leaves, y_leaf, l));
     }
     torch::NoGradGuard no_grad;
@@ -324,7 +357,12 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
       dk_BKFCM = dk_BKFCM + torch::matmul(vh_BK1CV, r_state_BKFMV.transpose(-1, -2)) * factor_BKFC1;
       dvh_BK1CV = dvh_BK1CV + torch::matmul(k_BKFCM, r_state_BKFMV) * factor_BKFC1;
     }
-    {
+    if (closed) {  // one key row per KV head here (F = 1 inside a unit)
+      const auto m = k_BKFCM.size(-1);
+      dy_1KLD.narrow(2, start, c).copy_(PositiveFeatureBackward(k_BKFCM.reshape({-1, c, m}), dk_BKFCM.reshape({-1, c, m}),
+                                                                y_leaf.reshape({-1, c, y_leaf.size(-1)}), w_MD, dw)
+                                            .view_as(y_leaf));
+    } else {
       torch::AutoGradMode grad_on(true);
       dy_1KLD.narrow(2, start, c).copy_(BackpropChunk(key.k_BKFCM, dk_BKFCM, y_leaf, leaves, param_grads));
     }

@@ -37,6 +37,13 @@ struct FeatureMap {
   // params_per_head[i]: params[i]'s first dimension indexes the query heads (the operator hands
   // each unit of work its heads' rows); missing entries mean shared.
   std::vector<bool> params_per_head;
+  // Set when log_features is exactly LogPositiveFeatures(x, params[0]) (positive_features.h:
+  // log phi = x W^T - |x|^2/2 - log(m)/2, W shared m x D). The backward then differentiates the
+  // features in closed form per chunk,
+  //   d log phi = dphi * phi,   dx = (d log phi) W - x sum_m (d log phi),   dW = (d log phi)^T x,
+  // with no autograd graph per chunk (the generic path recomputes each chunk's features under
+  // autograd and calls autograd::grad twice per chunk).
+  bool positive_features = false;
 };
 
 // out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in x's dtype

@@ -13,6 +13,8 @@ class LfkKernelImpl : public FeatureKernelBase {
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override;
+  // log phi = LogPositiveFeatures(x, W) with W trainable: the closed-form backward gives dW.
+  std::optional<PositiveFeatureForm> PositiveForm() const override { return PositiveFeatureForm{{}, W}; }
 
   torch::Tensor W;  // m x d, trainable
 };

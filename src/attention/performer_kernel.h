@@ -13,6 +13,8 @@ class PerformerKernelImpl : public FeatureKernelBase {
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override;
+  // log phi = LogPositiveFeatures(x, W): the fused operator's closed-form backward applies.
+  std::optional<PositiveFeatureForm> PositiveForm() const override { return PositiveFeatureForm{{}, projection_}; }
 };
 TORCH_MODULE(PerformerKernel);
 

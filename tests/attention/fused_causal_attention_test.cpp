@@ -16,21 +16,27 @@
 namespace darkformer {
 namespace {
 
-const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "lfk", "gerf", "saderf"};
+// darkformer-shared: one M for all heads; darkformer-rank2: M is 2 x d (a low-rank Sigma).
+const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "darkformer-shared", "darkformer-rank2",
+                                                  "lfk", "gerf", "saderf"};
 
-AttentionKernel Make(const std::string& name, int64_t heads, int64_t d, int64_t m, int64_t chunk, bool fused) {
+AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64_t m, int64_t chunk, bool fused) {
   KernelShape shape;
   shape.num_heads = heads;
   shape.head_dim = d;
+  const std::string name = variant.substr(0, variant.find('-'));
+  const std::string extra = variant == "darkformer-shared" ? ", share_across_heads: true"
+                            : variant == "darkformer-rank2" ? ", rank: 2"
+                                                            : "";
   const std::string yaml = "{num_features: " + std::to_string(m) + ", chunk_size: " + std::to_string(chunk) +
-                           ", fused: " + (fused ? "true" : "false") + (name == "gerf" ? ", a: -0.2" : "") + "}";
+                           ", fused: " + (fused ? "true" : "false") + (name == "gerf" ? ", a: -0.2" : "") + extra + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
   if (name == "darkformer") {
     // A non-trivial, per-head M: the gradient path through M x must be exercised.
     torch::NoGradGuard no_grad;
     auto& m_param = kernel->named_parameters()["M"];
     torch::manual_seed(11);
-    m_param.copy_(torch::eye(d).unsqueeze(0) + 0.3 * torch::randn_like(m_param));
+    m_param.copy_(torch::eye(m_param.size(1), d).unsqueeze(0) + 0.3 * torch::randn_like(m_param));
   }
   if (name == "saderf") {
     // Calibrated-looking state: psi != 1 (queries and keys transformed differently), A* < 0.
