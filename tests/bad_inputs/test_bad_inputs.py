@@ -18,9 +18,7 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 import zlib
 
 import h5py
@@ -453,28 +451,7 @@ def generate_bad_inputs(tmp):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[1] == "--list":
-        print("\n".join(CASES))
-        return 0
-    if len(argv) != 2 or argv[1] not in CASES:
-        print("usage: test_bad_inputs.py CASE | --list\ncases: " + " ".join(CASES), file=sys.stderr)
-        return 1
-    if not os.access(tk.BINARY, os.X_OK):
-        print("FAIL the binary %s is missing" % tk.BINARY)
-        return 1
-    tmp = tempfile.mkdtemp(prefix="df-bad-%s-" % argv[1])
-    try:
-        CASES[argv[1]](tmp)
-    except Exception:  # a broken expectation (missing file, unparsable output) is a failure
-        traceback.print_exc()
-        failures.append("exception")
-    finally:
-        if os.environ.get("DARKFORMER_KEEP_TMP"):
-            print("kept " + tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print("%s: %s" % (argv[1], "FAIL (%d)" % len(failures) if failures else "pass"))
-    return 1 if failures else 0
+    return tk.run_case_main(argv, CASES, failures, "df-bad")
 
 
 if __name__ == "__main__":

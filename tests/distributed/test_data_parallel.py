@@ -11,14 +11,11 @@ MASTER_ADDR, MASTER_PORT) ourselves, which lets a case watch and kill one rank.
 import glob
 import os
 import re
-import shutil
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import time
-import traceback
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
 import testkit as tk  # noqa: E402
@@ -276,25 +273,7 @@ def sweep_runs_under_torchrun(tmp):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[1] == "--list":
-        print("\n".join(CASES))
-        return 0
-    if len(argv) != 2 or argv[1] not in CASES:
-        print("usage: test_data_parallel.py CASE | --list\ncases: " + " ".join(CASES), file=sys.stderr)
-        return 1
-    tmp = tempfile.mkdtemp(prefix="df-dp-%s-" % argv[1])
-    try:
-        CASES[argv[1]](tmp)
-    except Exception:
-        traceback.print_exc()
-        failures.append("exception")
-    finally:
-        if os.environ.get("DARKFORMER_KEEP_TMP"):
-            print("kept " + tmp)
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
-    print("%s: %s" % (argv[1], "FAIL (%d)" % len(failures) if failures else "pass"))
-    return 1 if failures else 0
+    return tk.run_case_main(argv, CASES, failures, "df-dp")
 
 
 if __name__ == "__main__":

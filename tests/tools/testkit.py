@@ -132,3 +132,36 @@ def run(args, timeout=180, check=False):
 def read_jsonl(path):
     with open(path, encoding="utf-8") as f:
         return [json.loads(line) for line in f if line.strip()]
+
+
+def run_case_main(argv, cases, failures, tmp_prefix):
+    """The `main` of a case-per-invocation test script (one ctest per case): `SCRIPT CASE` runs
+    one case in a fresh temporary directory (kept with DARKFORMER_KEEP_TMP) and returns 0 when it
+    recorded no failure; `SCRIPT --list` prints the case names."""
+    import shutil
+    import sys
+    import tempfile
+    import traceback
+    script = os.path.basename(argv[0])
+    if len(argv) == 2 and argv[1] == "--list":
+        print("\n".join(cases))
+        return 0
+    if len(argv) != 2 or argv[1] not in cases:
+        print("usage: %s CASE | --list\ncases: %s" % (script, " ".join(cases)), file=sys.stderr)
+        return 1
+    if not os.access(BINARY, os.X_OK):
+        print("FAIL the binary %s is missing" % BINARY)
+        return 1
+    tmp = tempfile.mkdtemp(prefix="%s-%s-" % (tmp_prefix, argv[1]))
+    try:
+        cases[argv[1]](tmp)
+    except Exception:  # a broken expectation (missing file, unparsable output) is a failure
+        traceback.print_exc()
+        failures.append("exception")
+    finally:
+        if os.environ.get("DARKFORMER_KEEP_TMP"):
+            print("kept " + tmp)
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+    print("%s: %s" % (argv[1], "FAIL (%d)" % len(failures) if failures else "pass"))
+    return 1 if failures else 0
