@@ -24,6 +24,9 @@ namespace {
 
 using torch::indexing::Slice;
 
+constexpr double kLog2E = 1.4426950408889634;  // log2(e)
+constexpr double kLn2 = 0.6931471805599453;    // ln(2)
+
 struct Layout {
   int64_t batch, heads, kv_heads, group, key_heads, length, value_dim;
 };
@@ -65,7 +68,7 @@ torch::Tensor KeyLogFeatures(const FeatureMap& map, const std::vector<torch::Ten
 
 // Outside autograd the shift and exp run in place (one L x m block instead of three).
 torch::Tensor ShiftedQueryFeatures(torch::Tensor lq_BKGCM) {
-  const auto shift = std::get<0>(lq_BKGCM.max(-1, /*keepdim=*/true)).detach();
+  const auto shift = lq_BKGCM.amax(-1, /*keepdim=*/true).detach();
   if (!lq_BKGCM.requires_grad()) return lq_BKGCM.sub_(shift).exp_();
   return torch::exp(lq_BKGCM - shift);
 }
@@ -73,14 +76,6 @@ torch::Tensor ShiftedQueryFeatures(torch::Tensor lq_BKGCM) {
 // [v, 1] per KV head, broadcastable over the group: BK1CV.
 torch::Tensor WithOnes(const torch::Tensor& v_BKCD) {
   return torch::cat({v_BKCD, torch::ones_like(v_BKCD.narrow(-1, 0, 1))}, -1).unsqueeze(2);
-}
-
-// exp(b_j - r_i) for j <= i inside a chunk, 0 above the diagonal (masked before the exp).
-torch::Tensor CausalWeights(const torch::Tensor& b_BKFC, const torch::Tensor& r_BKFC) {
-  const int64_t c = b_BKFC.size(-1);
-  const auto later = torch::ones({c, c}, torch::TensorOptions().dtype(torch::kBool).device(b_BKFC.device())).triu(1);
-  const auto log_w = (b_BKFC.unsqueeze(-2) - r_BKFC.unsqueeze(-1)).masked_fill(later, -std::numeric_limits<double>::infinity());
-  return torch::exp(log_w);
 }
 
 torch::Tensor Tiny(const torch::Tensor& t) {
@@ -94,7 +89,7 @@ struct KeyChunk {
   torch::Tensor k_BKFCM, b_BKFC;
 };
 KeyChunk SplitKeys(torch::Tensor lk_BKFCM) {
-  const auto b_BKFC = std::get<0>(lk_BKFCM.max(-1)).detach();
+  const auto b_BKFC = lk_BKFCM.amax(-1).detach();
   if (!lk_BKFCM.requires_grad()) return {lk_BKFCM.sub_(b_BKFC.unsqueeze(-1)).exp_(), b_BKFC};
   return {torch::exp(lk_BKFCM - b_BKFC.unsqueeze(-1)), b_BKFC};
 }
@@ -233,29 +228,124 @@ void ForEachUnit(int64_t count, const Fn& fn) {
   });
 }
 
+// A unit's chunk tensors have one key row per KV head (F = 1) and G query heads per row:
+// queries 1 x R x G x C x ., keys 1 x R x 1 x C x . The products below fold G into the rows of
+// one bmm per chunk (no broadcast copies, no sum over G afterwards).
+// [1, R, G, C, X] -> [R, G*C, X]
+torch::Tensor QueryRows(const torch::Tensor& t) { return t.reshape({t.size(1), -1, t.size(-1)}); }
+// [1, R, 1, C, X] -> [R, C, X]
+torch::Tensor KeyRows(const torch::Tensor& t) { return t.reshape({t.size(1), t.size(-2), t.size(-1)}); }
+// [R, G*C, X] -> [1, R, G, C, X]
+torch::Tensor Grouped(const torch::Tensor& t, const Layout& l) {
+  return t.view({1, t.size(0), l.group, t.size(1) / l.group, t.size(2)});
+}
+
+// Features of one chunk. Positive features (FeatureMap::positive_features) take a shortcut both
+// ways: log phi = x W^T - |x|^2/2 - log(m)/2 is computed in base 2 with W log2(e) (exp2 is the
+// faster pass), and the per-row offset |x|^2/2 + log(m)/2 is never subtracted from the L x m
+// block: a query's features are shifted by their row max anyway, and a key's offset only enters
+// its b_j (a D-wide reduction). Other maps go through their log_features.
+class ChunkFeatures {
+ public:
+  ChunkFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& params, const Layout& l,
+                torch::ScalarType dtype)
+      : map_(map), params_(params), l_(l) {
+    if (map.positive_features) {
+      DF_CHECK(params.size() == 1 && params[0].dim() == 2,
+               "FusedCausalLinearAttention: positive_features wants one shared W (m x D), got "
+                   << params.size() << " parameter(s)");
+      const auto w_MD = params[0].detach().to(dtype);
+      w2_DM_ = (w_MD * kLog2E).t().contiguous();
+      half_log_m_ = 0.5 * std::log(static_cast<double>(w_MD.size(0)));
+    }
+  }
+
+  // psi = exp(log phi(x) - row max), no autograd: 1 x R x G x C x M.
+  torch::Tensor Queries(const torch::Tensor& x_1HCD) const {
+    if (!map_.positive_features) return ShiftedQueryFeatures(QueryLogFeatures(map_, params_, x_1HCD, l_));
+    auto lq_1HCM = torch::matmul(x_1HCD, w2_DM_);
+    lq_1HCM.sub_(lq_1HCM.amax(-1, /*keepdim=*/true)).exp2_();
+    return lq_1HCM.view({1, l_.kv_heads, l_.group, x_1HCD.size(2), lq_1HCM.size(-1)});
+  }
+
+  // k_j = exp(log phi(y_j) - b_j), b_j = max log phi(y_j), no autograd: 1 x R x 1 x C x M.
+  KeyChunk Keys(const torch::Tensor& y_1RCD) const {
+    if (!map_.positive_features) return SplitKeys(KeyLogFeatures(map_, params_, y_1RCD, l_));
+    auto lk_1RCM = torch::matmul(y_1RCD, w2_DM_);
+    const auto max2_1RC = lk_1RCM.amax(-1);
+    lk_1RCM.sub_(max2_1RC.unsqueeze(-1)).exp2_();
+    const auto b_1RC = max2_1RC * kLn2 - (0.5 * y_1RCD.pow(2).sum(-1) + half_log_m_);
+    return {lk_1RCM.unsqueeze(2), b_1RC.unsqueeze(2)};
+  }
+
+ private:
+  const FeatureMap& map_;
+  const std::vector<torch::Tensor>& params_;
+  const Layout& l_;
+  torch::Tensor w2_DM_;
+  double half_log_m_ = 0;
+};
+
+// exp(b_j - r_i) for j <= i inside a chunk, 0 above the diagonal: 1 x R x 1 x C x C. Base 2
+// with the unit's -inf mask added (exp2 of -inf is 0 and takes the fast path; exp of -inf and
+// masked_fill are several times slower at this size). b_j - r_i <= 0 on and below the diagonal.
+torch::Tensor CausalWeights(const torch::Tensor& b_1R1C, const torch::Tensor& r_1R1C, const torch::Tensor& later_CC) {
+  const int64_t c = b_1R1C.size(-1);
+  auto log2_w = (b_1R1C * kLog2E).unsqueeze(-2) - (r_1R1C * kLog2E).unsqueeze(-1);
+  return log2_w.add_(later_CC.narrow(0, 0, c).narrow(1, 0, c)).exp2_();
+}
+
+// -inf strictly above the diagonal, 0 elsewhere: a full chunk's mask of later keys.
+torch::Tensor LaterMask(int64_t chunk_size, const torch::Tensor& like) {
+  return torch::full({chunk_size, chunk_size}, -std::numeric_limits<double>::infinity(),
+                     like.options().dtype(FeatureDtype(like.scalar_type())))
+      .triu(1);
+}
+
+// The running key state S = sum_j exp(b_j - ref) k_j [v_j, 1]^T per key row (R x M x V).
+struct RowState {
+  torch::Tensor s_RMV, ref_1R1;
+  // Folds a chunk whose prefix-max reference at its last key is new_ref (>= ref): every factor
+  // <= 1; the key weights go on [v, 1] (C x V) rather than on k (C x M).
+  void Fold(const KeyChunk& key, const torch::Tensor& vh_1R1CV, const torch::Tensor& new_ref_1R1) {
+    const auto vw_RCV = KeyRows(vh_1R1CV * torch::exp(key.b_BKFC - new_ref_1R1.unsqueeze(-1)).unsqueeze(-1));
+    const auto k_RMC = KeyRows(key.k_BKFCM).transpose(1, 2);
+    if (s_RMV.defined()) {
+      s_RMV.mul_(torch::exp(ref_1R1 - new_ref_1R1).view({-1, 1, 1})).baddbmm_(k_RMC, vw_RCV);
+    } else {
+      s_RMV = torch::bmm(k_RMC, vw_RCV);
+    }
+    ref_1R1 = new_ref_1R1;
+  }
+};
+
 // Forward scan of one unit: writes out_1KGLD, den_1KGL and r_1K1L (views into the outputs).
 void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
                  const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size, torch::Tensor out_1KGLD,
                  torch::Tensor den_1KGL, torch::Tensor r_1K1L) {
-  KeyState state;
+  const ChunkFeatures features(map, p, l, x_1HLD.scalar_type());
+  const auto later_CC = LaterMask(chunk_size, x_1HLD);
+  RowState state;
   for (int64_t start = 0; start < l.length; start += chunk_size) {
     const int64_t c = std::min(chunk_size, l.length - start);
-    const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(map, p, x_1HLD.narrow(2, start, c), l));
-    const auto key = SplitKeys(KeyLogFeatures(map, p, y_1KLD.narrow(2, start, c), l));
-    auto r_BKFC = std::get<0>(key.b_BKFC.cummax(-1));
-    if (state.ref_BKF.defined()) r_BKFC = torch::maximum(r_BKFC, state.ref_BKF.unsqueeze(-1));
-    const auto vh_BK1CV = WithOnes(v_1KLD.narrow(2, start, c));
-    const auto a_BKGCC = torch::matmul(q_BKGCM, key.k_BKFCM.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
-    auto n_BKGCV = torch::matmul(a_BKGCC, vh_BK1CV);
-    if (state.s_BKFMV.defined()) {
-      const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
-      n_BKGCV = n_BKGCV + torch::matmul(q_BKGCM, state.s_BKFMV) * factor_BKFC1;
+    const auto q_1RGCM = features.Queries(x_1HLD.narrow(2, start, c));
+    const auto key = features.Keys(y_1KLD.narrow(2, start, c));
+    auto r_1R1C = std::get<0>(key.b_BKFC.cummax(-1));
+    if (state.ref_1R1.defined()) r_1R1C = torch::maximum(r_1R1C, state.ref_1R1.unsqueeze(-1));
+    const auto vh_1R1CV = WithOnes(v_1KLD.narrow(2, start, c));
+    auto a_RGCC = torch::bmm(QueryRows(q_1RGCM), KeyRows(key.k_BKFCM).transpose(1, 2));
+    Grouped(a_RGCC, l).mul_(CausalWeights(key.b_BKFC, r_1R1C, later_CC));
+    auto n_1RGCV = Grouped(torch::bmm(a_RGCC, KeyRows(vh_1R1CV)), l);
+    if (state.s_RMV.defined()) {
+      const auto factor_1R1C1 = torch::exp(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
+      n_1RGCV.addcmul_(Grouped(torch::bmm(QueryRows(q_1RGCM), state.s_RMV), l), factor_1R1C1);
     }
-    const auto den_BKGC = n_BKGCV.select(-1, l.value_dim).clamp_min(Tiny(n_BKGCV));
-    out_1KGLD.narrow(3, start, c).copy_(n_BKGCV.narrow(-1, 0, l.value_dim) / den_BKGC.unsqueeze(-1));
-    den_1KGL.narrow(3, start, c).copy_(den_BKGC);
-    r_1K1L.narrow(3, start, c).copy_(r_BKFC);
-    if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
+    const auto den_1RGC = n_1RGCV.select(-1, l.value_dim).clamp_min(Tiny(n_1RGCV));
+    auto out_chunk = out_1KGLD.narrow(3, start, c);
+    torch::div_out(out_chunk, n_1RGCV.narrow(-1, 0, l.value_dim), den_1RGC.unsqueeze(-1));
+    den_1KGL.narrow(3, start, c).copy_(den_1RGC);
+    r_1K1L.narrow(3, start, c).copy_(r_1R1C);
+    if (start + c < l.length) state.Fold(key, vh_1R1CV, r_1R1C.select(-1, c - 1));
   }
 }
 
@@ -276,14 +366,13 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     return torch::cat({g_BKGCD * inv_den_BKGC1, -(g_BKGCD * s.out_1KGLD.narrow(3, start, c)).sum(-1, true) * inv_den_BKGC1}, -1);
   };
   std::vector<torch::Tensor> param_grads(params.size());
+  const ChunkFeatures features(map, params, l, s.x_1HLD.scalar_type());
+  const auto later_CC = LaterMask(chunk_size, s.x_1HLD);
   // Closed-form feature gradients (FeatureMap::positive_features): W and where its gradient goes.
   const bool closed = map.positive_features;
   torch::Tensor w_MD;
   torch::Tensor* dw = nullptr;
   if (closed) {
-    DF_CHECK(params.size() == 1 && params[0].dim() == 2,
-             "FusedCausalLinearAttention: positive_features wants one shared W (m x D), got " << params.size()
-                                                                                             << " parameter(s)");
     w_MD = params[0].detach().to(s.x_1HLD.scalar_type());
     if (params[0].requires_grad()) dw = &param_grads[0];
   }
@@ -293,88 +382,99 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
 
   // Scan 1, forward order: query gradients against the running key state.
   {
-    KeyState state;
+    RowState state;
     for (const int64_t start : starts) {
       const int64_t c = chunk_len(start);
       const auto leaves = closed ? params : ParamLeaves(params);
       const auto x_leaf = s.x_1HLD.narrow(2, start, c).detach().requires_grad_(!closed);
-      torch::Tensor q_BKGCM;
-      {
-        torch::AutoGradMode grad_on(!closed);
-        q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(map, leaves, x_leaf, l));
+      torch::Tensor q_1RGCM;
+      if (closed) {
+        q_1RGCM = features.Queries(x_leaf);
+      } else {
+        torch::AutoGradMode grad_on(true);
+        q_1RGCM = ShiftedQueryFeatures(QueryLogFeatures(map, leaves, x_leaf, l));
       }
       torch::NoGradGuard no_grad;
-      const auto key = SplitKeys(KeyLogFeatures(map, params, s.y_1KLD.narrow(2, start, c), l));
-      const auto r_BKFC = s.r_1K1L.narrow(-1, start, c);
-      const auto vh_BK1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
-      const auto gh_BKGCV = grad_n(start, c);
-      const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * CausalWeights(key.b_BKFC, r_BKFC);
-      auto dq_BKGCM = torch::matmul(p_BKGCC, key.k_BKFCM);
-      if (state.s_BKFMV.defined()) {
-        const auto factor_BKFC1 = torch::exp(state.ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
-        dq_BKGCM = dq_BKGCM + torch::matmul(gh_BKGCV, state.s_BKFMV.transpose(-1, -2)) * factor_BKFC1;
+      const auto key = features.Keys(s.y_1KLD.narrow(2, start, c));
+      const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
+      const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
+      const auto gh_1RGCV = grad_n(start, c);
+      auto p_RGCC = torch::bmm(QueryRows(gh_1RGCV), KeyRows(vh_1R1CV).transpose(1, 2));
+      Grouped(p_RGCC, l).mul_(CausalWeights(key.b_BKFC, r_1R1C, later_CC));
+      auto dq_RGCM = torch::bmm(p_RGCC, KeyRows(key.k_BKFCM));
+      if (state.s_RMV.defined()) {
+        const auto factor_1R1C1 = torch::exp(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
+        dq_RGCM.baddbmm_(QueryRows(gh_1RGCV * factor_1R1C1), state.s_RMV.transpose(1, 2));
       }
+      const auto dq_1RGCM = Grouped(dq_RGCM, l);
       if (closed) {
         const auto x_NCD = x_leaf.reshape({-1, c, x_leaf.size(-1)});
-        const auto m = q_BKGCM.size(-1);
+        const auto m = q_1RGCM.size(-1);
         dx_1HLD.narrow(2, start, c).copy_(
-            PositiveFeatureBackward(q_BKGCM.reshape({-1, c, m}), dq_BKGCM.reshape({-1, c, m}), x_NCD, w_MD, dw)
+            PositiveFeatureBackward(q_1RGCM.reshape({-1, c, m}), dq_1RGCM.reshape({-1, c, m}), x_NCD, w_MD, dw)
                 .view_as(x_leaf));
       } else {
         torch::AutoGradMode grad_on(true);
-        dx_1HLD.narrow(2, start, c).copy_(BackpropChunk(q_BKGCM, dq_BKGCM, x_leaf, leaves, param_grads));
+        dx_1HLD.narrow(2, start, c).copy_(BackpropChunk(q_1RGCM, dq_1RGCM, x_leaf, leaves, param_grads));
       }
-      if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_BK1CV, r_BKFC.select(-1, c - 1));
+      if (start + c < l.length) state.Fold(key, vh_1R1CV, r_1R1C.select(-1, c - 1));
     }
   }
 
   // Scan 2, reverse order: key and value gradients against the running query state
   // R = sum_{i in later chunks} exp(ref - r_i) psi_i gh_i^T, ref = this chunk's last prefix max.
-  torch::Tensor r_state_BKFMV;
+  torch::Tensor r_state_RMV;
   for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
     const int64_t start = *it, c = chunk_len(start);
     const auto leaves = closed ? params : ParamLeaves(params);
     const auto y_leaf = s.y_1KLD.narrow(2, start, c).detach().requires_grad_(!closed);
     KeyChunk key;
-    {
-      torch::AutoGradMode grad_on(!closed);
+    if (closed) {
+      key = features.Keys(y_leaf);
+    } else {
+      torch::AutoGradMode grad_on(true);
       key = SplitKeys(KeyLogFeatures(map, leaves, y_leaf, l));
     }
     torch::NoGradGuard no_grad;
-    const auto k_BKFCM = key.k_BKFCM.detach();
-    const auto q_BKGCM = ShiftedQueryFeatures(QueryLogFeatures(map, params, s.x_1HLD.narrow(2, start, c), l));
-    const auto r_BKFC = s.r_1K1L.narrow(-1, start, c);
-    const auto vh_BK1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
-    const auto gh_BKGCV = grad_n(start, c);
-    const auto w_BKFCC = CausalWeights(key.b_BKFC, r_BKFC);
-    const auto a_BKGCC = torch::matmul(q_BKGCM, k_BKFCM.transpose(-1, -2)) * w_BKFCC;
-    const auto p_BKGCC = torch::matmul(gh_BKGCV, vh_BK1CV.transpose(-1, -2)) * w_BKFCC;
-    auto dk_BKFCM = torch::matmul(p_BKGCC.transpose(-1, -2), q_BKGCM).sum(2, /*keepdim=*/true);
-    auto dvh_BK1CV = torch::matmul(a_BKGCC.transpose(-1, -2), gh_BKGCV).sum(2, /*keepdim=*/true);
-    const auto ref_BKF = r_BKFC.select(-1, c - 1);
-    if (r_state_BKFMV.defined()) {
-      const auto factor_BKFC1 = torch::exp(key.b_BKFC - ref_BKF.unsqueeze(-1)).unsqueeze(-1);
-      dk_BKFCM = dk_BKFCM + torch::matmul(vh_BK1CV, r_state_BKFMV.transpose(-1, -2)) * factor_BKFC1;
-      dvh_BK1CV = dvh_BK1CV + torch::matmul(k_BKFCM, r_state_BKFMV) * factor_BKFC1;
+    const auto k_RCM = KeyRows(key.k_BKFCM.detach());
+    const auto q_RGCM = QueryRows(features.Queries(s.x_1HLD.narrow(2, start, c)));
+    const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
+    const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
+    const auto gh_RGCV = QueryRows(grad_n(start, c));
+    const auto w_1R1CC = CausalWeights(key.b_BKFC, r_1R1C, later_CC);
+    auto a_RGCC = torch::bmm(q_RGCM, k_RCM.transpose(1, 2));
+    Grouped(a_RGCC, l).mul_(w_1R1CC);
+    auto p_RGCC = torch::bmm(gh_RGCV, KeyRows(vh_1R1CV).transpose(1, 2));
+    Grouped(p_RGCC, l).mul_(w_1R1CC);
+    // Sums over the G query heads of a row are the contraction over G*C rows.
+    auto dk_RCM = torch::bmm(p_RGCC.transpose(1, 2), q_RGCM);
+    auto dvh_RCV = torch::bmm(a_RGCC.transpose(1, 2), gh_RGCV);
+    const auto ref_1R1 = r_1R1C.select(-1, c - 1);
+    if (r_state_RMV.defined()) {
+      const auto factor_RC1 = KeyRows(torch::exp(key.b_BKFC - ref_1R1.unsqueeze(-1)).unsqueeze(-1));
+      dk_RCM.baddbmm_(KeyRows(vh_1R1CV) * factor_RC1, r_state_RMV.transpose(1, 2));
+      dvh_RCV.addcmul_(torch::bmm(k_RCM, r_state_RMV), factor_RC1);
     }
-    if (closed) {  // one key row per KV head here (F = 1 inside a unit)
-      const auto m = k_BKFCM.size(-1);
-      dy_1KLD.narrow(2, start, c).copy_(PositiveFeatureBackward(k_BKFCM.reshape({-1, c, m}), dk_BKFCM.reshape({-1, c, m}),
-                                                                y_leaf.reshape({-1, c, y_leaf.size(-1)}), w_MD, dw)
-                                            .view_as(y_leaf));
+    if (closed) {
+      dy_1KLD.narrow(2, start, c).copy_(
+          PositiveFeatureBackward(k_RCM, dk_RCM, y_leaf.reshape({-1, c, y_leaf.size(-1)}), w_MD, dw).view_as(y_leaf));
     } else {
       torch::AutoGradMode grad_on(true);
-      dy_1KLD.narrow(2, start, c).copy_(BackpropChunk(key.k_BKFCM, dk_BKFCM, y_leaf, leaves, param_grads));
+      dy_1KLD.narrow(2, start, c).copy_(
+          BackpropChunk(key.k_BKFCM, dk_RCM.view_as(key.k_BKFCM), y_leaf, leaves, param_grads));
     }
-    dv_1KLD.narrow(2, start, c).copy_(dvh_BK1CV.squeeze(2).narrow(-1, 0, l.value_dim));
+    dv_1KLD.narrow(2, start, c).copy_(dvh_RCV.narrow(-1, 0, l.value_dim).unsqueeze(0));
     if (start == 0) break;
-    // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1).
-    const auto prev_ref_BKF = s.r_1K1L.select(-1, start - 1);
-    const auto w_BKFC1 = torch::exp(prev_ref_BKF.unsqueeze(-1) - r_BKFC).unsqueeze(-1);
-    const auto add_BKFMV = torch::matmul((q_BKGCM * w_BKFC1).transpose(-1, -2), gh_BKGCV).sum(2, /*keepdim=*/true);
-    r_state_BKFMV = r_state_BKFMV.defined()
-                        ? r_state_BKFMV * torch::exp(prev_ref_BKF - ref_BKF).unsqueeze(-1).unsqueeze(-1) + add_BKFMV
-                        : add_BKFMV;
+    // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1); the
+    // query weights go on gh (C x V) rather than on psi (C x M).
+    const auto prev_ref_1R1 = s.r_1K1L.select(-1, start - 1);
+    const auto w_1R1C1 = torch::exp(prev_ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
+    const auto ghw_RGCV = QueryRows(Grouped(gh_RGCV, l) * w_1R1C1);
+    if (r_state_RMV.defined()) {
+      r_state_RMV.mul_(torch::exp(prev_ref_1R1 - ref_1R1).view({-1, 1, 1})).baddbmm_(q_RGCM.transpose(1, 2), ghw_RGCV);
+    } else {
+      r_state_RMV = torch::bmm(q_RGCM.transpose(1, 2), ghw_RGCV);
+    }
   }
   return param_grads;
 }

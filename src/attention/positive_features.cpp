@@ -30,12 +30,12 @@ torch::Tensor LogPositiveFeatures(const torch::Tensor& x_BHLD, const torch::Tens
 }
 
 torch::Tensor StabilisedQueryFeatures(const torch::Tensor& log_phi_BHLM) {
-  const auto shift_BHL1 = std::get<0>(log_phi_BHLM.max(-1, /*keepdim=*/true)).detach();
+  const auto shift_BHL1 = log_phi_BHLM.amax(-1, /*keepdim=*/true).detach();
   return torch::exp(log_phi_BHLM - shift_BHL1);
 }
 
 KeyFeatures StabilisedKeyFeatures(const torch::Tensor& log_phi_BHLM) {
-  const auto shift_BHL = std::get<0>(log_phi_BHLM.max(-1)).detach();
+  const auto shift_BHL = log_phi_BHLM.amax(-1).detach();
   return {torch::exp(log_phi_BHLM - shift_BHL.unsqueeze(-1)), shift_BHL};
 }
 

@@ -6,8 +6,13 @@
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
+#include <set>
 #include <fstream>
 #include <iostream>
+#include <map>
+
+#include <torch/csrc/autograd/profiler_kineto.h>
 
 #include "attention/kernel_registry.h"
 #include "cli/peak_memory.h"
@@ -33,6 +38,70 @@ Sample TimeOnce(AttentionKernel& kernel, int64_t heads, int64_t kv_heads, int64_
   kernel->forward(q, k, v, call).sum().backward();
   return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
           info->peak() / (1024.0 * 1024.0)};
+}
+
+// One forward+backward under LibTorch's CPU profiler: self time (own time minus the ops it
+// called) and call count per op, summed over threads, top rows printed.
+void ProfileOnce(AttentionKernel& kernel, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
+  namespace prof = torch::autograd::profiler;
+  using torch::profiler::impl::ActivityType;
+  using torch::profiler::impl::ProfilerConfig;
+  using torch::profiler::impl::ProfilerState;
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  auto q = torch::randn({1, heads, length, d}).requires_grad_(), k = torch::randn({1, kv_heads, length, d}).requires_grad_(),
+       v = torch::randn({1, kv_heads, length, d}).requires_grad_();
+  const std::set<ActivityType> activities = {ActivityType::CPU};
+  prof::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
+  prof::enableProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
+  const auto start = std::chrono::steady_clock::now();
+  kernel->forward(q, k, v, call).sum().backward();
+  const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
+  const auto result = prof::disableProfiler();
+  // Self time: per thread, events nest by [start, end); subtract each event's direct children.
+  struct Span {
+    uint64_t start, end;
+    std::string name;
+  };
+  std::map<uint64_t, std::vector<Span>> by_thread;
+  for (const auto& e : result->events()) by_thread[e.startThreadId()].push_back({e.startNs(), e.endNs(), e.name()});
+  std::map<std::string, std::pair<double, int64_t>> self;  // ms, calls
+  for (auto& [thread, spans] : by_thread) {
+    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
+      return a.start != b.start ? a.start < b.start : a.end > b.end;
+    });
+    std::vector<std::pair<const Span*, double>> stack;  // open spans and their children's time
+    auto close = [&](uint64_t until) {
+      while (!stack.empty() && stack.back().first->end <= until) {
+        const auto [span, children] = stack.back();
+        stack.pop_back();
+        const double ms = (span->end - span->start) * 1e-6;
+        auto& entry = self[span->name];
+        entry.first += ms - children;
+        entry.second += 1;
+        if (!stack.empty()) stack.back().second += ms;
+      }
+    };
+    for (const auto& span : spans) {
+      close(span.start);
+      stack.push_back({&span, 0.0});
+    }
+    close(std::numeric_limits<uint64_t>::max());
+  }
+  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(self.begin(), self.end());
+  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
+  double total = 0;
+  int64_t calls = 0;
+  for (const auto& row : rows) {
+    total += row.second.first;
+    calls += row.second.second;
+  }
+  std::cout << fmt::format("profile, L={} D={}: {:.1f} ms wall (profiled), {:.1f} ms self time over all threads, {} ops\n",
+                           length, d, wall_ms, total, calls);
+  for (size_t i = 0; i < std::min<size_t>(rows.size(), 25); ++i) {
+    std::cout << fmt::format("  {:<44} {:>9.1f} ms {:>5.1f}% {:>8} calls\n", rows[i].first, rows[i].second.first,
+                             100 * rows[i].second.first / total, rows[i].second.second);
+  }
 }
 
 double Median(std::vector<double> v) {
@@ -88,6 +157,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
       if (o.naive) impls.push_back({"naive", Build(o.kernel, naive_options, o.heads, d), impls[0].flops});
       if (length <= o.exact_max_length) impls.push_back({"exact", Build("exact", YAML::Load("{}"), o.heads, d), ExactFlops(o.heads, length, d)});
       for (auto& impl : impls) TimeOnce(impl.kernel, o.heads, kv_heads, length, d);  // warm-up
+      if (o.profile) ProfileOnce(impls[0].kernel, o.heads, kv_heads, length, d);
       for (int64_t r = 0; r < o.repeats; ++r) {
         for (auto& impl : impls) {  // alternate: each repeat times every implementation once
           const auto s = TimeOnce(impl.kernel, o.heads, kv_heads, length, d);

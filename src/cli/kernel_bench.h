@@ -20,6 +20,7 @@ struct KernelBenchOptions {
   bool naive = false;                             // also time the naive composite path (fused: false)
   int64_t exact_max_length = 16384;               // exact attention is skipped above this length
   std::string json;                               // JSON lines file
+  bool profile = false;                           // per-op self time of one fused run per row
 };
 
 void RunKernelBench(const KernelBenchOptions& options);

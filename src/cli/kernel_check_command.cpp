@@ -293,6 +293,7 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--kv-heads", b.kv_heads, "--bench: key/value heads (0 = --heads; 1 = multi-query)")->capture_default_str();
   cmd->add_option("--repeats", b.repeats, "--bench: timed repeats per row, alternating implementations (median kept)")
       ->capture_default_str();
+  cmd->add_flag("--profile", b.profile, "--bench: print each op's self time over one fused forward+backward per row");
   cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (fused: false)");
   cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
       ->capture_default_str();
