@@ -165,29 +165,40 @@ torch::Tensor PositiveFeatureBackward(const torch::Tensor& phi_NCM, const torch:
 // when key features are per query head (then y and v are repeated per query head and each row's
 // group is that one head). Rows are independent: a unit is a block of rows of one batch element,
 // with as many blocks as it takes to give every intra-op thread work and no more, since each op
-// of a unit then covers all its rows at once (per-op overhead dominates at chunk scale).
+// of a unit then covers all its rows at once (per-op overhead dominates at chunk scale). With
+// fewer rows than threads (multi-query: one KV head) a row's query heads are split into parts
+// too; each part recomputes the row's key side and adds its share of dk, dv (a part's own buffer).
 struct Unit {
-  int64_t b, row0, rows;
+  int64_t b, row0, rows, part, g0, gn;  // batch, rows [row0, row0 + rows), query heads [g0, g0 + gn) of each
 };
 
 struct Units {
-  int64_t rows, group, blocks, block_rows;  // rows per batch element, query heads per row
-  int64_t count(const Layout& l) const { return l.batch * blocks; }
+  int64_t rows, group, blocks, block_rows, parts, part_group;  // per batch element; query heads per row
+  int64_t count(const Layout& l) const { return l.batch * blocks * parts; }
   Unit operator()(int64_t i) const {
-    const int64_t b = i / blocks, row0 = (i % blocks) * block_rows;
-    return {b, row0, std::min(block_rows, rows - row0)};
+    const int64_t per_batch = blocks * parts, b = i / per_batch, block = (i % per_batch) / parts, part = i % parts;
+    const int64_t row0 = block * block_rows, g0 = part * part_group;
+    return {b, row0, std::min(block_rows, rows - row0), part, g0, std::min(part_group, group - g0)};
   }
   Layout layout(const Layout& l, const Unit& u) const {
-    return {1, u.rows * group, u.rows, group, 1, l.length, l.value_dim};
+    return {1, u.rows * u.gn, u.rows, u.gn, 1, l.length, l.value_dim};
   }
+  // The unit's query heads are contiguous: a part covers one row (parts > 1 only with one row per block).
+  int64_t head0(const Unit& u) const { return u.row0 * group + u.g0; }
+  int64_t heads(const Unit& u) const { return u.rows * u.gn; }
 };
 
 Units MakeUnits(const Layout& l) {
-  const int64_t rows = l.key_heads == 1 ? l.kv_heads : l.heads;
+  const int64_t rows = l.key_heads == 1 ? l.kv_heads : l.heads, group = l.key_heads == 1 ? l.group : 1;
   const int64_t threads = at::get_num_threads();
   const int64_t blocks = std::clamp<int64_t>((threads + l.batch - 1) / l.batch, 1, rows);
   const int64_t block_rows = (rows + blocks - 1) / blocks;
-  return {rows, l.key_heads == 1 ? l.group : 1, (rows + block_rows - 1) / block_rows, block_rows};
+  int64_t parts = 1;
+  if (block_rows == 1 && l.batch * rows < threads) {
+    parts = std::min(group, (threads + l.batch * rows - 1) / (l.batch * rows));
+  }
+  const int64_t part_group = (group + parts - 1) / parts;
+  return {rows, group, (rows + block_rows - 1) / block_rows, block_rows, (group + part_group - 1) / part_group, part_group};
 }
 
 // Keys and values per row: as given, or repeated per query head.
@@ -201,8 +212,8 @@ torch::Tensor Take(const torch::Tensor& t, int64_t b, int64_t h, int64_t n) { re
 torch::Tensor TakeGrouped(const torch::Tensor& t, const Units& units, const Unit& u) {
   auto sizes = t.sizes().vec();
   sizes.erase(sizes.begin(), sizes.begin() + 2);
-  sizes.insert(sizes.begin(), {1, u.rows, units.group});
-  return Take(t, u.b, u.row0 * units.group, u.rows * units.group).view(sizes);
+  sizes.insert(sizes.begin(), {1, u.rows, u.gn});
+  return Take(t, u.b, units.head0(u), units.heads(u)).view(sizes);
 }
 
 // The unit's parameters: per-head ones narrowed to its query heads.
@@ -211,7 +222,7 @@ std::vector<torch::Tensor> UnitParams(const FeatureMap& map, const std::vector<t
   std::vector<torch::Tensor> out;
   for (size_t i = 0; i < params.size(); ++i) {
     const bool per_head = i < map.params_per_head.size() && map.params_per_head[i];
-    out.push_back(per_head ? params[i].narrow(0, u.row0 * units.group, u.rows * units.group) : params[i]);
+    out.push_back(per_head ? params[i].narrow(0, units.head0(u), units.heads(u)) : params[i]);
   }
   return out;
 }
@@ -491,15 +502,17 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     const auto options = x_BHLD.options().dtype(FeatureDtype(x_BHLD.scalar_type()));
     auto out_BHLD = torch::empty({l.batch, l.heads, l.length, l.value_dim}, options);
     auto den_BHL = torch::empty({l.batch, l.heads, l.length}, options);
-    auto r_BRL = torch::empty({l.batch, units.rows, l.length}, options);
+    // r per row; parts of a row compute the same r, parts after the first into a scratch copy.
+    auto r_PBRL = torch::empty({units.parts, l.batch, units.rows, l.length}, options);
     const auto y_BRLD = PerRow(y_BKLD, l), v_BRLD = PerRow(v_BKLD, l);
     ForEachUnit(units.count(l), [&](int64_t i) {
       const auto u = units(i);
       ForwardUnit(feature_map, UnitParams(feature_map, p, units, u), units.layout(l, u),
-                  Take(x_BHLD, u.b, u.row0 * units.group, u.rows * units.group), Take(y_BRLD, u.b, u.row0, u.rows),
+                  Take(x_BHLD, u.b, units.head0(u), units.heads(u)), Take(y_BRLD, u.b, u.row0, u.rows),
                   Take(v_BRLD, u.b, u.row0, u.rows), chunk_size, TakeGrouped(out_BHLD, units, u),
-                  TakeGrouped(den_BHL, units, u), Take(r_BRL, u.b, u.row0, u.rows).unsqueeze(2));
+                  TakeGrouped(den_BHL, units, u), Take(r_PBRL[u.part], u.b, u.row0, u.rows).unsqueeze(2));
     });
+    const auto r_BRL = r_PBRL[0];
     std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, den_BHL, r_BRL};
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
@@ -523,19 +536,23 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     const auto y_BRLD = PerRow(y_BKLD, l), v_BRLD = PerRow(v_BKLD, l);
 
     auto dx_BHLD = torch::empty_like(x_BHLD);
-    auto dy_BRLD = torch::empty_like(y_BRLD), dv_BRLD = torch::empty_like(v_BRLD);
+    // dy, dv per part of a row's query heads (summed below when a row is split).
+    auto dy_PBRLD = torch::empty({units.parts, l.batch, units.rows, l.length, y_BRLD.size(3)}, y_BRLD.options());
+    auto dv_PBRLD = torch::empty({units.parts, l.batch, units.rows, l.length, v_BRLD.size(3)}, v_BRLD.options());
     const int64_t count = units.count(l);
     std::vector<std::vector<torch::Tensor>> unit_param_grads(count);
     ForEachUnit(count, [&](int64_t i) {
       const auto u = units(i);
-      const int64_t h0 = u.row0 * units.group, nh = u.rows * units.group;
+      const int64_t h0 = units.head0(u), nh = units.heads(u);
       const UnitSaved s{Take(x_BHLD, u.b, h0, nh), Take(y_BRLD, u.b, u.row0, u.rows), Take(v_BRLD, u.b, u.row0, u.rows),
                         TakeGrouped(out_BHLD, units, u), TakeGrouped(den_BHL, units, u),
                         Take(r_BRL, u.b, u.row0, u.rows).unsqueeze(2), TakeGrouped(g_BHLD, units, u)};
       unit_param_grads[i] = BackwardUnit(map, UnitParams(map, params, units, u), units.layout(l, u), s, chunk_size,
-                                         Take(dx_BHLD, u.b, h0, nh), Take(dy_BRLD, u.b, u.row0, u.rows),
-                                         Take(dv_BRLD, u.b, u.row0, u.rows));
+                                         Take(dx_BHLD, u.b, h0, nh), Take(dy_PBRLD[u.part], u.b, u.row0, u.rows),
+                                         Take(dv_PBRLD[u.part], u.b, u.row0, u.rows));
     });
+    const auto dy_BRLD = units.parts == 1 ? dy_PBRLD[0] : dy_PBRLD.sum(0);
+    const auto dv_BRLD = units.parts == 1 ? dv_PBRLD[0] : dv_PBRLD.sum(0);
     // Rows per query head: sum each KV head's group.
     auto per_kv_head = [&](const torch::Tensor& d_BRLD) {
       if (l.key_heads == 1) return d_BRLD;
@@ -551,7 +568,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
         if (!g.defined()) continue;
         if (!total.defined()) total = torch::zeros_like(params[n], g.options());
         const auto u = units(i);
-        (per_head ? total.narrow(0, u.row0 * units.group, u.rows * units.group) : total).add_(g);
+        (per_head ? total.narrow(0, units.head0(u), units.heads(u)) : total).add_(g);
       }
       grads.push_back(total);
     }

@@ -120,14 +120,19 @@ TEST(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
 }
 
 // The operator splits key rows (KV heads; query heads for darkformer's per-head M) into one block
-// per thread: blocks of unequal size, one row per block and a single block must all agree.
+// per thread: blocks of unequal size, one row per block and a single block must all agree; with
+// fewer rows than threads it also splits a row's query heads into parts that share its key side
+// (each part adds its share of dk, dv and the parameters' gradients).
 TEST(FusedCausalAttentionTest, EqualsNaiveWhateverTheSplitIntoThreads) {
   const int64_t saved_threads = torch::get_num_threads();
   for (const int64_t threads : {1, 2, 3}) {
     torch::set_num_threads(threads);
     for (const auto& name : kFeatureKernels) {
       ExpectFusedEqualsNaive(name, 1, 6, 3, 20, 8);  // 3 KV heads (darkformer: 6 query-head rows)
-      ExpectFusedEqualsNaive(name, 1, 4, 1, 20, 8);  // MQA: one KV head
+      ExpectFusedEqualsNaive(name, 1, 4, 1, 20, 8);  // MQA: one KV head, 2 parts at 2 or 3 threads
+      ExpectFusedEqualsNaive(name, 1, 6, 1, 20, 8);  // MQA: 3 parts of 2 query heads at 3 threads
+      ExpectFusedEqualsNaive(name, 1, 8, 2, 20, 8);  // GQA: 2 rows, 2 parts each at 3 threads
+      ExpectFusedEqualsNaive(name, 2, 4, 1, 20, 8);  // 2 batch rows, 2 parts each at 3 threads
     }
   }
   torch::set_num_threads(saved_threads);
