@@ -13,6 +13,7 @@
 #include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
+#include <optional>
 #include <limits>
 
 #include "attention/positive_features.h"
@@ -334,6 +335,9 @@ struct RowState {
 void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
                  const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size, torch::Tensor out_1KGLD,
                  torch::Tensor den_1KGL, torch::Tensor r_1K1L) {
+  // Nothing here is recorded (the custom function's forward): InferenceMode also skips the
+  // version counters and view tracking of the ~200 small ops per chunk.
+  c10::InferenceMode inference;
   const ChunkFeatures features(map, p, l, x_1HLD.scalar_type());
   const auto later_CC = LaterMask(chunk_size, x_1HLD);
   RowState state;
@@ -377,10 +381,13 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     return torch::cat({g_BKGCD * inv_den_BKGC1, -(g_BKGCD * s.out_1KGLD.narrow(3, start, c)).sum(-1, true) * inv_den_BKGC1}, -1);
   };
   std::vector<torch::Tensor> param_grads(params.size());
-  const ChunkFeatures features(map, params, l, s.x_1HLD.scalar_type());
-  const auto later_CC = LaterMask(chunk_size, s.x_1HLD);
   // Closed-form feature gradients (FeatureMap::positive_features): W and where its gradient goes.
   const bool closed = map.positive_features;
+  // With closed-form feature gradients nothing here is recorded: InferenceMode (as in the forward).
+  std::optional<c10::InferenceMode> inference;
+  if (closed) inference.emplace();
+  const ChunkFeatures features(map, params, l, s.x_1HLD.scalar_type());
+  const auto later_CC = LaterMask(chunk_size, s.x_1HLD);
   torch::Tensor w_MD;
   torch::Tensor* dw = nullptr;
   if (closed) {
