@@ -26,7 +26,6 @@ namespace {
 using torch::indexing::Slice;
 
 constexpr double kLog2E = 1.4426950408889634;  // log2(e)
-constexpr double kLn2 = 0.6931471805599453;    // ln(2)
 
 struct Layout {
   int64_t batch, heads, kv_heads, group, key_heads, length, value_dim;
@@ -256,19 +255,24 @@ torch::Tensor Grouped(const torch::Tensor& t, const Layout& l) {
 // ways: log phi = x W^T - |x|^2/2 - log(m)/2 is computed in base 2 with W log2(e) (exp2 is the
 // faster pass), and the per-row offset |x|^2/2 + log(m)/2 is never subtracted from the L x m
 // block: a query's features are shifted by their row max anyway, and a key's offset only enters
-// its b_j (a D-wide reduction). Other maps go through their log_features.
+// its b_j (a D-wide reduction, done for the unit's whole sequence at once). Other maps go
+// through their log_features. Inside a unit, log-scales (b, r and the state references) are in
+// base 2: every weight exp(b_j - r_i) is then one exp2 of a difference.
 class ChunkFeatures {
  public:
   ChunkFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& params, const Layout& l,
-                torch::ScalarType dtype)
-      : map_(map), params_(params), l_(l) {
+                const torch::Tensor& y_1RLD)
+      : map_(map), params_(params), l_(l), y_1RLD_(y_1RLD) {
     if (map.positive_features) {
       DF_CHECK(params.size() == 1 && params[0].dim() == 2,
                "FusedCausalLinearAttention: positive_features wants one shared W (m x D), got "
                    << params.size() << " parameter(s)");
-      const auto w_MD = params[0].detach().to(dtype);
+      const auto w_MD = params[0].detach().to(y_1RLD.scalar_type());
       w2_DM_ = (w_MD * kLog2E).t().contiguous();
-      half_log_m_ = 0.5 * std::log(static_cast<double>(w_MD.size(0)));
+      // (|y|^2 / 2 + log(m) / 2) log2(e) per key (a norm: no L x D temporary).
+      offset2_1RL_ = (torch::linalg_vector_norm(y_1RLD, 2, {-1}, false, c10::nullopt).square_() * 0.5 +
+                      0.5 * std::log(static_cast<double>(w_MD.size(0)))) *
+                     kLog2E;
     }
   }
 
@@ -280,30 +284,36 @@ class ChunkFeatures {
     return lq_1HCM.view({1, l_.kv_heads, l_.group, x_1HCD.size(2), lq_1HCM.size(-1)});
   }
 
-  // k_j = exp(log phi(y_j) - b_j), b_j = max log phi(y_j), no autograd: 1 x R x 1 x C x M.
-  KeyChunk Keys(const torch::Tensor& y_1RCD) const {
-    if (!map_.positive_features) return SplitKeys(KeyLogFeatures(map_, params_, y_1RCD, l_));
+  // Keys [start, start + c): k_j = exp(log phi(y_j) - b_j) and b_j = max log phi(y_j) / ln 2,
+  // no autograd: 1 x R x 1 x C x M and 1 x R x 1 x C.
+  KeyChunk Keys(int64_t start, int64_t c) const {
+    const auto y_1RCD = y_1RLD_.narrow(2, start, c);
+    if (!map_.positive_features) return Base2(SplitKeys(KeyLogFeatures(map_, params_, y_1RCD, l_)));
     auto lk_1RCM = torch::matmul(y_1RCD, w2_DM_);
     const auto max2_1RC = lk_1RCM.amax(-1);
     lk_1RCM.sub_(max2_1RC.unsqueeze(-1)).exp2_();
-    const auto b_1RC = max2_1RC * kLn2 - (0.5 * y_1RCD.pow(2).sum(-1) + half_log_m_);
-    return {lk_1RCM.unsqueeze(2), b_1RC.unsqueeze(2)};
+    return {lk_1RCM.unsqueeze(2), (max2_1RC - offset2_1RL_.narrow(2, start, c)).unsqueeze(2)};
+  }
+
+  // A key chunk with natural-log b (a kernel's own log_features) in the unit's base 2.
+  static KeyChunk Base2(KeyChunk key) {
+    key.b_BKFC = key.b_BKFC * kLog2E;
+    return key;
   }
 
  private:
   const FeatureMap& map_;
   const std::vector<torch::Tensor>& params_;
   const Layout& l_;
-  torch::Tensor w2_DM_;
-  double half_log_m_ = 0;
+  torch::Tensor y_1RLD_, w2_DM_, offset2_1RL_;
 };
 
-// exp(b_j - r_i) for j <= i inside a chunk, 0 above the diagonal: 1 x R x 1 x C x C. Base 2
-// with the unit's -inf mask added (exp2 of -inf is 0 and takes the fast path; exp of -inf and
-// masked_fill are several times slower at this size). b_j - r_i <= 0 on and below the diagonal.
-torch::Tensor CausalWeights(const torch::Tensor& b_1R1C, const torch::Tensor& r_1R1C, const torch::Tensor& later_CC) {
-  const int64_t c = b_1R1C.size(-1);
-  auto log2_w = (b_1R1C * kLog2E).unsqueeze(-2) - (r_1R1C * kLog2E).unsqueeze(-1);
+// exp(b_j - r_i) = 2^(b2_j - r2_i) for j <= i inside a chunk, 0 above the diagonal: 1 x R x 1 x
+// C x C, with the unit's -inf mask added (exp2 of -inf is 0 and takes the fast path; exp of -inf
+// and masked_fill are several times slower at this size). b_j - r_i <= 0 on and below the diagonal.
+torch::Tensor CausalWeights(const torch::Tensor& b2_1R1C, const torch::Tensor& r2_1R1C, const torch::Tensor& later_CC) {
+  const int64_t c = b2_1R1C.size(-1);
+  auto log2_w = b2_1R1C.unsqueeze(-2) - r2_1R1C.unsqueeze(-1);
   return log2_w.add_(later_CC.narrow(0, 0, c).narrow(1, 0, c)).exp2_();
 }
 
@@ -314,16 +324,17 @@ torch::Tensor LaterMask(int64_t chunk_size, const torch::Tensor& like) {
       .triu(1);
 }
 
-// The running key state S = sum_j exp(b_j - ref) k_j [v_j, 1]^T per key row (R x M x V).
+// The running key state S = sum_j exp(b_j - ref) k_j [v_j, 1]^T per key row (R x M x V); b and
+// ref in base 2.
 struct RowState {
   torch::Tensor s_RMV, ref_1R1;
   // Folds a chunk whose prefix-max reference at its last key is new_ref (>= ref): every factor
   // <= 1; the key weights go on [v, 1] (C x V) rather than on k (C x M).
   void Fold(const KeyChunk& key, const torch::Tensor& vh_1R1CV, const torch::Tensor& new_ref_1R1) {
-    const auto vw_RCV = KeyRows(vh_1R1CV * torch::exp(key.b_BKFC - new_ref_1R1.unsqueeze(-1)).unsqueeze(-1));
+    const auto vw_RCV = KeyRows(vh_1R1CV * torch::exp2(key.b_BKFC - new_ref_1R1.unsqueeze(-1)).unsqueeze(-1));
     const auto k_RMC = KeyRows(key.k_BKFCM).transpose(1, 2);
     if (s_RMV.defined()) {
-      s_RMV.mul_(torch::exp(ref_1R1 - new_ref_1R1).view({-1, 1, 1})).baddbmm_(k_RMC, vw_RCV);
+      s_RMV.mul_(torch::exp2(ref_1R1 - new_ref_1R1).view({-1, 1, 1})).baddbmm_(k_RMC, vw_RCV);
     } else {
       s_RMV = torch::bmm(k_RMC, vw_RCV);
     }
@@ -331,20 +342,21 @@ struct RowState {
   }
 };
 
-// Forward scan of one unit: writes out_1KGLD, den_1KGL and r_1K1L (views into the outputs).
+// Forward scan of one unit: writes out_1KGLD, den_1KGL and r_1K1L (views into the outputs; r in
+// base 2).
 void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
                  const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size, torch::Tensor out_1KGLD,
                  torch::Tensor den_1KGL, torch::Tensor r_1K1L) {
   // Nothing here is recorded (the custom function's forward): InferenceMode also skips the
   // version counters and view tracking of the ~200 small ops per chunk.
   c10::InferenceMode inference;
-  const ChunkFeatures features(map, p, l, x_1HLD.scalar_type());
+  const ChunkFeatures features(map, p, l, y_1KLD);
   const auto later_CC = LaterMask(chunk_size, x_1HLD);
   RowState state;
   for (int64_t start = 0; start < l.length; start += chunk_size) {
     const int64_t c = std::min(chunk_size, l.length - start);
     const auto q_1RGCM = features.Queries(x_1HLD.narrow(2, start, c));
-    const auto key = features.Keys(y_1KLD.narrow(2, start, c));
+    const auto key = features.Keys(start, c);
     auto r_1R1C = std::get<0>(key.b_BKFC.cummax(-1));
     if (state.ref_1R1.defined()) r_1R1C = torch::maximum(r_1R1C, state.ref_1R1.unsqueeze(-1));
     const auto vh_1R1CV = WithOnes(v_1KLD.narrow(2, start, c));
@@ -352,7 +364,7 @@ void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, con
     Grouped(a_RGCC, l).mul_(CausalWeights(key.b_BKFC, r_1R1C, later_CC));
     auto n_1RGCV = Grouped(torch::bmm(a_RGCC, KeyRows(vh_1R1CV)), l);
     if (state.s_RMV.defined()) {
-      const auto factor_1R1C1 = torch::exp(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
+      const auto factor_1R1C1 = torch::exp2(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
       n_1RGCV.addcmul_(Grouped(torch::bmm(QueryRows(q_1RGCM), state.s_RMV), l), factor_1R1C1);
     }
     const auto den_1RGC = n_1RGCV.select(-1, l.value_dim).clamp_min(Tiny(n_1RGCV));
@@ -374,11 +386,20 @@ struct UnitSaved {
 std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& params, const Layout& l,
                                         const UnitSaved& s, int64_t chunk_size, torch::Tensor dx_1HLD,
                                         torch::Tensor dy_1KLD, torch::Tensor dv_1KLD) {
-  // dL/dn = [g / den, -(g.out) / den] per chunk (an L x (D+1) tensor would raise the peak).
+  // dL/dn = [g / den, -(g.out) / den], assembled per chunk (an L x (D+1) tensor would raise the
+  // peak) from two per-query scalars computed for the whole unit.
+  const auto inv_den_1KGL = s.den_1KGL.reciprocal();
+  auto last_1KGL = torch::empty_like(inv_den_1KGL);
+  for (int64_t start = 0; start < l.length; start += chunk_size) {  // chunk by chunk: no L x D temporary
+    const int64_t c = std::min(chunk_size, l.length - start);
+    auto dot_1KGC = last_1KGL.narrow(3, start, c);
+    torch::sum_out(dot_1KGC, s.g_1KGLD.narrow(3, start, c) * s.out_1KGLD.narrow(3, start, c), {-1});
+    dot_1KGC.mul_(inv_den_1KGL.narrow(3, start, c)).neg_();
+  }
   auto grad_n = [&](int64_t start, int64_t c) {
-    const auto g_BKGCD = s.g_1KGLD.narrow(3, start, c);
-    const auto inv_den_BKGC1 = s.den_1KGL.narrow(3, start, c).reciprocal().unsqueeze(-1);
-    return torch::cat({g_BKGCD * inv_den_BKGC1, -(g_BKGCD * s.out_1KGLD.narrow(3, start, c)).sum(-1, true) * inv_den_BKGC1}, -1);
+    return torch::cat({s.g_1KGLD.narrow(3, start, c) * inv_den_1KGL.narrow(3, start, c).unsqueeze(-1),
+                       last_1KGL.narrow(3, start, c).unsqueeze(-1)},
+                      -1);
   };
   std::vector<torch::Tensor> param_grads(params.size());
   // Closed-form feature gradients (FeatureMap::positive_features): W and where its gradient goes.
@@ -386,7 +407,7 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
   // With closed-form feature gradients nothing here is recorded: InferenceMode (as in the forward).
   std::optional<c10::InferenceMode> inference;
   if (closed) inference.emplace();
-  const ChunkFeatures features(map, params, l, s.x_1HLD.scalar_type());
+  const ChunkFeatures features(map, params, l, s.y_1KLD);
   const auto later_CC = LaterMask(chunk_size, s.x_1HLD);
   torch::Tensor w_MD;
   torch::Tensor* dw = nullptr;
@@ -413,7 +434,7 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
         q_1RGCM = ShiftedQueryFeatures(QueryLogFeatures(map, leaves, x_leaf, l));
       }
       torch::NoGradGuard no_grad;
-      const auto key = features.Keys(s.y_1KLD.narrow(2, start, c));
+      const auto key = features.Keys(start, c);
       const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
       const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
       const auto gh_1RGCV = grad_n(start, c);
@@ -421,7 +442,7 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
       Grouped(p_RGCC, l).mul_(CausalWeights(key.b_BKFC, r_1R1C, later_CC));
       auto dq_RGCM = torch::bmm(p_RGCC, KeyRows(key.k_BKFCM));
       if (state.s_RMV.defined()) {
-        const auto factor_1R1C1 = torch::exp(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
+        const auto factor_1R1C1 = torch::exp2(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
         dq_RGCM.baddbmm_(QueryRows(gh_1RGCV * factor_1R1C1), state.s_RMV.transpose(1, 2));
       }
       const auto dq_1RGCM = Grouped(dq_RGCM, l);
@@ -448,10 +469,10 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     const auto y_leaf = s.y_1KLD.narrow(2, start, c).detach().requires_grad_(!closed);
     KeyChunk key;
     if (closed) {
-      key = features.Keys(y_leaf);
+      key = features.Keys(start, c);
     } else {
       torch::AutoGradMode grad_on(true);
-      key = SplitKeys(KeyLogFeatures(map, leaves, y_leaf, l));
+      key = ChunkFeatures::Base2(SplitKeys(KeyLogFeatures(map, leaves, y_leaf, l)));
     }
     torch::NoGradGuard no_grad;
     const auto k_RCM = KeyRows(key.k_BKFCM.detach());
@@ -469,7 +490,7 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     auto dvh_RCV = torch::bmm(a_RGCC.transpose(1, 2), gh_RGCV);
     const auto ref_1R1 = r_1R1C.select(-1, c - 1);
     if (r_state_RMV.defined()) {
-      const auto factor_RC1 = KeyRows(torch::exp(key.b_BKFC - ref_1R1.unsqueeze(-1)).unsqueeze(-1));
+      const auto factor_RC1 = KeyRows(torch::exp2(key.b_BKFC - ref_1R1.unsqueeze(-1)).unsqueeze(-1));
       dk_RCM.baddbmm_(KeyRows(vh_1R1CV) * factor_RC1, r_state_RMV.transpose(1, 2));
       dvh_RCV.addcmul_(torch::bmm(k_RCM, r_state_RMV), factor_RC1);
     }
@@ -486,10 +507,10 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1); the
     // query weights go on gh (C x V) rather than on psi (C x M).
     const auto prev_ref_1R1 = s.r_1K1L.select(-1, start - 1);
-    const auto w_1R1C1 = torch::exp(prev_ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
+    const auto w_1R1C1 = torch::exp2(prev_ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
     const auto ghw_RGCV = QueryRows(Grouped(gh_RGCV, l) * w_1R1C1);
     if (r_state_RMV.defined()) {
-      r_state_RMV.mul_(torch::exp(prev_ref_1R1 - ref_1R1).view({-1, 1, 1})).baddbmm_(q_RGCM.transpose(1, 2), ghw_RGCV);
+      r_state_RMV.mul_(torch::exp2(prev_ref_1R1 - ref_1R1).view({-1, 1, 1})).baddbmm_(q_RGCM.transpose(1, 2), ghw_RGCV);
     } else {
       r_state_RMV = torch::bmm(q_RGCM.transpose(1, 2), ghw_RGCV);
     }
