@@ -12,7 +12,10 @@
 // Threads: key rows (KV heads, or query heads when key features are per query head) are
 // independent; the operator splits them into one block per intra-op thread and scans the blocks in
 // parallel, each block's ops single-threaded and covering all its rows (a chunk's ops are too
-// small to split between threads, and per-op overhead is what dominates at chunk scale).
+// small to split between threads, and per-op overhead is what dominates at chunk scale). With
+// fewer key rows than threads (multi-query, B = 1) a row's query heads are split into parts, each
+// recomputing the row's key side and adding its share of dk, dv. The scans run under
+// InferenceMode where nothing is recorded (the forward; the closed-form backward).
 #pragma once
 
 #include <torch/torch.h>
