@@ -295,6 +295,24 @@ class ChunkFeatures {
     return {lk_1RCM.unsqueeze(2), (max2_1RC - offset2_1RL_.narrow(2, start, c)).unsqueeze(2)};
   }
 
+  // Both sides of a chunk. Positive features: one product for queries and keys stacked (a larger
+  // GEMM, and one amax / shift / exp2 pass instead of two).
+  struct Pair {
+    torch::Tensor q_1RGCM;
+    KeyChunk key;
+  };
+  Pair Both(const torch::Tensor& x_1HCD, int64_t start, int64_t c) const {
+    if (!map_.positive_features) return {Queries(x_1HCD), Keys(start, c)};
+    const int64_t heads = x_1HCD.size(1), rows = l_.kv_heads;
+    auto l2_1NCM = torch::matmul(torch::cat({x_1HCD, y_1RLD_.narrow(2, start, c)}, 1), w2_DM_);
+    const auto max2_1NC1 = l2_1NCM.amax(-1, /*keepdim=*/true);
+    l2_1NCM.sub_(max2_1NC1).exp2_();
+    const int64_t m = l2_1NCM.size(-1);
+    const auto b2_1RC = max2_1NC1.narrow(1, heads, rows).squeeze(-1) - offset2_1RL_.narrow(2, start, c);
+    return {l2_1NCM.narrow(1, 0, heads).view({1, rows, l_.group, c, m}),
+            {l2_1NCM.narrow(1, heads, rows).unsqueeze(2), b2_1RC.unsqueeze(2)}};
+  }
+
   // A key chunk with natural-log b (a kernel's own log_features) in the unit's base 2.
   static KeyChunk Base2(KeyChunk key) {
     key.b_BKFC = key.b_BKFC * kLog2E;
@@ -355,8 +373,7 @@ void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, con
   RowState state;
   for (int64_t start = 0; start < l.length; start += chunk_size) {
     const int64_t c = std::min(chunk_size, l.length - start);
-    const auto q_1RGCM = features.Queries(x_1HLD.narrow(2, start, c));
-    const auto key = features.Keys(start, c);
+    const auto [q_1RGCM, key] = features.Both(x_1HLD.narrow(2, start, c), start, c);
     auto r_1R1C = std::get<0>(key.b_BKFC.cummax(-1));
     if (state.ref_1R1.defined()) r_1R1C = torch::maximum(r_1R1C, state.ref_1R1.unsqueeze(-1));
     const auto vh_1R1CV = WithOnes(v_1KLD.narrow(2, start, c));
@@ -427,14 +444,17 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
       const auto leaves = closed ? params : ParamLeaves(params);
       const auto x_leaf = s.x_1HLD.narrow(2, start, c).detach().requires_grad_(!closed);
       torch::Tensor q_1RGCM;
+      KeyChunk key;
       if (closed) {
-        q_1RGCM = features.Queries(x_leaf);
+        auto pair = features.Both(x_leaf, start, c);
+        q_1RGCM = pair.q_1RGCM;
+        key = pair.key;
       } else {
         torch::AutoGradMode grad_on(true);
         q_1RGCM = ShiftedQueryFeatures(QueryLogFeatures(map, leaves, x_leaf, l));
       }
       torch::NoGradGuard no_grad;
-      const auto key = features.Keys(start, c);
+      if (!closed) key = features.Keys(start, c);
       const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
       const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
       const auto gh_1RGCV = grad_n(start, c);
@@ -468,15 +488,19 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     const auto leaves = closed ? params : ParamLeaves(params);
     const auto y_leaf = s.y_1KLD.narrow(2, start, c).detach().requires_grad_(!closed);
     KeyChunk key;
+    torch::Tensor q_1RGCM;
     if (closed) {
-      key = features.Keys(start, c);
+      auto pair = features.Both(s.x_1HLD.narrow(2, start, c), start, c);
+      q_1RGCM = pair.q_1RGCM;
+      key = pair.key;
     } else {
       torch::AutoGradMode grad_on(true);
       key = ChunkFeatures::Base2(SplitKeys(KeyLogFeatures(map, leaves, y_leaf, l)));
     }
     torch::NoGradGuard no_grad;
+    if (!closed) q_1RGCM = features.Queries(s.x_1HLD.narrow(2, start, c));
     const auto k_RCM = KeyRows(key.k_BKFCM.detach());
-    const auto q_RGCM = QueryRows(features.Queries(s.x_1HLD.narrow(2, start, c)));
+    const auto q_RGCM = QueryRows(q_1RGCM);
     const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
     const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
     const auto gh_RGCV = QueryRows(grad_n(start, c));
