@@ -276,27 +276,19 @@ class ChunkFeatures {
     }
   }
 
-  // psi = exp(log phi(x) - row max), no autograd: 1 x R x G x C x M.
+  // psi = exp(log phi(x) - row max), no autograd: 1 x R x G x C x M (a kernel's own log_features).
   torch::Tensor Queries(const torch::Tensor& x_1HCD) const {
-    if (!map_.positive_features) return ShiftedQueryFeatures(QueryLogFeatures(map_, params_, x_1HCD, l_));
-    auto lq_1HCM = torch::matmul(x_1HCD, w2_DM_);
-    lq_1HCM.sub_(lq_1HCM.amax(-1, /*keepdim=*/true)).exp2_();
-    return lq_1HCM.view({1, l_.kv_heads, l_.group, x_1HCD.size(2), lq_1HCM.size(-1)});
+    return ShiftedQueryFeatures(QueryLogFeatures(map_, params_, x_1HCD, l_));
   }
 
   // Keys [start, start + c): k_j = exp(log phi(y_j) - b_j) and b_j = max log phi(y_j) / ln 2,
-  // no autograd: 1 x R x 1 x C x M and 1 x R x 1 x C.
+  // no autograd: 1 x R x 1 x C x M and 1 x R x 1 x C (a kernel's own log_features).
   KeyChunk Keys(int64_t start, int64_t c) const {
-    const auto y_1RCD = y_1RLD_.narrow(2, start, c);
-    if (!map_.positive_features) return Base2(SplitKeys(KeyLogFeatures(map_, params_, y_1RCD, l_)));
-    auto lk_1RCM = torch::matmul(y_1RCD, w2_DM_);
-    const auto max2_1RC = lk_1RCM.amax(-1);
-    lk_1RCM.sub_(max2_1RC.unsqueeze(-1)).exp2_();
-    return {lk_1RCM.unsqueeze(2), (max2_1RC - offset2_1RL_.narrow(2, start, c)).unsqueeze(2)};
+    return Base2(SplitKeys(KeyLogFeatures(map_, params_, y_1RLD_.narrow(2, start, c), l_)));
   }
 
-  // Both sides of a chunk. Positive features: one product for queries and keys stacked (a larger
-  // GEMM, and one amax / shift / exp2 pass instead of two).
+  // Both sides of a chunk, no autograd. Positive features: queries and keys stacked in one
+  // product x W^T log2(e) (a larger GEMM, and one amax / shift / exp2 pass instead of two).
   struct Pair {
     torch::Tensor q_1RGCM;
     KeyChunk key;
