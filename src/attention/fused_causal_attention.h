@@ -9,13 +9,16 @@
 // features and running state are computed once per KV head (F = 1), or once per query head
 // (F = G = H / K) when the kernel's parameters differ per query head (darkformer per-head M).
 //
-// Threads: key rows (KV heads, or query heads when key features are per query head) are
-// independent; the operator splits them into one block per intra-op thread and scans the blocks in
-// parallel, each block's ops single-threaded and covering all its rows (a chunk's ops are too
-// small to split between threads, and per-op overhead is what dominates at chunk scale). With
-// fewer key rows than threads (multi-query, B = 1) a row's query heads are split into parts, each
-// recomputing the row's key side and adding its share of dk, dv. The scans run under
-// InferenceMode where nothing is recorded (the forward; the closed-form backward).
+// Threads: the batch folds into the heads, and key rows (KV heads of every sequence, or query
+// heads when key features are per query head) are independent. On the CPU the operator splits
+// them into blocks, at least one per intra-op thread and at most 8 query heads each (a chunk's
+// features stay in a core's L2), and scans the blocks in parallel, each block's ops
+// single-threaded and covering all its rows (a chunk's ops are too small to split between
+// threads, and per-op overhead is what dominates at chunk scale). With fewer key rows than
+// threads (multi-query, one sequence) a row's query heads are split into parts, each recomputing
+// the row's key side and adding its share of dk, dv. On a GPU one block covers every row of the
+// batch (each op one launch). The scans run under InferenceMode where nothing is recorded (the
+// forward; the closed-form backward).
 #pragma once
 
 #include <torch/torch.h>

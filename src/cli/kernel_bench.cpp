@@ -27,35 +27,42 @@ struct Sample {
   double ms = 0, peak_mib = 0;
 };
 
-Sample TimeOnce(AttentionKernel& kernel, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
+// Inputs of one timed call: q B x H x L x D, k and v B x K x L x D, all needing gradients.
+struct Inputs {
+  torch::Tensor q, k, v;
+};
+Inputs MakeInputs(int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
+  return {torch::randn({batch, heads, length, d}).requires_grad_(), torch::randn({batch, kv_heads, length, d}).requires_grad_(),
+          torch::randn({batch, kv_heads, length, d}).requires_grad_()};
+}
+
+Sample TimeOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto info = std::make_shared<PeakMemory>();
   c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, info);
-  auto q = torch::randn({1, heads, length, d}).requires_grad_(), k = torch::randn({1, kv_heads, length, d}).requires_grad_(),
-       v = torch::randn({1, kv_heads, length, d}).requires_grad_();
+  const auto in = MakeInputs(batch, heads, kv_heads, length, d);
   const auto start = std::chrono::steady_clock::now();
-  kernel->forward(q, k, v, call).sum().backward();
+  kernel->forward(in.q, in.k, in.v, call).sum().backward();
   return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
           info->peak() / (1024.0 * 1024.0)};
 }
 
 // One forward+backward under LibTorch's CPU profiler: self time (own time minus the ops it
 // called) and call count per op, summed over threads, top rows printed.
-void ProfileOnce(AttentionKernel& kernel, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
+void ProfileOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   using torch::profiler::impl::ProfilerConfig;
   using torch::profiler::impl::ProfilerState;
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  auto q = torch::randn({1, heads, length, d}).requires_grad_(), k = torch::randn({1, kv_heads, length, d}).requires_grad_(),
-       v = torch::randn({1, kv_heads, length, d}).requires_grad_();
+  const auto in = MakeInputs(batch, heads, kv_heads, length, d);
   const std::set<ActivityType> activities = {ActivityType::CPU};
   prof::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   prof::enableProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   const auto start = std::chrono::steady_clock::now();
-  kernel->forward(q, k, v, call).sum().backward();
+  kernel->forward(in.q, in.k, in.v, call).sum().backward();
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const auto result = prof::disableProfiler();
   // Self time: per thread, events nest by [start, end); subtract each event's direct children.
@@ -132,15 +139,16 @@ AttentionKernel Build(const std::string& name, const YAML::Node& options, int64_
 void RunKernelBench(const KernelBenchOptions& o) {
   const int64_t kv_heads = o.kv_heads > 0 ? o.kv_heads : o.heads;
   DF_CHECK(o.heads % kv_heads == 0, "--kv-heads " << kv_heads << " must divide --heads " << o.heads);
+  DF_CHECK(o.batch > 0, "--bench-batch must be positive, got " << o.batch);
   DF_CHECK(o.repeats > 0, "--repeats must be positive, got " << o.repeats);
   const auto fused_options = YAML::Load(o.options);
   auto naive_options = YAML::Clone(fused_options);
   naive_options["fused"] = false;
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
-  std::cout << fmt::format("forward+backward, CPU fp32, B=1, H={} query heads, {} KV heads, {} {} vs exact (SDPA); "
+  std::cout << fmt::format("forward+backward, CPU fp32, B={}, H={} query heads, {} KV heads, {} {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
-                           o.heads, kv_heads, o.kernel, o.options, o.repeats, torch::get_num_threads());
+                           o.batch, o.heads, kv_heads, o.kernel, o.options, o.repeats, torch::get_num_threads());
   std::cout << fmt::format("{:>4} {:>6} {:>7} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
                            "GFLOP/s", "vs exact", "mem/exact");
   std::vector<Json> lines;
@@ -153,14 +161,14 @@ void RunKernelBench(const KernelBenchOptions& o) {
         std::vector<double> ms, mib;
       };
       std::vector<Impl> impls;
-      impls.push_back({"fused", Build(o.kernel, fused_options, o.heads, d), FeatureFlops(o.heads, kv_heads, length, d, m, chunk)});
+      impls.push_back({"fused", Build(o.kernel, fused_options, o.heads, d), o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk)});
       if (o.naive) impls.push_back({"naive", Build(o.kernel, naive_options, o.heads, d), impls[0].flops});
-      if (length <= o.exact_max_length) impls.push_back({"exact", Build("exact", YAML::Load("{}"), o.heads, d), ExactFlops(o.heads, length, d)});
-      for (auto& impl : impls) TimeOnce(impl.kernel, o.heads, kv_heads, length, d);  // warm-up
-      if (o.profile) ProfileOnce(impls[0].kernel, o.heads, kv_heads, length, d);
+      if (length <= o.exact_max_length) impls.push_back({"exact", Build("exact", YAML::Load("{}"), o.heads, d), o.batch * ExactFlops(o.heads, length, d)});
+      for (auto& impl : impls) TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d);  // warm-up
+      if (o.profile) ProfileOnce(impls[0].kernel, o.batch, o.heads, kv_heads, length, d);
       for (int64_t r = 0; r < o.repeats; ++r) {
         for (auto& impl : impls) {  // alternate: each repeat times every implementation once
-          const auto s = TimeOnce(impl.kernel, o.heads, kv_heads, length, d);
+          const auto s = TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d);
           impl.ms.push_back(s.ms);
           impl.mib.push_back(s.peak_mib);
         }
@@ -173,7 +181,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
         std::cout << fmt::format("{:>4} {:>6} {:>7} {:>10.1f} {:>9.1f} {:>8.1f} {:>9.2f}x {:>9.2f}\n", d, length,
                                  impl.name, ms, mib, gflops, speedup, mem_ratio);
         Json line = {{"kernel", o.kernel}, {"impl", impl.name}, {"head_dim", d}, {"length", length},
-                     {"heads", o.heads}, {"kv_heads", kv_heads}, {"num_features", m}, {"chunk_size", chunk},
+                     {"batch", o.batch}, {"heads", o.heads}, {"kv_heads", kv_heads}, {"num_features", m}, {"chunk_size", chunk},
                      {"threads", torch::get_num_threads()}, {"ms_median", ms}, {"ms_all", impl.ms},
                      {"peak_mib", mib}, {"gflops", gflops}};
         if (exact) {

@@ -13,6 +13,7 @@ namespace darkformer {
 struct KernelBenchOptions {
   std::string kernel = "darkformer";
   std::string options = "{}";                     // the kernel's YAML options, inline
+  int64_t batch = 1;                              // sequences per call
   int64_t heads = 8, kv_heads = 0;                // kv_heads 0 = heads (MHA); 1 = MQA
   std::vector<int64_t> lengths = {1024, 4096, 16384};
   std::vector<int64_t> head_dims = {64};

@@ -290,6 +290,7 @@ void AddKernelCheckCommand(CLI::App& app) {
   auto& b = args.bench_options;
   cmd->add_option("--bench-lengths", b.lengths, "sequence lengths to time")->delimiter(',')->capture_default_str();
   cmd->add_option("--bench-head-dims", b.head_dims, "head dims to time")->delimiter(',')->capture_default_str();
+  cmd->add_option("--bench-batch", b.batch, "--bench: sequences per call (B)")->capture_default_str();
   cmd->add_option("--kv-heads", b.kv_heads, "--bench: key/value heads (0 = --heads; 1 = multi-query)")->capture_default_str();
   cmd->add_option("--repeats", b.repeats, "--bench: timed repeats per row, alternating implementations (median kept)")
       ->capture_default_str();

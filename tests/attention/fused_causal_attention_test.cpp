@@ -138,6 +138,42 @@ TEST(FusedCausalAttentionTest, EqualsNaiveWhateverTheSplitIntoThreads) {
   torch::set_num_threads(saved_threads);
 }
 
+// The operator folds the batch into the heads. Per-head parameters then repeat per sequence and
+// their gradients sum over the sequences: darkformer's own feature map (the generic path, M per
+// query head inside log phi) called directly, against the naive path, for B = 1..3 and every split.
+TEST(FusedCausalAttentionTest, PerHeadParametersThroughTheGenericPathAcrossBatches) {
+  const int64_t saved_threads = torch::get_num_threads();
+  const int64_t heads = 4, length = 19, d = 8, m = 16, chunk = 8;
+  for (const int64_t threads : {1, 2, 3}) {
+    torch::set_num_threads(threads);
+    for (const int64_t batch : {1, 2, 3}) {
+      for (const int64_t kv : {1, 2}) {
+        torch::manual_seed(batch * 10 + kv);
+        const auto q = torch::randn({batch, heads, length, d}), k = torch::randn({batch, kv, length, d}),
+                   v = torch::randn({batch, kv, length, d}), weights = torch::randn({batch, heads, length, d});
+        auto generic = Make("darkformer", heads, d, m, chunk, true);
+        auto naive = Make("darkformer", heads, d, m, chunk, false);
+        const double root = std::pow(static_cast<double>(d), -0.25);
+        auto qq = q.clone().requires_grad_(), kk = k.clone().requires_grad_(), vv = v.clone().requires_grad_();
+        const auto map = std::dynamic_pointer_cast<FeatureKernelBase>(generic.ptr())->MakeFeatureMap();
+        ASSERT_TRUE(map.params_per_head.at(0));
+        const auto out = FusedCausalLinearAttention(qq * root, kk * root, vv, map, chunk);
+        (out * weights).sum().backward();
+        const auto b = RunKernel(naive, q, k, v, weights);
+        const std::string where = "B=" + std::to_string(batch) + " K=" + std::to_string(kv) +
+                                  " threads=" + std::to_string(threads);
+        EXPECT_LE(RelativeError(out.detach(), b.out), 1e-5) << where;
+        const std::vector<torch::Tensor> grads = {qq.grad(), kk.grad(), vv.grad(), generic->named_parameters()["M"].grad()};
+        for (size_t i = 0; i < grads.size(); ++i) {
+          ASSERT_TRUE(grads[i].defined()) << where << " grad " << i;
+          EXPECT_LE(RelativeError(grads[i], b.grads[i]), 1e-4) << where << " grad " << i;
+        }
+      }
+    }
+  }
+  torch::set_num_threads(saved_threads);
+}
+
 TEST(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {
   torch::manual_seed(3);
   const int64_t heads = 4, kv = 1, length = 40, d = 16;
