@@ -16,6 +16,7 @@
 #include <optional>
 #include <limits>
 
+#include "attention/fast_exp2.h"
 #include "attention/positive_features.h"
 #include "util/error.h"
 
@@ -257,6 +258,26 @@ torch::Tensor Grouped(const torch::Tensor& t, const Layout& l) {
   return t.view({1, t.size(0), l.group, t.size(1) / l.group, t.size(2)});
 }
 
+// The fused exp2 loops of fast_exp2.h take contiguous fp32 CPU memory; anything else (CUDA,
+// fp64) runs the same math as LibTorch ops.
+bool FastExp2Applies(const torch::Tensor& t) {
+  return t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+}
+
+// t = 2^(t - row max) in place over the last dimension; returns the row max (t's shape without
+// its last dimension).
+torch::Tensor ShiftExp2RowsInPlace(torch::Tensor& t) {
+  if (FastExp2Applies(t)) {
+    auto max = torch::empty(t.sizes().slice(0, t.dim() - 1), t.options());
+    const int64_t cols = t.size(-1);
+    ShiftExp2Rows(t.data_ptr<float>(), cols == 0 ? 0 : t.numel() / cols, cols, max.data_ptr<float>());
+    return max;
+  }
+  const auto max = t.amax(-1, /*keepdim=*/true);
+  t.sub_(max).exp2_();
+  return max.squeeze(-1);
+}
+
 // Features of one chunk. Positive features (FeatureMap::positive_features) take a shortcut both
 // ways: log phi = x W^T - |x|^2/2 - log(m)/2 is computed in base 2 with W log2(e) (exp2 is the
 // faster pass), and the per-row offset |x|^2/2 + log(m)/2 is never subtracted from the L x m
@@ -294,7 +315,7 @@ class ChunkFeatures {
   }
 
   // Both sides of a chunk, no autograd. Positive features: queries and keys stacked in one
-  // product x W^T log2(e) (a larger GEMM, and one amax / shift / exp2 pass instead of two).
+  // product x W^T log2(e) (a larger GEMM, and one max / shift / exp2 pass instead of two).
   struct Pair {
     torch::Tensor q_1RGCM;
     KeyChunk key;
@@ -303,10 +324,9 @@ class ChunkFeatures {
     if (!map_.positive_features) return {Queries(x_1HCD), Keys(start, c)};
     const int64_t heads = x_1HCD.size(1), rows = l_.kv_heads;
     auto l2_1NCM = torch::matmul(torch::cat({x_1HCD, y_1RLD_.narrow(2, start, c)}, 1), w2_DM_);
-    const auto max2_1NC1 = l2_1NCM.amax(-1, /*keepdim=*/true);
-    l2_1NCM.sub_(max2_1NC1).exp2_();
+    const auto max2_1NC = ShiftExp2RowsInPlace(l2_1NCM);
     const int64_t m = l2_1NCM.size(-1);
-    const auto b2_1RC = max2_1NC1.narrow(1, heads, rows).squeeze(-1) - offset2_1RL_.narrow(2, start, c);
+    const auto b2_1RC = max2_1NC.narrow(1, heads, rows) - offset2_1RL_.narrow(2, start, c);
     return {l2_1NCM.narrow(1, 0, heads).view({1, rows, l_.group, c, m}),
             {l2_1NCM.narrow(1, heads, rows).unsqueeze(2), b2_1RC.unsqueeze(2)}};
   }
@@ -338,6 +358,25 @@ torch::Tensor LaterMask(int64_t chunk_size, const torch::Tensor& like) {
   return torch::full({chunk_size, chunk_size}, -std::numeric_limits<double>::infinity(),
                      like.options().dtype(FeatureDtype(like.scalar_type())))
       .triu(1);
+}
+
+// blocks_RGCC (a row's G query heads against its C keys) *= the chunk's causal weights. On the
+// fused CPU path later keys become 0 (not 0 times a product that could be non-finite).
+void ApplyCausalWeights(std::initializer_list<torch::Tensor> blocks_RGCC, const torch::Tensor& b2_1R1C,
+                        const torch::Tensor& r2_1R1C, const torch::Tensor& later_CC, const Layout& l) {
+  const bool fast = std::all_of(blocks_RGCC.begin(), blocks_RGCC.end(), FastExp2Applies) &&
+                    b2_1R1C.is_cpu() && b2_1R1C.scalar_type() == torch::kFloat32 && b2_1R1C.stride(-1) == 1 &&
+                    r2_1R1C.is_cpu() && r2_1R1C.scalar_type() == torch::kFloat32 && r2_1R1C.stride(-1) == 1;
+  if (!fast) {
+    const auto w_1R1CC = CausalWeights(b2_1R1C, r2_1R1C, later_CC);
+    for (const auto& block : blocks_RGCC) Grouped(block, l).mul_(w_1R1CC);
+    return;
+  }
+  std::vector<float*> pointers;
+  for (const auto& block : blocks_RGCC) pointers.push_back(block.data_ptr<float>());
+  const auto& first = *blocks_RGCC.begin();
+  MulCausalWeights(pointers.data(), static_cast<int>(pointers.size()), first.size(0), l.group, b2_1R1C.size(-1),
+                   b2_1R1C.data_ptr<float>(), b2_1R1C.stride(1), r2_1R1C.data_ptr<float>(), r2_1R1C.stride(1));
 }
 
 // The running key state S = sum_j exp(b_j - ref) k_j [v_j, 1]^T per key row (R x M x V); b and
@@ -376,7 +415,7 @@ void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, con
     if (state.ref_1R1.defined()) r_1R1C = torch::maximum(r_1R1C, state.ref_1R1.unsqueeze(-1));
     const auto vh_1R1CV = WithOnes(v_1KLD.narrow(2, start, c));
     auto a_RGCC = torch::bmm(QueryRows(q_1RGCM), KeyRows(key.k_BKFCM).transpose(1, 2));
-    Grouped(a_RGCC, l).mul_(CausalWeights(key.b_BKFC, r_1R1C, later_CC));
+    ApplyCausalWeights({a_RGCC}, key.b_BKFC, r_1R1C, later_CC, l);
     auto n_1RGCV = Grouped(torch::bmm(a_RGCC, KeyRows(vh_1R1CV)), l);
     if (state.s_RMV.defined()) {
       const auto factor_1R1C1 = torch::exp2(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
@@ -457,7 +496,7 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
       const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
       const auto gh_1RGCV = grad_n(start, c);
       auto p_RGCC = torch::bmm(QueryRows(gh_1RGCV), KeyRows(vh_1R1CV).transpose(1, 2));
-      Grouped(p_RGCC, l).mul_(CausalWeights(key.b_BKFC, r_1R1C, later_CC));
+      ApplyCausalWeights({p_RGCC}, key.b_BKFC, r_1R1C, later_CC, l);
       auto dq_RGCM = torch::bmm(p_RGCC, KeyRows(key.k_BKFCM));
       if (state.s_RMV.defined()) {
         const auto factor_1R1C1 = torch::exp2(state.ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
@@ -502,11 +541,9 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
     const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
     const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
     const auto gh_RGCV = QueryRows(grad_n(start, c));
-    const auto w_1R1CC = CausalWeights(key.b_BKFC, r_1R1C, later_CC);
     auto a_RGCC = torch::bmm(q_RGCM, k_RCM.transpose(1, 2));
-    Grouped(a_RGCC, l).mul_(w_1R1CC);
     auto p_RGCC = torch::bmm(gh_RGCV, KeyRows(vh_1R1CV).transpose(1, 2));
-    Grouped(p_RGCC, l).mul_(w_1R1CC);
+    ApplyCausalWeights({a_RGCC, p_RGCC}, key.b_BKFC, r_1R1C, later_CC, l);
     // Sums over the G query heads of a row are the contraction over G*C rows.
     auto dk_RCM = torch::bmm(p_RGCC.transpose(1, 2), q_RGCM);
     auto dvh_RCV = torch::bmm(a_RGCC.transpose(1, 2), gh_RGCV);
