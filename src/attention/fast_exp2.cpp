@@ -133,6 +133,14 @@ DF_AVX2 void MulCausalWeightsAvx2(float* const* blocks, int count, int64_t rows,
 
 }  // namespace
 
+bool Exp2LoopsVectorised() {
+#ifdef DF_HAVE_AVX2_PATH
+  return HasAvx2();
+#else
+  return false;
+#endif
+}
+
 void ForceScalarExp2ForTesting(bool scalar) {
 #ifdef DF_HAVE_AVX2_PATH
   force_scalar = scalar;

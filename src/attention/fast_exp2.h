@@ -2,8 +2,8 @@
 // it (fused_causal_attention.cpp). LibTorch's amax, sub_ and exp2_ over a chunk's C x m feature
 // block are three passes at ~0.8 ns per element on this project's CPUs; here it is one reduction
 // and one exp2 pass, eight lanes at a time where the CPU has AVX2 and FMA. Loops on raw fp32
-// memory: callers check device, dtype and layout and keep the LibTorch ops for everything else
-// (CUDA, fp64).
+// memory: callers check device, dtype, layout and Exp2LoopsVectorised() and keep the LibTorch
+// ops for everything else (CUDA, fp64, CPUs without AVX2).
 //
 // 2^x = 2^n 2^f with n = round(x), f in [-1/2, 1/2], 2^f by a degree-6 polynomial (least squares
 // in relative error, fitted for this file): relative error <= 2e-7 in fp32 (tests/attention/
@@ -29,6 +29,11 @@ void ShiftExp2Rows(float* x, int64_t rows, int64_t cols, float* max_out);
 // with b and ref rows of c contiguous floats, `b_row_stride` / `ref_row_stride` apart.
 void MulCausalWeights(float* const* blocks, int count, int64_t rows, int64_t group, int64_t c, const float* b,
                       int64_t b_row_stride, const float* ref, int64_t ref_row_stride);
+
+// True where the loops run eight lanes at a time (x86-64 with AVX2 and FMA). Elsewhere their
+// one-value-at-a-time path is ~10x slower than LibTorch's own vectorised exp2: callers keep the
+// LibTorch ops there.
+bool Exp2LoopsVectorised();
 
 // Tests: true runs the one-value-at-a-time path even where AVX2 is there (both must agree).
 void ForceScalarExp2ForTesting(bool scalar);

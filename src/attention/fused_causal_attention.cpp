@@ -258,10 +258,10 @@ torch::Tensor Grouped(const torch::Tensor& t, const Layout& l) {
   return t.view({1, t.size(0), l.group, t.size(1) / l.group, t.size(2)});
 }
 
-// The fused exp2 loops of fast_exp2.h take contiguous fp32 CPU memory; anything else (CUDA,
-// fp64) runs the same math as LibTorch ops.
+// The fused exp2 loops of fast_exp2.h take contiguous fp32 CPU memory and pay off where they run
+// vectorised; anything else (CUDA, fp64, a CPU without AVX2) runs the same math as LibTorch ops.
 bool FastExp2Applies(const torch::Tensor& t) {
-  return t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous();
+  return t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() && Exp2LoopsVectorised();
 }
 
 // t = 2^(t - row max) in place over the last dimension; returns the row max (t's shape without

@@ -15,7 +15,10 @@ namespace {
 // Every test runs both paths: eight lanes (where the CPU has AVX2) and one value at a time.
 class FastExp2Test : public ::testing::TestWithParam<bool> {
  protected:
-  void SetUp() override { ForceScalarExp2ForTesting(GetParam()); }
+  void SetUp() override {
+    ForceScalarExp2ForTesting(GetParam());
+    if (GetParam()) EXPECT_FALSE(Exp2LoopsVectorised());  // the operator then keeps LibTorch's ops
+  }
   void TearDown() override { ForceScalarExp2ForTesting(false); }
 };
 INSTANTIATE_TEST_SUITE_P(Paths, FastExp2Test, ::testing::Values(false, true),
