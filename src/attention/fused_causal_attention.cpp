@@ -13,10 +13,12 @@
 #include <ATen/ThreadLocalState.h>
 
 #include <algorithm>
+#include <atomic>
 #include <optional>
 #include <limits>
 
 #include "attention/fast_exp2.h"
+#include "attention/fused_causal_cpu.h"
 #include "attention/positive_features.h"
 #include "util/error.h"
 
@@ -397,6 +399,50 @@ struct RowState {
   }
 };
 
+// The raw CPU kernel (fused_causal_cpu.h) takes positive features in fp32 on a CPU whose exp2
+// loops run vectorised; the operator makes x, y, v contiguous for it (every per-head block then L
+// contiguous rows, as in every tensor the operator allocates). Tests switch it off to run the
+// LibTorch ops (the path CUDA, fp64 and other feature maps take) on the same inputs.
+std::atomic<bool> libtorch_ops_on_cpu{false};
+
+bool CpuKernelApplies(const FeatureMap& map, const torch::Tensor& x) {
+  return map.positive_features && x.is_cpu() && x.scalar_type() == torch::kFloat32 && Exp2LoopsVectorised() &&
+         !libtorch_ops_on_cpu.load(std::memory_order_relaxed);
+}
+
+// Every per-head block of a 1 x N x ... x L x W tensor is L contiguous rows (N's stride is free).
+bool RowsContiguous(const torch::Tensor& t) {
+  return t.stride(-1) == 1 && (t.dim() < 2 || t.size(-2) <= 1 || t.stride(-2) == t.size(-1));
+}
+
+bool AllRowsContiguous(std::initializer_list<torch::Tensor> tensors) {
+  return std::all_of(tensors.begin(), tensors.end(), RowsContiguous);
+}
+
+// The kernel's view of one key row of a unit (heads of the unit laid out as ForwardUnit's).
+struct CpuRows {
+  torch::Tensor w_MD, w2_DM;
+  explicit CpuRows(const std::vector<torch::Tensor>& params) {
+    w_MD = params.at(0).detach().to(torch::kFloat32).contiguous();
+    w2_DM = (w_MD * kLog2E).t().contiguous();
+  }
+  PositiveRow Row(const Layout& l, const torch::Tensor& x_1HLD, const torch::Tensor& y_1KLD,
+                  const torch::Tensor& v_1KLD, int64_t chunk_size, int64_t row) const {
+    return {l.length,
+            x_1HLD.size(3),
+            l.value_dim,
+            w_MD.size(0),
+            l.group,
+            std::max<int64_t>(1, std::min(chunk_size, l.length)),
+            w_MD.data_ptr<float>(),
+            w2_DM.data_ptr<float>(),
+            x_1HLD.data_ptr<float>() + row * l.group * x_1HLD.stride(1),
+            x_1HLD.stride(1),
+            y_1KLD.data_ptr<float>() + row * y_1KLD.stride(1),
+            v_1KLD.data_ptr<float>() + row * v_1KLD.stride(1)};
+  }
+};
+
 // Forward scan of one unit: writes out_1KGLD, den_1KGL and r_1K1L (views into the outputs; r in
 // base 2).
 void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
@@ -405,6 +451,16 @@ void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, con
   // Nothing here is recorded (the custom function's forward): InferenceMode also skips the
   // version counters and view tracking of the ~200 small ops per chunk.
   c10::InferenceMode inference;
+  if (CpuKernelApplies(map, x_1HLD) && AllRowsContiguous({x_1HLD, y_1KLD, v_1KLD, out_1KGLD, den_1KGL, r_1K1L})) {
+    const CpuRows rows(p);
+    for (int64_t row = 0; row < l.kv_heads; ++row) {
+      RunPositiveRowForward(rows.Row(l, x_1HLD, y_1KLD, v_1KLD, chunk_size, row),
+                            {out_1KGLD.data_ptr<float>() + row * out_1KGLD.stride(1), out_1KGLD.stride(2),
+                             den_1KGL.data_ptr<float>() + row * den_1KGL.stride(1), den_1KGL.stride(2),
+                             r_1K1L.data_ptr<float>() + row * r_1K1L.stride(1)});
+    }
+    return;
+  }
   const ChunkFeatures features(map, p, l, y_1KLD);
   const auto later_CC = LaterMask(chunk_size, x_1HLD);
   RowState state;
@@ -456,6 +512,26 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
                       -1);
   };
   std::vector<torch::Tensor> param_grads(params.size());
+  if (CpuKernelApplies(map, s.x_1HLD) &&
+      AllRowsContiguous({s.x_1HLD, s.y_1KLD, s.v_1KLD, s.out_1KGLD, s.den_1KGL, s.r_1K1L, s.g_1KGLD, dx_1HLD, dy_1KLD,
+                         dv_1KLD})) {
+    c10::InferenceMode inference;
+    const CpuRows rows(params);
+    torch::Tensor dw_MD;
+    if (params[0].requires_grad()) dw_MD = torch::zeros_like(rows.w_MD);
+    for (int64_t row = 0; row < l.kv_heads; ++row) {
+      RunPositiveRowBackward(
+          rows.Row(l, s.x_1HLD, s.y_1KLD, s.v_1KLD, chunk_size, row),
+          {s.out_1KGLD.data_ptr<float>() + row * s.out_1KGLD.stride(1), s.out_1KGLD.stride(2),
+           s.den_1KGL.data_ptr<float>() + row * s.den_1KGL.stride(1), s.den_1KGL.stride(2),
+           s.r_1K1L.data_ptr<float>() + row * s.r_1K1L.stride(1), s.g_1KGLD.data_ptr<float>() + row * s.g_1KGLD.stride(1),
+           s.g_1KGLD.stride(2), dx_1HLD.data_ptr<float>() + row * l.group * dx_1HLD.stride(1), dx_1HLD.stride(1),
+           dy_1KLD.data_ptr<float>() + row * dy_1KLD.stride(1), dv_1KLD.data_ptr<float>() + row * dv_1KLD.stride(1),
+           dw_MD.defined() ? dw_MD.data_ptr<float>() : nullptr});
+    }
+    param_grads[0] = dw_MD.defined() ? dw_MD.to(params[0].scalar_type()) : dw_MD;
+    return param_grads;
+  }
   // Closed-form feature gradients (FeatureMap::positive_features): W and where its gradient goes.
   const bool closed = map.positive_features;
   // With closed-form feature gradients nothing here is recorded: InferenceMode (as in the forward).
@@ -609,7 +685,11 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
                                const FeatureMap& feature_map, int64_t chunk_size) {
     MakeLayout(x_BHLD, y_BKLD, v_BKLD, feature_map);  // checks the unfolded shapes
     const int64_t batch = x_BHLD.size(0);
-    const auto x_1NLD = FoldBatch(x_BHLD), y_1NLD = FoldBatch(y_BKLD), v_1NLD = FoldBatch(v_BKLD);
+    // The CPU kernel reads per-head blocks of contiguous rows (a no-op for the usual layouts).
+    const bool contiguous = CpuKernelApplies(feature_map, x_BHLD);
+    const auto x_1NLD = FoldBatch(contiguous ? x_BHLD.contiguous() : x_BHLD);
+    const auto y_1NLD = FoldBatch(contiguous ? y_BKLD.contiguous() : y_BKLD);
+    const auto v_1NLD = FoldBatch(contiguous ? v_BKLD.contiguous() : v_BKLD);
     const std::vector<torch::Tensor> original(params.begin(), params.end());
     const auto p = FoldParams(feature_map, original, batch);
     const auto l = MakeLayout(x_1NLD, y_1NLD, v_1NLD, feature_map);
@@ -707,6 +787,8 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
 };
 
 }  // namespace
+
+void UseLibTorchOpsOnCpuForTesting(bool libtorch_ops) { libtorch_ops_on_cpu.store(libtorch_ops); }
 
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                          const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {

@@ -57,6 +57,10 @@ struct FeatureMap {
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                          const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
 
+// Tests: true runs the LibTorch ops (the path of CUDA, fp64 and non-positive feature maps) on
+// the CPU too, instead of the raw fp32 kernel of fused_causal_cpu.h.
+void UseLibTorchOpsOnCpuForTesting(bool libtorch_ops);
+
 // Bytes the operator's autograd node holds for its backward (saved tensors), for the memory test
 // and the benchmark; 0 when `out` was not produced by the operator with gradients on.
 int64_t FusedCausalSavedBytes(const torch::Tensor& out);

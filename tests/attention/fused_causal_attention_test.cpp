@@ -1,15 +1,19 @@
 // The fused causal operator (fused_causal_attention.h) against the naive composite path
 // (`fused: false`): outputs and gradients for every feature kernel, chunk sizes that do and do not
 // divide L, L = 1, MHA / GQA / MQA layouts and bf16 inputs; finite differences in fp64 through the
-// custom backward; causality; the bytes autograd saves; and the recurrent step.
+// custom backward; causality; the bytes autograd saves; and the recurrent step. Every test runs
+// twice on the CPU: through the raw fp32 kernel (fused_causal_cpu.h, where it applies) and through
+// the LibTorch ops (the path of CUDA, fp64 and the other feature maps).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
 #include <iostream>
 
 #include "attention/darkformer_kernel.h"
+#include "attention/fast_exp2.h"
 #include "attention/feature_kernel_base.h"
 #include "attention/fused_causal_attention.h"
+#include "attention/fused_causal_cpu.h"
 #include "attention/kernel_registry.h"
 #include "attention/lfk_kernel.h"
 
@@ -104,7 +108,40 @@ void ExpectFusedEqualsNaive(const std::string& name, int64_t batch, int64_t head
   }
 }
 
-TEST(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
+// The parameter: true runs the LibTorch ops on the CPU instead of the raw kernel.
+class FusedCausalAttentionTest : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { UseLibTorchOpsOnCpuForTesting(GetParam()); }
+  void TearDown() override { UseLibTorchOpsOnCpuForTesting(false); }
+};
+
+INSTANTIATE_TEST_SUITE_P(CpuPaths, FusedCausalAttentionTest, ::testing::Values(false, true),
+                         [](const ::testing::TestParamInfo<bool>& info) {
+                           return info.param ? "LibTorchOps" : "RawKernel";
+                         });
+
+// The raw kernel runs for fp32 positive features (performer, darkformer, lfk) where the exp2
+// loops are vectorised, and not when switched off, for fp64 or for other feature maps (gerf).
+TEST_P(FusedCausalAttentionTest, TheRawKernelRunsWhereItApplies) {
+  torch::manual_seed(2);
+  const auto q = torch::randn({1, 2, 10, 8}), k = torch::randn({1, 2, 10, 8}), v = torch::randn({1, 2, 10, 8});
+  const auto weights = torch::randn({1, 2, 10, 8});
+  auto runs = [&](const std::string& name, torch::Dtype dtype) {
+    auto kernel = Make(name, 2, 8, 16, 4, true);
+    kernel->to(dtype);
+    const int64_t before = PositiveRowKernelRuns();
+    RunKernel(kernel, q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype));
+    return PositiveRowKernelRuns() - before;
+  };
+  const bool applies = !GetParam() && Exp2LoopsVectorised();
+  for (const auto& name : {"performer", "darkformer", "lfk"}) {
+    EXPECT_EQ(runs(name, torch::kFloat32), applies ? 4 : 0) << name;  // 2 rows, forward and backward
+    EXPECT_EQ(runs(name, torch::kFloat64), 0) << name;
+  }
+  EXPECT_EQ(runs("gerf", torch::kFloat32), 0);
+}
+
+TEST_P(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
   struct Layout {
     int64_t heads, kv_heads;
   };
@@ -123,7 +160,7 @@ TEST(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
 // per thread: blocks of unequal size, one row per block and a single block must all agree; with
 // fewer rows than threads it also splits a row's query heads into parts that share its key side
 // (each part adds its share of dk, dv and the parameters' gradients).
-TEST(FusedCausalAttentionTest, EqualsNaiveWhateverTheSplitIntoThreads) {
+TEST_P(FusedCausalAttentionTest, EqualsNaiveWhateverTheSplitIntoThreads) {
   const int64_t saved_threads = torch::get_num_threads();
   for (const int64_t threads : {1, 2, 3}) {
     torch::set_num_threads(threads);
@@ -141,7 +178,7 @@ TEST(FusedCausalAttentionTest, EqualsNaiveWhateverTheSplitIntoThreads) {
 // The operator folds the batch into the heads. Per-head parameters then repeat per sequence and
 // their gradients sum over the sequences: darkformer's own feature map (the generic path, M per
 // query head inside log phi) called directly, against the naive path, for B = 1..3 and every split.
-TEST(FusedCausalAttentionTest, PerHeadParametersThroughTheGenericPathAcrossBatches) {
+TEST_P(FusedCausalAttentionTest, PerHeadParametersThroughTheGenericPathAcrossBatches) {
   const int64_t saved_threads = torch::get_num_threads();
   const int64_t heads = 4, length = 19, d = 8, m = 16, chunk = 8;
   for (const int64_t threads : {1, 2, 3}) {
@@ -174,7 +211,7 @@ TEST(FusedCausalAttentionTest, PerHeadParametersThroughTheGenericPathAcrossBatch
   torch::set_num_threads(saved_threads);
 }
 
-TEST(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {
+TEST_P(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {
   torch::manual_seed(3);
   const int64_t heads = 4, kv = 1, length = 40, d = 16;
   const auto q = torch::randn({1, heads, length, d}).to(torch::kBFloat16);
@@ -194,7 +231,7 @@ TEST(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {
 }
 
 // Central differences in fp64 through the custom backward (inputs and M / W).
-TEST(FusedCausalAttentionTest, FiniteDifferenceGradientsInFp64) {
+TEST_P(FusedCausalAttentionTest, FiniteDifferenceGradientsInFp64) {
   for (const auto& name : kFeatureKernels) {
     torch::manual_seed(5);
     const int64_t heads = 2, kv = 1, length = 7, d = 3, m = 5, chunk = 3;
@@ -234,7 +271,7 @@ TEST(FusedCausalAttentionTest, FiniteDifferenceGradientsInFp64) {
   }
 }
 
-TEST(FusedCausalAttentionTest, LaterKeysNeverTouchEarlierOutputs) {
+TEST_P(FusedCausalAttentionTest, LaterKeysNeverTouchEarlierOutputs) {
   torch::manual_seed(7);
   const int64_t heads = 4, kv = 1, length = 50, t = 20, d = 8;
   const auto q = torch::randn({1, heads, length, d}), k = torch::randn({1, kv, length, d}),
@@ -253,7 +290,7 @@ TEST(FusedCausalAttentionTest, LaterKeysNeverTouchEarlierOutputs) {
 }
 
 // Autograd keeps O(L D) bytes (x, y, v, output, normaliser, reference), never O(L m) features.
-TEST(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
+TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
   const int64_t heads = 2, d = 16;
   auto saved = [&](int64_t length, int64_t m) {
     torch::manual_seed(1);
@@ -278,7 +315,7 @@ TEST(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
   EXPECT_NEAR(per_position, static_cast<double>(large_m - 1024 * d * 4 - heads * d * d * 4) / length, 1.0);
 }
 
-TEST(FusedCausalAttentionTest, RecurrentStepsEqualTheParallelForm) {
+TEST_P(FusedCausalAttentionTest, RecurrentStepsEqualTheParallelForm) {
   torch::manual_seed(9);
   const int64_t heads = 4, kv = 2, length = 23, prefill = 9, d = 8;
   const auto x = torch::randn({1, heads, length, d}), y = torch::randn({1, kv, length, d}) * 2,
