@@ -419,6 +419,9 @@ bool AllRowsContiguous(std::initializer_list<torch::Tensor> tensors) {
   return std::all_of(tensors.begin(), tensors.end(), RowsContiguous);
 }
 
+// The kernel's chunk: at most L (its buffers are sized by it).
+int64_t KernelChunk(int64_t chunk_size, int64_t length) { return std::max<int64_t>(1, std::min(chunk_size, length)); }
+
 // The kernel's view of one key row of a unit (heads of the unit laid out as ForwardUnit's).
 struct CpuRows {
   torch::Tensor w_MD, w2_DM;
@@ -433,7 +436,7 @@ struct CpuRows {
             l.value_dim,
             w_MD.size(0),
             l.group,
-            std::max<int64_t>(1, std::min(chunk_size, l.length)),
+            KernelChunk(chunk_size, l.length),
             w_MD.data_ptr<float>(),
             w2_DM.data_ptr<float>(),
             x_1HLD.data_ptr<float>() + row * l.group * x_1HLD.stride(1),
@@ -443,6 +446,25 @@ struct CpuRows {
   }
 };
 
+// ForwardUnit and BackwardUnit through the raw kernel, one key row at a time; the forward also
+// writes each row's checkpoints of the key state (states_1RS, refs_1RN), which the backward reads.
+void ForwardUnitRaw(const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
+                    const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size,
+                    const torch::Tensor& out_1KGLD, const torch::Tensor& den_1KGL, const torch::Tensor& r_1K1L,
+                    const torch::Tensor& states_1RS, const torch::Tensor& refs_1RN) {
+  DF_CHECK(AllRowsContiguous({x_1HLD, y_1KLD, v_1KLD, out_1KGLD, den_1KGL, r_1K1L, states_1RS, refs_1RN}),
+           "FusedCausalLinearAttention: the CPU kernel got a block of non-contiguous rows");
+  const CpuRows rows(p);
+  for (int64_t row = 0; row < l.kv_heads; ++row) {
+    RunPositiveRowForward(rows.Row(l, x_1HLD, y_1KLD, v_1KLD, chunk_size, row),
+                          {out_1KGLD.data_ptr<float>() + row * out_1KGLD.stride(1), out_1KGLD.stride(2),
+                           den_1KGL.data_ptr<float>() + row * den_1KGL.stride(1), den_1KGL.stride(2),
+                           r_1K1L.data_ptr<float>() + row * r_1K1L.stride(1),
+                           states_1RS.data_ptr<float>() + row * states_1RS.stride(1),
+                           refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1)});
+  }
+}
+
 // Forward scan of one unit: writes out_1KGLD, den_1KGL and r_1K1L (views into the outputs; r in
 // base 2).
 void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
@@ -451,16 +473,6 @@ void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, con
   // Nothing here is recorded (the custom function's forward): InferenceMode also skips the
   // version counters and view tracking of the ~200 small ops per chunk.
   c10::InferenceMode inference;
-  if (CpuKernelApplies(map, x_1HLD) && AllRowsContiguous({x_1HLD, y_1KLD, v_1KLD, out_1KGLD, den_1KGL, r_1K1L})) {
-    const CpuRows rows(p);
-    for (int64_t row = 0; row < l.kv_heads; ++row) {
-      RunPositiveRowForward(rows.Row(l, x_1HLD, y_1KLD, v_1KLD, chunk_size, row),
-                            {out_1KGLD.data_ptr<float>() + row * out_1KGLD.stride(1), out_1KGLD.stride(2),
-                             den_1KGL.data_ptr<float>() + row * den_1KGL.stride(1), den_1KGL.stride(2),
-                             r_1K1L.data_ptr<float>() + row * r_1K1L.stride(1)});
-    }
-    return;
-  }
   const ChunkFeatures features(map, p, l, y_1KLD);
   const auto later_CC = LaterMask(chunk_size, x_1HLD);
   RowState state;
@@ -512,26 +524,6 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
                       -1);
   };
   std::vector<torch::Tensor> param_grads(params.size());
-  if (CpuKernelApplies(map, s.x_1HLD) &&
-      AllRowsContiguous({s.x_1HLD, s.y_1KLD, s.v_1KLD, s.out_1KGLD, s.den_1KGL, s.r_1K1L, s.g_1KGLD, dx_1HLD, dy_1KLD,
-                         dv_1KLD})) {
-    c10::InferenceMode inference;
-    const CpuRows rows(params);
-    torch::Tensor dw_MD;
-    if (params[0].requires_grad()) dw_MD = torch::zeros_like(rows.w_MD);
-    for (int64_t row = 0; row < l.kv_heads; ++row) {
-      RunPositiveRowBackward(
-          rows.Row(l, s.x_1HLD, s.y_1KLD, s.v_1KLD, chunk_size, row),
-          {s.out_1KGLD.data_ptr<float>() + row * s.out_1KGLD.stride(1), s.out_1KGLD.stride(2),
-           s.den_1KGL.data_ptr<float>() + row * s.den_1KGL.stride(1), s.den_1KGL.stride(2),
-           s.r_1K1L.data_ptr<float>() + row * s.r_1K1L.stride(1), s.g_1KGLD.data_ptr<float>() + row * s.g_1KGLD.stride(1),
-           s.g_1KGLD.stride(2), dx_1HLD.data_ptr<float>() + row * l.group * dx_1HLD.stride(1), dx_1HLD.stride(1),
-           dy_1KLD.data_ptr<float>() + row * dy_1KLD.stride(1), dv_1KLD.data_ptr<float>() + row * dv_1KLD.stride(1),
-           dw_MD.defined() ? dw_MD.data_ptr<float>() : nullptr});
-    }
-    param_grads[0] = dw_MD.defined() ? dw_MD.to(params[0].scalar_type()) : dw_MD;
-    return param_grads;
-  }
   // Closed-form feature gradients (FeatureMap::positive_features): W and where its gradient goes.
   const bool closed = map.positive_features;
   // With closed-form feature gradients nothing here is recorded: InferenceMode (as in the forward).
@@ -653,6 +645,31 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
   return param_grads;
 }
 
+std::vector<torch::Tensor> BackwardUnitRaw(const std::vector<torch::Tensor>& params, const Layout& l,
+                                           const UnitSaved& s, const torch::Tensor& states_1RS,
+                                           const torch::Tensor& refs_1RN, int64_t chunk_size,
+                                           const torch::Tensor& dx_1HLD, const torch::Tensor& dy_1KLD,
+                                           const torch::Tensor& dv_1KLD) {
+  DF_CHECK(AllRowsContiguous({s.x_1HLD, s.y_1KLD, s.v_1KLD, s.out_1KGLD, s.den_1KGL, s.r_1K1L, s.g_1KGLD, dx_1HLD,
+                              dy_1KLD, dv_1KLD, states_1RS, refs_1RN}),
+           "FusedCausalLinearAttention: the CPU kernel's backward got a block of non-contiguous rows");
+  c10::InferenceMode inference;
+  const CpuRows rows(params);
+  torch::Tensor dw_MD;
+  if (params[0].requires_grad()) dw_MD = torch::zeros_like(rows.w_MD);
+  for (int64_t row = 0; row < l.kv_heads; ++row) {
+    auto at = [row](const torch::Tensor& t) { return t.data_ptr<float>() + row * t.stride(1); };
+    RunPositiveRowBackward(rows.Row(l, s.x_1HLD, s.y_1KLD, s.v_1KLD, chunk_size, row),
+                           {at(states_1RS), at(refs_1RN), at(s.out_1KGLD), s.out_1KGLD.stride(2), at(s.den_1KGL),
+                            s.den_1KGL.stride(2), at(s.r_1K1L), at(s.g_1KGLD), s.g_1KGLD.stride(2),
+                            dx_1HLD.data_ptr<float>() + row * l.group * dx_1HLD.stride(1), dx_1HLD.stride(1),
+                            at(dy_1KLD), at(dv_1KLD), dw_MD.defined() ? dw_MD.data_ptr<float>() : nullptr});
+  }
+  std::vector<torch::Tensor> param_grads(params.size());
+  param_grads[0] = dw_MD.defined() ? dw_MD.to(params[0].scalar_type()) : dw_MD;
+  return param_grads;
+}
+
 // The batch folds into the heads (B x N x L x D -> 1 x BN x L x D, a view when the layout allows):
 // the units then split all B K key rows among the threads, and each op of a unit covers several
 // sequences instead of one unit per sequence (fewer, larger ops on the CPU; fewer launches on a GPU).
@@ -686,10 +703,10 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     MakeLayout(x_BHLD, y_BKLD, v_BKLD, feature_map);  // checks the unfolded shapes
     const int64_t batch = x_BHLD.size(0);
     // The CPU kernel reads per-head blocks of contiguous rows (a no-op for the usual layouts).
-    const bool contiguous = CpuKernelApplies(feature_map, x_BHLD);
-    const auto x_1NLD = FoldBatch(contiguous ? x_BHLD.contiguous() : x_BHLD);
-    const auto y_1NLD = FoldBatch(contiguous ? y_BKLD.contiguous() : y_BKLD);
-    const auto v_1NLD = FoldBatch(contiguous ? v_BKLD.contiguous() : v_BKLD);
+    const bool raw = CpuKernelApplies(feature_map, x_BHLD);
+    const auto x_1NLD = FoldBatch(raw ? x_BHLD.contiguous() : x_BHLD);
+    const auto y_1NLD = FoldBatch(raw ? y_BKLD.contiguous() : y_BKLD);
+    const auto v_1NLD = FoldBatch(raw ? v_BKLD.contiguous() : v_BKLD);
     const std::vector<torch::Tensor> original(params.begin(), params.end());
     const auto p = FoldParams(feature_map, original, batch);
     const auto l = MakeLayout(x_1NLD, y_1NLD, v_1NLD, feature_map);
@@ -702,15 +719,42 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     // r per row; parts of a row compute the same r, parts after the first into a scratch copy.
     auto r_P1RL = torch::empty({units.parts, 1, units.rows, l.length}, options);
     const auto y_1RLD = PerRow(y_1NLD, l), v_1RLD = PerRow(v_1NLD, l);
+    // The raw kernel's checkpoints of the key state per row (fused_causal_cpu.h); parts of a row
+    // after the first write theirs into scratch copies, dropped after the forward.
+    torch::Tensor states_1RS, refs_1RN, extra_states_P1RS, extra_refs_P1RN;
+    if (raw) {
+      const int64_t m = p.at(0).size(0), count = CheckpointCount(l.length, m, KernelChunk(chunk_size, l.length));
+      states_1RS = torch::empty({1, units.rows, count * m * (l.value_dim + 1)}, options);
+      refs_1RN = torch::empty({1, units.rows, count}, options);
+      if (units.parts > 1) {
+        extra_states_P1RS = torch::empty({units.parts - 1, 1, units.rows, states_1RS.size(2)}, options);
+        extra_refs_P1RN = torch::empty({units.parts - 1, 1, units.rows, count}, options);
+      }
+    }
     ForEachUnit(units.count(), [&](int64_t i) {
       const auto u = units(i);
-      ForwardUnit(feature_map, UnitParams(feature_map, p, units, u), units.layout(l, u),
-                  Take(x_1NLD, units.head0(u), units.heads(u)), Take(y_1RLD, u.row0, u.rows),
-                  Take(v_1RLD, u.row0, u.rows), chunk_size, TakeGrouped(out_1NLD, units, u),
-                  TakeGrouped(den_1NL, units, u), Take(r_P1RL[u.part], u.row0, u.rows).unsqueeze(2));
+      const auto unit_params = UnitParams(feature_map, p, units, u);
+      const auto x = Take(x_1NLD, units.head0(u), units.heads(u)), y = Take(y_1RLD, u.row0, u.rows),
+                 v = Take(v_1RLD, u.row0, u.rows), out = TakeGrouped(out_1NLD, units, u),
+                 den = TakeGrouped(den_1NL, units, u), r = Take(r_P1RL[u.part], u.row0, u.rows).unsqueeze(2);
+      if (raw) {
+        const auto& states = u.part == 0 ? states_1RS : extra_states_P1RS[u.part - 1];
+        const auto& refs = u.part == 0 ? refs_1RN : extra_refs_P1RN[u.part - 1];
+        ForwardUnitRaw(unit_params, units.layout(l, u), x, y, v, chunk_size, out, den, r,
+                       Take(states, u.row0, u.rows), Take(refs, u.row0, u.rows));
+      } else {
+        ForwardUnit(feature_map, unit_params, units.layout(l, u), x, y, v, chunk_size, out, den, r);
+      }
     });
     const auto r_1RL = r_P1RL[0];
-    std::vector<torch::Tensor> saved = {x_1NLD, y_1NLD, v_1NLD, out_BHLD, den_1NL, r_1RL};
+    std::vector<torch::Tensor> saved = {x_1NLD,
+                                        y_1NLD,
+                                        v_1NLD,
+                                        out_BHLD,
+                                        den_1NL,
+                                        r_1RL,
+                                        states_1RS,
+                                        refs_1RN};
     saved.insert(saved.end(), original.begin(), original.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<FeatureMapCapsule>(feature_map));
@@ -723,9 +767,9 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto &x_1NLD = saved[0], &y_1NLD = saved[1], &v_1NLD = saved[2];
-    const auto &den_1NL = saved[4], &r_1RL = saved[5];
+    const auto &den_1NL = saved[4], &r_1RL = saved[5], &states_1RS = saved[6], &refs_1RN = saved[7];
     const auto out_1NLD = FoldBatch(saved[3]);
-    const std::vector<torch::Tensor> original(saved.begin() + 6, saved.end());
+    const std::vector<torch::Tensor> original(saved.begin() + 8, saved.end());
     const auto capsule = c10::static_intrusive_pointer_cast<FeatureMapCapsule>(ctx->saved_data["map"].toCapsule());
     const FeatureMap& map = capsule->map;
     const int64_t chunk_size = ctx->saved_data["chunk"].toInt(), batch = ctx->saved_data["batch"].toInt();
@@ -747,9 +791,14 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
       const UnitSaved s{Take(x_1NLD, h0, nh), Take(y_1RLD, u.row0, u.rows), Take(v_1RLD, u.row0, u.rows),
                         TakeGrouped(out_1NLD, units, u), TakeGrouped(den_1NL, units, u),
                         Take(r_1RL, u.row0, u.rows).unsqueeze(2), TakeGrouped(g_1NLD, units, u)};
-      unit_param_grads[i] = BackwardUnit(map, UnitParams(map, params, units, u), units.layout(l, u), s, chunk_size,
-                                         Take(dx_1NLD, h0, nh), Take(dy_P1RLD[u.part], u.row0, u.rows),
-                                         Take(dv_P1RLD[u.part], u.row0, u.rows));
+      const auto unit_params = UnitParams(map, params, units, u);
+      const auto dx = Take(dx_1NLD, h0, nh), dy = Take(dy_P1RLD[u.part], u.row0, u.rows),
+                 dv = Take(dv_P1RLD[u.part], u.row0, u.rows);
+      // The raw kernel's forward left checkpoints: its backward reads them.
+      unit_param_grads[i] = states_1RS.defined()
+                                ? BackwardUnitRaw(unit_params, units.layout(l, u), s, Take(states_1RS, u.row0, u.rows),
+                                                  Take(refs_1RN, u.row0, u.rows), chunk_size, dx, dy, dv)
+                                : BackwardUnit(map, unit_params, units.layout(l, u), s, chunk_size, dx, dy, dv);
     });
     const auto dy_1RLD = units.parts == 1 ? dy_P1RLD[0] : dy_P1RLD.sum(0);
     const auto dv_1RLD = units.parts == 1 ? dv_P1RLD[0] : dv_P1RLD.sum(0);

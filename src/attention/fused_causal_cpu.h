@@ -23,20 +23,35 @@ struct PositiveRow {
   const float* v;  // values, L x Dv
 };
 
-// Forward outputs: out (G x L x Dv), the normaliser den (G x L) and r (L), the prefix max of the
-// keys' log-scales b_j in base 2 (what the backward reads).
+// The backward is one reverse scan over groups of chunks. It needs the running key state S
+// (m x V, V = Dv + 1) before each group: the forward saves it as a checkpoint every
+// CheckpointChunks(m, C) = ceil(m / C) chunks, i.e. ~V floats per position whatever m (O(L D),
+// like x, y, v). Inside a group the backward refolds the states from the checkpoint, keeping
+// the group's key features, and then runs the group's chunks in reverse.
+int64_t CheckpointChunks(int64_t features, int64_t chunk);
+// Checkpoints of a row: one per group of CheckpointChunks chunks (the first, an empty state,
+// included).
+int64_t CheckpointCount(int64_t length, int64_t features, int64_t chunk);
+
+// Forward outputs: out (G x L x Dv), the normaliser den (G x L), r (L), the prefix max of the
+// keys' log-scales b_j in base 2, and the checkpoints: states (count x m x V) and their
+// references (count), what the backward reads.
 struct PositiveRowForward {
   float* out;
   int64_t out_head_stride;
   float* den;
   int64_t den_head_stride;
   float* r;
+  float* states;
+  float* state_refs;
 };
 void RunPositiveRowForward(const PositiveRow& row, const PositiveRowForward& fwd);
 
-// Backward: reads the forward's out, den, r and dL/dout (g); writes dx (G x L x D), dy (L x D)
+// Backward: reads the forward's checkpoints, out, den, r and dL/dout (g); writes dx (G x L x D), dy (L x D)
 // and dv (L x Dv); adds dL/dW into dw_MD (nullptr: W needs no gradient).
 struct PositiveRowBackward {
+  const float* states;
+  const float* state_refs;
   const float* out;
   int64_t out_head_stride;
   const float* den;

@@ -315,6 +315,34 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
   EXPECT_NEAR(per_position, static_cast<double>(large_m - 1024 * d * 4 - heads * d * d * 4) / length, 1.0);
 }
 
+// Positive features (performer here; darkformer and lfk take the same path) through the kernel's
+// own forward: on the raw CPU kernel the backward also reads checkpoints of the key state, at
+// most V + 1 = d + 2 floats per position and key row whatever m (fused_causal_cpu.h). Per
+// position: x, y, v and the output (d floats per head each), the normaliser (per head), r (per
+// key row) and the checkpoints; the draw W is the only term that grows with m.
+TEST_P(FusedCausalAttentionTest, SavedTensorsOfPositiveFeaturesStayOLTimesD) {
+  const int64_t heads = 2, d = 16, chunk = 64;
+  auto saved = [&](int64_t length, int64_t m) {
+    torch::manual_seed(1);
+    auto kernel = Make("performer", heads, d, m, chunk, true);
+    const auto q = torch::randn({1, heads, length, d}, torch::requires_grad()),
+               k = torch::randn({1, heads, length, d}, torch::requires_grad()),
+               v = torch::randn({1, heads, length, d}, torch::requires_grad());
+    AttentionCall call;
+    return FusedCausalSavedBytes(kernel->forward(q, k, v, call));
+  };
+  const int64_t length = 2048;
+  for (const int64_t m : {16, 256, 1024}) {
+    const int64_t at_l = saved(length, m), at_2l = saved(2 * length, m);
+    const double per_position = static_cast<double>(at_2l - at_l) / length;
+    const double budget = 4.0 * (heads * (4 * d + 1) + heads * 1 + heads * (d + 2));
+    std::cout << "[saved bytes, positive features] m=" << m << ": " << per_position << " per position (budget "
+              << budget << ", an L x m feature tensor: " << 4 * heads * m << ")\n";
+    EXPECT_GT(at_l, int64_t{4} * heads * length * 4 * d) << m;  // x, y, v and the output at least
+    EXPECT_LE(per_position, budget) << m;
+  }
+}
+
 TEST_P(FusedCausalAttentionTest, RecurrentStepsEqualTheParallelForm) {
   torch::manual_seed(9);
   const int64_t heads = 4, kv = 2, length = 23, prefill = 9, d = 8;
