@@ -3,6 +3,9 @@
 // backward recomputes them per chunk in two scans (queries in forward order against the running
 // key state, keys in reverse order against a running query state), and autograd saves only
 // x, y, v, the kernel's parameters, the output, its normaliser and the prefix-max reference.
+// Positive features in fp32 on a CPU with AVX2 run a raw kernel instead of LibTorch ops
+// (fused_causal_cpu.h): its backward is one reverse scan, reading checkpoints of the key state
+// that its forward saves every ceil(m / C) chunks (~Dv + 2 floats per position and key row).
 // causal_linear_attention.h (the composite form) stays as the naive reference the tests use.
 //
 // Grouped / multi-query attention: x has H query heads, y and v have K key/value heads; key

@@ -318,18 +318,20 @@ void RunPositiveRowBackward(const PositiveRow& p, const PositiveRowBackward& b) 
       // Keys and values: sums over the row's G query heads are contractions over G c rows.
       float* dk = s.dq.data();
       GemmRowMajor(true, false, c, m, gc, 1.0f, s.p_.data(), c, psi, m, 0.0f, dk, m);
+      // dv only: the gradient of [v, 1]'s constant column is never needed (Dv columns, row stride V).
       float* dvh = s.vw.data();
-      GemmRowMajor(true, false, c, v, gc, 1.0f, s.a.data(), c, s.gh.data(), v, 0.0f, dvh, v);
+      GemmRowMajor(true, false, c, s.dv, gc, 1.0f, s.a.data(), c, s.gh.data(), v, 0.0f, dvh, v);
       const float ref = r[c - 1];
       if (has_r) {
-        // Key weights 2^(b_j - ref) on [v_j, 1] for dk, and on (k_j R) for d[v_j, 1].
-        GemmRowMajor(false, false, c, v, m, 1.0f, k, m, s.rs.data(), v, 0.0f, s.t.data(), v);
+        // Key weights 2^(b_j - ref) on [v_j, 1] for dk, and on (k_j R) for dv.
+        GemmRowMajor(false, false, c, s.dv, m, 1.0f, k, m, s.rs.data(), v, 0.0f, s.t.data(), v);
         for (int64_t j = 0; j < c; ++j) {
           const float w = std::exp2(b2[j] - ref);
-          for (int64_t k2 = 0; k2 < v; ++k2) {
+          for (int64_t k2 = 0; k2 < s.dv; ++k2) {
             dvh[j * v + k2] += w * s.t[j * v + k2];
             s.t[j * v + k2] = s.vh[j * v + k2] * w;
           }
+          s.t[j * v + s.dv] = w;  // [v_j, 1]'s last entry, weighted
         }
         GemmRowMajor(false, true, c, m, v, 1.0f, s.t.data(), v, s.rs.data(), v, 1.0f, dk, m);
       }
