@@ -2,7 +2,10 @@
 // chunk, with psi_i the queries' features shifted by their row max, k_j = 2^(l2_j - max_j) the
 // keys', b_j their log-scale and r_i = max_{j <= i} b_j (all base 2):
 //   n_i = sum_{j <= i} (psi_i.k_j) 2^(b_j - r_i) [v_j, 1]    out_i = n_i[:Dv] / n_i[Dv]
-// and the backward's two scans (fused_causal_attention.cpp states them in full).
+// The backward is one reverse scan (RunPositiveRowBackward) where the LibTorch path runs two:
+// the forward's checkpoints give each group of chunks its key states, so every chunk's query
+// and key features are computed once in the backward instead of twice (~13 % of the operator's
+// time at L = 4k on this project's 2-core CPU).
 #include "attention/fused_causal_cpu.h"
 
 #include <algorithm>
