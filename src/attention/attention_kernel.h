@@ -10,6 +10,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 namespace darkformer {
 
@@ -59,6 +60,13 @@ class AttentionKernelImpl : public torch::nn::Module {
   // cannot; the model warns at build, naming the layers).
   virtual bool supports_softcap() const { return false; }
   virtual bool supports_sliding_window() const { return false; }
+  // Whether the kernel's ops may run under autocast (exact softmax: SDPA in bf16, as HF runs it).
+  // Every other kernel computes in fp32 (random features, their running sums and normaliser; the
+  // baselines' weights): the layer excludes autocast around it and it converts q, k, v itself.
+  virtual bool autocast_inside() const { return false; }
+  // Generators the kernel draws from inside forward (the random baseline): a recomputation
+  // (activation checkpointing) replays their state so it draws what the forward drew.
+  virtual std::vector<at::Generator> forward_generators() const { return {}; }
   // Called once per optimizer step by the trainer (redraw policies).
   virtual void on_train_step(int64_t /*step*/) {}
   // Data-aware initialisation: whether the kernel wants one batch of its layer's queries and keys

@@ -1,6 +1,8 @@
 // Random and constant attention baselines (see baseline_kernels.h).
 #include "attention/baseline_kernels.h"
 
+#include "util/mixed_precision.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 namespace darkformer {
@@ -13,6 +15,7 @@ RandomKernelImpl::RandomKernelImpl(const KernelShape& shape, const ConfigReader&
 
 torch::Tensor RandomKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& /*k_BKLD*/,
                                         const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const auto v_BHLD = RepeatKvHeads(v_BKLD, q_BHLD.size(1));  // weights are drawn per query head
   const int64_t batch = v_BHLD.size(0), heads = v_BHLD.size(1), length = v_BHLD.size(2);
   const auto f32 = torch::TensorOptions().dtype(torch::kFloat32);
@@ -29,6 +32,7 @@ ConstantKernelImpl::ConstantKernelImpl(const KernelShape& /*shape*/, const Confi
 
 torch::Tensor ConstantKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& /*k_BKLD*/,
                                           const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const auto v_BHLD = RepeatKvHeads(v_BKLD, q_BHLD.size(1));
   const auto v = v_BHLD.to(torch::kFloat32);
   if (!call.causal) return v.mean(2, /*keepdim=*/true).expand_as(v).to(v_BHLD.scalar_type());
@@ -54,6 +58,7 @@ struct RunningSum : DecodeState {
 torch::Tensor RandomKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                        const torch::Tensor& /*k_BKTD*/, const torch::Tensor& v_BKTD,
                                        const AttentionCall& /*call*/) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   if (!state) state = std::make_unique<ValueHistory>();
   auto& s = dynamic_cast<ValueHistory&>(*state);
   const auto v_new = RepeatKvHeads(v_BKTD, q_BHTD.size(1)).to(torch::kFloat32);
@@ -71,6 +76,7 @@ torch::Tensor RandomKernelImpl::Decode(std::unique_ptr<DecodeState>& state, cons
 torch::Tensor ConstantKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                          const torch::Tensor& /*k_BKTD*/, const torch::Tensor& v_BKTD,
                                          const AttentionCall& /*call*/) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   if (!state) state = std::make_unique<RunningSum>();
   auto& s = dynamic_cast<RunningSum&>(*state);
   const auto v = RepeatKvHeads(v_BKTD, q_BHTD.size(1)).to(torch::kFloat32);

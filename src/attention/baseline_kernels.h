@@ -17,6 +17,7 @@ class RandomKernelImpl : public AttentionKernelImpl {
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "random"; }
+  std::vector<at::Generator> forward_generators() const override { return {generator_}; }
   // Fresh weights over every earlier token for each new one, so the state is every v so far
   // (O(L) memory, like a KV cache): the definition needs them all.
   torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,

@@ -22,6 +22,7 @@ class ExactKernelImpl : public AttentionKernelImpl {
                        const torch::Tensor& v_BKTD, const AttentionCall& call) override;
   bool supports_softcap() const override { return true; }
   bool supports_sliding_window() const override { return true; }
+  bool autocast_inside() const override { return true; }
 
   // Largest |logit| of the last forward (for spike diagnostics); -1 when not tracked.
   double last_max_logit = -1.0;

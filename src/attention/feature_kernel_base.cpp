@@ -5,6 +5,7 @@
 
 #include "attention/causal_linear_attention.h"
 #include "attention/positive_features.h"
+#include "util/mixed_precision.h"
 
 namespace darkformer {
 
@@ -86,6 +87,7 @@ FeatureMap FeatureKernelBase::MakeFeatureMap() const {
 
 torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                                          const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  NoAutocastGuard fp32;  // features, M q, running sums: fp32 even when called inside autocast
   const auto dtype = FeatureDtype(q_BHLD.scalar_type());
   const double root_scale = std::sqrt(call.scale);
   if (call.causal && options_.fused) {
@@ -152,6 +154,7 @@ struct RecurrentState : DecodeState {
 torch::Tensor FeatureKernelBase::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                         const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD,
                                         const AttentionCall& call) {
+  NoAutocastGuard fp32;
   if (!state) state = std::make_unique<RecurrentState>();
   auto& s = dynamic_cast<RecurrentState&>(*state);
   const int64_t new_tokens = q_BHTD.size(2);

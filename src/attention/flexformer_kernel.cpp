@@ -1,6 +1,8 @@
 // Flexformer attention (see flexformer_kernel.h).
 #include "attention/flexformer_kernel.h"
 
+#include "util/mixed_precision.h"
+
 #include <cmath>
 
 #include "attention/causal_linear_attention.h"
@@ -67,6 +69,7 @@ std::pair<torch::Tensor, torch::Tensor> KeySide(const FlexformerKernelImpl& kern
 
 torch::Tensor FlexformerKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                                             const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const auto dtype = FeatureDtype(q_BHLD.scalar_type());
   const double root = std::sqrt(call.scale);
   const int64_t heads = q_BHLD.size(1);
@@ -80,6 +83,7 @@ torch::Tensor FlexformerKernelImpl::forward(const torch::Tensor& q_BHLD, const t
 torch::Tensor FlexformerKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                            const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD,
                                            const AttentionCall& call) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const auto dtype = FeatureDtype(q_BHTD.scalar_type());
   const double root = std::sqrt(call.scale);
   const int64_t heads = q_BHTD.size(1);

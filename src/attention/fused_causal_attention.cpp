@@ -21,6 +21,7 @@
 #include "attention/fused_causal_cpu.h"
 #include "attention/positive_features.h"
 #include "util/error.h"
+#include "util/mixed_precision.h"
 
 namespace darkformer {
 
@@ -111,6 +112,16 @@ struct KeyState {
     ref_BKF = new_ref_BKF;
   }
 };
+
+// What the operator computed in, for the tests (FusedCausalDtypes): written by whichever thread
+// computes a chunk (relaxed atomics; every writer of a call writes the same value).
+struct DtypeProbe {
+  std::atomic<int> inputs{-1}, features{-1}, state{-1}, normaliser{-1}, gradients{-1};
+  static void Put(std::atomic<int>& field, const torch::Tensor& t) {
+    field.store(static_cast<int>(t.scalar_type()), std::memory_order_relaxed);
+  }
+};
+DtypeProbe dtype_probe;
 
 // The feature map travels with the autograd node (the caller's copy is gone by the backward).
 struct FeatureMapCapsule : torch::CustomClassHolder {
@@ -307,13 +318,17 @@ class ChunkFeatures {
 
   // psi = exp(log phi(x) - row max), no autograd: 1 x R x G x C x M (a kernel's own log_features).
   torch::Tensor Queries(const torch::Tensor& x_1HCD) const {
-    return ShiftedQueryFeatures(QueryLogFeatures(map_, params_, x_1HCD, l_));
+    auto psi = ShiftedQueryFeatures(QueryLogFeatures(map_, params_, x_1HCD, l_));
+    DtypeProbe::Put(dtype_probe.features, psi);
+    return psi;
   }
 
   // Keys [start, start + c): k_j = exp(log phi(y_j) - b_j) and b_j = max log phi(y_j) / ln 2,
   // no autograd: 1 x R x 1 x C x M and 1 x R x 1 x C (a kernel's own log_features).
   KeyChunk Keys(int64_t start, int64_t c) const {
-    return Base2(SplitKeys(KeyLogFeatures(map_, params_, y_1RLD_.narrow(2, start, c), l_)));
+    auto key = Base2(SplitKeys(KeyLogFeatures(map_, params_, y_1RLD_.narrow(2, start, c), l_)));
+    DtypeProbe::Put(dtype_probe.features, key.k_BKFCM);
+    return key;
   }
 
   // Both sides of a chunk, no autograd. Positive features: queries and keys stacked in one
@@ -327,6 +342,7 @@ class ChunkFeatures {
     const int64_t heads = x_1HCD.size(1), rows = l_.kv_heads;
     auto l2_1NCM = torch::matmul(torch::cat({x_1HCD, y_1RLD_.narrow(2, start, c)}, 1), w2_DM_);
     const auto max2_1NC = ShiftExp2RowsInPlace(l2_1NCM);
+    DtypeProbe::Put(dtype_probe.features, l2_1NCM);
     const int64_t m = l2_1NCM.size(-1);
     const auto b2_1RC = max2_1NC.narrow(1, heads, rows) - offset2_1RL_.narrow(2, start, c);
     return {l2_1NCM.narrow(1, 0, heads).view({1, rows, l_.group, c, m}),
@@ -395,6 +411,7 @@ struct RowState {
     } else {
       s_RMV = torch::bmm(k_RMC, vw_RCV);
     }
+    DtypeProbe::Put(dtype_probe.state, s_RMV);
     ref_1R1 = new_ref_1R1;
   }
 };
@@ -747,6 +764,12 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
       }
     });
     const auto r_1RL = r_P1RL[0];
+    DtypeProbe::Put(dtype_probe.inputs, x_1NLD);
+    DtypeProbe::Put(dtype_probe.normaliser, den_1NL);
+    if (raw) {  // the raw kernel computes features and state in fp32 (float buffers) by construction
+      DtypeProbe::Put(dtype_probe.features, states_1RS);
+      DtypeProbe::Put(dtype_probe.state, states_1RS);
+    }
     std::vector<torch::Tensor> saved = {x_1NLD,
                                         y_1NLD,
                                         v_1NLD,
@@ -765,6 +788,8 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
+    // A backward called inside an autocast scope must not turn the scans' products bf16.
+    NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
     const auto &x_1NLD = saved[0], &y_1NLD = saved[1], &v_1NLD = saved[2];
     const auto &den_1NL = saved[4], &r_1RL = saved[5], &states_1RS = saved[6], &refs_1RN = saved[7];
@@ -809,6 +834,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
                               : d_1RLD.view({1, l.kv_heads, l.group, l.length, d_1RLD.size(3)}).sum(2);
       return UnfoldBatch(d_1NLD, batch);
     };
+    DtypeProbe::Put(dtype_probe.gradients, dx_1NLD);
     torch::autograd::variable_list grads = {UnfoldBatch(dx_1NLD, batch), per_kv_head(dy_1RLD), per_kv_head(dv_1RLD)};
     // Parameter gradients: summed over units, per-head ones into their heads' rows (serially),
     // then over the sequences that share them.
@@ -842,9 +868,25 @@ void UseLibTorchOpsOnCpuForTesting(bool libtorch_ops) { libtorch_ops_on_cpu.stor
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                          const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {
   DF_CHECK(chunk_size > 0, "FusedCausalLinearAttention: chunk_size must be positive, got " << chunk_size);
-  const auto dtype = x_BHLD.scalar_type();
-  return FusedCausalFunction::apply(x_BHLD, y_BKLD.to(dtype), v_BKLD.to(dtype), at::TensorList(map.params), map,
-                                    chunk_size);
+  // Features, running sums and the normaliser in fp32 (fp64 for fp64 inputs) whatever the inputs'
+  // dtype, and no op inside autocast (a bf16 product folded into an fp32 state fails, or silently
+  // loses the state's precision).
+  NoAutocastGuard no_autocast;
+  const auto dtype = FeatureDtype(x_BHLD.scalar_type());
+  for (auto* field : {&dtype_probe.inputs, &dtype_probe.features, &dtype_probe.state, &dtype_probe.normaliser}) {
+    field->store(-1, std::memory_order_relaxed);
+  }
+  return FusedCausalFunction::apply(x_BHLD.to(dtype), y_BKLD.to(dtype), v_BKLD.to(dtype), at::TensorList(map.params),
+                                    map, chunk_size);
+}
+
+FusedCausalDtypes LastFusedCausalDtypes() {
+  auto get = [](const std::atomic<int>& field) {
+    const int v = field.load(std::memory_order_relaxed);
+    return v < 0 ? c10::ScalarType::Undefined : static_cast<c10::ScalarType>(v);
+  };
+  return {get(dtype_probe.inputs), get(dtype_probe.features), get(dtype_probe.state), get(dtype_probe.normaliser),
+          get(dtype_probe.gradients)};
 }
 
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {
@@ -859,6 +901,7 @@ LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, co
                                                  const FeatureMap& map, int64_t num_query_heads,
                                                  int64_t chunk_size) {
   DF_CHECK(chunk_size > 0, "LinearAttentionPrefillState: chunk_size must be positive, got " << chunk_size);
+  NoAutocastGuard no_autocast;
   const auto x_probe = y_BKLD.narrow(1, 0, 1).expand({y_BKLD.size(0), num_query_heads, y_BKLD.size(2), y_BKLD.size(3)});
   const auto l = MakeLayout(x_probe, y_BKLD, v_BKLD, map);
   KeyState state;
@@ -875,6 +918,7 @@ LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, co
 
 torch::Tensor LinearAttentionStep(LinearAttentionState& state, const torch::Tensor& x_BH1D,
                                   const torch::Tensor& y_BK1D, const torch::Tensor& v_BK1D, const FeatureMap& map) {
+  NoAutocastGuard no_autocast;
   const auto l = MakeLayout(x_BH1D, y_BK1D, v_BK1D, map);
   DF_CHECK(l.length == 1, "LinearAttentionStep takes one token, got " << l.length);
   const auto key = SplitKeys(KeyLogFeatures(map, map.params, y_BK1D, l));

@@ -55,14 +55,22 @@ struct FeatureMap {
   bool positive_features = false;
 };
 
-// out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in x's dtype
-// (fp32 or fp64; callers convert bf16 inputs to fp32 first).
+// out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in fp32 (fp64 for
+// fp64 x): bf16 inputs are converted, and autocast is excluded inside, its backward included.
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                          const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
 
 // Tests: true runs the LibTorch ops (the path of CUDA, fp64 and non-positive feature maps) on
 // the CPU too, instead of the raw fp32 kernel of fused_causal_cpu.h.
 void UseLibTorchOpsOnCpuForTesting(bool libtorch_ops);
+
+// The dtypes the operator's most recent call computed in: its inputs after conversion, a chunk's
+// features, the running key state, the normaliser (forward) and dx (backward); Undefined where
+// nothing was recorded. Tests assert fp32 under bf16 autocast.
+struct FusedCausalDtypes {
+  c10::ScalarType inputs, features, state, normaliser, gradients;
+};
+FusedCausalDtypes LastFusedCausalDtypes();
 
 // Bytes the operator's autograd node holds for its backward (saved tensors), for the memory test
 // and the benchmark; 0 when `out` was not produced by the operator with gradients on.

@@ -1,6 +1,8 @@
 // SLAY attention (see slay_kernel.h).
 #include "attention/slay_kernel.h"
 
+#include "util/mixed_precision.h"
+
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
@@ -89,6 +91,7 @@ double SlayKernelImpl::MaxLogFeature(const torch::Tensor& x_BHLD) const {
 
 torch::Tensor SlayKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                                       const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const int64_t heads = q_BHLD.size(1);
   const auto out_BHLD = LinearAttention(Features(q_BHLD), Features(RepeatKvHeads(k_BKLD, heads)), torch::Tensor(),
                                         RepeatKvHeads(v_BKLD, heads), call.causal, options_.chunk_size,
@@ -98,6 +101,7 @@ torch::Tensor SlayKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::
 
 torch::Tensor SlayKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                      const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall&) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const int64_t heads = q_BHTD.size(1);
   return SignedFeatureDecode(state, Features(q_BHTD), Features(RepeatKvHeads(k_BKTD, heads)), torch::Tensor(),
                              RepeatKvHeads(v_BKTD, heads), normaliser_floor_)

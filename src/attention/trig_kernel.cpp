@@ -1,6 +1,8 @@
 // Trigonometric random-feature attention (see trig_kernel.h).
 #include "attention/trig_kernel.h"
 
+#include "util/mixed_precision.h"
+
 #include <cmath>
 
 #include "attention/causal_linear_attention.h"
@@ -50,6 +52,7 @@ TrigKeys KeysOf(const TrigKernelImpl& kernel, const torch::Tensor& y_BNLD) {
 
 torch::Tensor TrigKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                                       const torch::Tensor& v_BKLD, const AttentionCall& call) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const auto dtype = FeatureDtype(q_BHLD.scalar_type());
   const double root = std::sqrt(call.scale);
   const int64_t heads = q_BHLD.size(1);
@@ -64,6 +67,7 @@ torch::Tensor TrigKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::
 
 torch::Tensor TrigKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                      const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall& call) {
+  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
   const auto dtype = FeatureDtype(q_BHTD.scalar_type());
   const double root = std::sqrt(call.scale);
   const int64_t heads = q_BHTD.size(1);

@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "data/tokenizer.h"
 #include "model/generation.h"
+#include "util/mixed_precision.h"
 #include "train/model_loading.h"
 #include "util/error.h"
 
@@ -57,8 +58,13 @@ void RunGenerate(const GenerateArgs& a) {
   DF_CHECK(tokenizer.vocab_size() <= model->config().vocab_size,
            "generate: tokenizer " << tokenizer_path << " has " << tokenizer.vocab_size()
                                   << " pieces, more than the model's vocab_size " << model->config().vocab_size);
-  model->to(ResolveDevice(config));
+  const auto device = ResolveDevice(config);
+  ApplyTf32(config.train.tf32, device);
+  model->to(device);
   model->eval();
+  // train.precision holds for generation too: bf16 GEMMs under autocast, random-feature states in
+  // fp32. No weight changes while generating, so one scope (one cast cache) serves every prompt.
+  AutocastScope autocast(device.type(), config.train.precision == Precision::kBf16Autocast);
   auto sampling = a.sampling;
   sampling.eos_id = a.ignore_eos ? -1 : tokenizer.eos_id();
   const bool with_bos = config.data.bos_per_document && tokenizer.bos_id() >= 0;

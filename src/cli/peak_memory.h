@@ -23,6 +23,8 @@ class PeakMemory : public c10::MemoryReportingInfoBase {
   }
   bool memoryProfilingEnabled() const override { return true; }
   int64_t peak() const { return peak_.load(); }
+  // Bytes allocated under the guard and not yet freed (what a stretch of code left alive).
+  int64_t current() const { return current_.load(); }
   double peak_mib() const { return peak() / (1024.0 * 1024.0); }
 
  private:

@@ -1,6 +1,10 @@
 // Gemma self-attention layer (see attention_layer.h).
 #include "model/attention_layer.h"
 
+#include <optional>
+
+#include "util/mixed_precision.h"
+
 namespace darkformer {
 
 AttentionLayerImpl::AttentionLayerImpl(const GemmaConfig& config, int64_t layer_index, AttentionKernel kernel)
@@ -52,13 +56,27 @@ AttentionLayerImpl::Projected AttentionLayerImpl::Project(const torch::Tensor& x
 
 torch::Tensor AttentionLayerImpl::forward(const torch::Tensor& x_BLE, const RotaryTables& rope) {
   const auto p = Project(x_BLE, rope);
-  return Output(kernel_->forward(p.q_BHLD, p.k_BKLD, p.v_BKLD, call_), x_BLE);
+  torch::Tensor out_BHLD;
+  {
+    // Projections run under the caller's autocast (bf16 GEMMs); a kernel that computes in fp32
+    // runs with autocast excluded (attention_kernel.h: autocast_inside).
+    std::optional<NoAutocastGuard> fp32;
+    if (!kernel_->autocast_inside()) fp32.emplace();
+    out_BHLD = kernel_->forward(p.q_BHLD, p.k_BKLD, p.v_BKLD, call_);
+  }
+  return Output(out_BHLD, x_BLE);
 }
 
 torch::Tensor AttentionLayerImpl::Decode(const torch::Tensor& x_BTE, const RotaryTables& rope,
                                          std::unique_ptr<DecodeState>& state) {
   const auto p = Project(x_BTE, rope);
-  return Output(kernel_->Decode(state, p.q_BHLD, p.k_BKLD, p.v_BKLD, call_), x_BTE);
+  torch::Tensor out_BHTD;
+  {
+    std::optional<NoAutocastGuard> fp32;
+    if (!kernel_->autocast_inside()) fp32.emplace();
+    out_BHTD = kernel_->Decode(state, p.q_BHLD, p.k_BKLD, p.v_BKLD, call_);
+  }
+  return Output(out_BHTD, x_BTE);
 }
 
 torch::Tensor AttentionLayerImpl::Output(const torch::Tensor& out_BHLD, const torch::Tensor& x_BLE) {

@@ -6,6 +6,8 @@
 #include <cmath>
 
 #include "attention/kernel_registry.h"
+#include "model/checkpointed_layer.h"
+#include "model/linear_cross_entropy.h"
 #include "util/error.h"
 #include "util/labels.h"
 
@@ -103,9 +105,25 @@ torch::Tensor GemmaModelImpl::Hidden(const torch::Tensor& input_ids_BL) {
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     auto& tables = config_.layer_types[i] == "sliding_attention" ? local : full;
     if (!tables) tables = RopeFor(i, length, device);
-    x = layers_[i]->forward(x, *tables);
+    x = checkpoint_layers_ && torch::GradMode::is_enabled() ? CheckpointedLayerForward(layers_[i], x, *tables)
+                                                             : layers_[i]->forward(x, *tables);
   }
   return norm(x);
+}
+
+torch::Tensor GemmaModelImpl::LossSum(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL,
+                                      int64_t chunk_tokens) {
+  const auto hidden_BLE = Hidden(input_ids_BL);
+  return LinearCrossEntropySum(hidden_BLE.reshape({-1, hidden_BLE.size(-1)}), embed_tokens->weight,
+                               labels_BL.reshape({-1}), {chunk_tokens, config_.final_logit_softcapping});
+}
+
+GemmaModelImpl::EvalSums GemmaModelImpl::EvalChunked(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL,
+                                                     int64_t chunk_tokens) {
+  const auto hidden_BLE = Hidden(input_ids_BL);
+  const auto s = LinearCrossEntropyEval(hidden_BLE.reshape({-1, hidden_BLE.size(-1)}), embed_tokens->weight,
+                                        labels_BL.reshape({-1}), {chunk_tokens, config_.final_logit_softcapping});
+  return {s.loss_sum, s.correct, s.count};
 }
 
 void GemmaModelImpl::ForEachAttentionInput(const torch::Tensor& input_ids_BL, const AttentionInputFn& fn) {

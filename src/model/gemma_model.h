@@ -38,6 +38,18 @@ class GemmaModelImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& input_ids_BL);
   // Final hidden states before the LM head.
   torch::Tensor Hidden(const torch::Tensor& input_ids_BL);
+  // The summed next-token cross-entropy of labels_BL (kIgnoreIndex ignored) through the tied LM
+  // head chunk_tokens tokens at a time (linear_cross_entropy.h): the logits never exist in full.
+  torch::Tensor LossSum(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL, int64_t chunk_tokens);
+  // The same for evaluation, with next-token accuracy: {loss sum, correct, labelled tokens}.
+  struct EvalSums {
+    double loss_sum = 0.0;
+    int64_t correct = 0, count = 0;
+  };
+  EvalSums EvalChunked(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL, int64_t chunk_tokens);
+  // Activation checkpointing per decoder layer (checkpointed_layer.h) while gradients are on.
+  void SetActivationCheckpointing(bool on) { checkpoint_layers_ = on; }
+  bool activation_checkpointing() const { return checkpoint_layers_; }
 
   // Generation: a cache for up to `capacity` tokens in all (at most max_position_embeddings),
   // then logits_BTV of T new tokens given everything the cache holds (a prompt, then one token
@@ -84,6 +96,7 @@ class GemmaModelImpl : public torch::nn::Module {
   GemmaConfig config_;
   AttentionConfig attention_;
   std::vector<DecoderLayer> layers_;
+  bool checkpoint_layers_ = false;
 };
 TORCH_MODULE(GemmaModel);
 

@@ -22,6 +22,16 @@ torch::Device ResolveDevice(const RunConfig& config) {
   return torch::Device(torch::kCPU);
 }
 
+void ApplyTf32(const std::string& tf32, const torch::Device& device) {
+  DF_CHECK(tf32 != "true" || device.is_cuda(),
+           "config key 'train.tf32' is true, but the run is on the CPU, which has no TF32 (use auto or false)");
+  if (!device.is_cuda()) return;
+  const bool allow = tf32 != "false";
+  at::globalContext().setAllowTF32CuBLAS(allow);
+  at::globalContext().setAllowTF32CuDNN(allow);
+  spdlog::info("TF32 for fp32 matmuls on CUDA: {}", allow ? "on" : "off");
+}
+
 std::string ResolveWeightsPath(const std::string& path, const std::string& what) {
   DF_CHECK(fs::exists(path), what << ": " << path << " does not exist");
   if (!fs::is_directory(path)) return path;

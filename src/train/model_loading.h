@@ -12,6 +12,9 @@ namespace darkformer {
 
 // The device train.device names (auto: CUDA when available).
 torch::Device ResolveDevice(const RunConfig& config);
+// train.tf32 on `device`: auto/true allow TF32 in CUDA's fp32 matmuls and convolutions, false
+// forbids it; true for a CPU run is an error (the CPU has no TF32, so the key would do nothing).
+void ApplyTf32(const std::string& tf32, const torch::Device& device);
 
 // The weights file `path` stands for: itself, or a run directory's newest checkpoint. `what`
 // names the source in errors (a config key path or a flag).

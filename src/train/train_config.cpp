@@ -45,6 +45,14 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.seed = r.Get<uint64_t>("seed", t.seed);
   t.device = r.GetEnum("device", t.device, kTrainDeviceNames);
   t.precision = r.GetEnum("precision", t.precision, kPrecisionNames);
+  t.tf32 = r.Get<std::string>("tf32", t.tf32);
+  DF_CHECK(t.tf32 == "auto" || t.tf32 == "true" || t.tf32 == "false",
+           "config key '" << r.KeyPath("tf32") << "' must be auto, true or false, got '" << t.tf32 << "'");
+  t.activation_checkpointing = r.Get<bool>("activation_checkpointing", t.activation_checkpointing);
+  t.loss_chunk_tokens = r.Get<int64_t>("loss_chunk_tokens", t.loss_chunk_tokens);
+  DF_CHECK(t.loss_chunk_tokens >= 0, "config key '" << r.KeyPath("loss_chunk_tokens")
+                                                    << "' must be >= 0 (0 = the full-logit loss), got "
+                                                    << t.loss_chunk_tokens);
   t.deterministic = r.Get<bool>("deterministic", t.deterministic);
   t.threads = r.Get<int64_t>("threads", t.threads);
   t.lr = r.Get<double>("lr", t.lr);

@@ -56,7 +56,18 @@ struct TrainConfig {
   double init_std = 0.02;            // normal init std when training from scratch
   uint64_t seed = 0;                 // model init, kernel draws and the global RNG
   TrainDevice device = TrainDevice::kAuto;   // auto | cpu | cuda
-  Precision precision = Precision::kFloat32; // float32 | bf16_autocast (CUDA: bf16 compute, fp32 master weights)
+  // float32 | bf16_autocast: bf16 compute under autocast (CPU and CUDA), fp32 master weights,
+  // random-feature attention in fp32; eval and generate honour it too.
+  Precision precision = Precision::kFloat32;
+  // TF32 for fp32 matmuls and convolutions on CUDA (Ampere and later): auto = on for CUDA runs;
+  // true on the CPU is refused (it has no TF32); false keeps full fp32 GEMMs.
+  std::string tf32 = "auto";
+  // Recompute each decoder layer in the backward instead of keeping its activations (only each
+  // layer's input is kept): memory for about one more forward.
+  bool activation_checkpointing = false;
+  // Cross-entropy through the LM head this many tokens at a time, its gradients computed in the
+  // forward: the B x L x vocab logits never exist in full (0 = the plain full-logit loss).
+  int64_t loss_chunk_tokens = 0;
   bool deterministic = false;        // CPU: deterministic algorithms, single thread, bit-exact resume
   int64_t threads = 0;               // CPU intra-op threads; 0 = LibTorch's default
   // Optimizer: AdamW. Parameters matching no_decay globs get no weight decay.

@@ -1,7 +1,6 @@
 // The training loop (see trainer.h).
 #include "train/trainer.h"
 
-#include <ATen/autocast_mode.h>
 #include <fnmatch.h>
 #include <spdlog/spdlog.h>
 
@@ -14,6 +13,7 @@
 #include "model/weights_io.h"
 #include "train/model_loading.h"
 #include "train/lr_schedule.h"
+#include "util/mixed_precision.h"
 
 namespace darkformer {
 
@@ -42,6 +42,7 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
     at::globalContext().setDeterministicAlgorithms(true, false);
     torch::set_num_threads(1);
   }
+  ApplyTf32(t.tf32, device_);
   YAML::Emitter attention;
   attention << config_.resolved["attention"];
   attention_yaml_ = config_.resolved["attention"] ? attention.c_str() : "";
@@ -58,10 +59,6 @@ int Trainer::Run() {
   Resume();
   if (log_) log_->OpenAfterStep(state_.step);
   const auto& t = config_.train;
-  if (t.precision == Precision::kBf16Autocast && device_.is_cuda()) {
-    at::autocast::set_autocast_enabled(at::kCUDA, true);
-    at::autocast::set_autocast_dtype(at::kCUDA, at::kBFloat16);
-  }
   model_->train();
   const auto run_start = Clock::now();
   const double wall_before = state_.wall_seconds;
@@ -168,7 +165,13 @@ Trainer::StepResult Trainer::TrainStep() {
     for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
       const auto batch = train_loader_->Next();
       const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
-      auto loss = CausalLmLoss(model_->forward(ids), labels) / static_cast<double>(t.grad_accum);
+      torch::Tensor loss;
+      {
+        // Autocast covers this micro-batch's forward and loss only: leaving the scope drops its
+        // cached bf16 weights, so no cast outlives the optimizer step (mixed_precision.h).
+        AutocastScope autocast(device_.type(), bf16());
+        loss = MeanLoss(ids, labels) / static_cast<double>(t.grad_accum);
+      }
       if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
       loss.backward();
       r.loss += loss.item<double>();
@@ -275,6 +278,7 @@ int Trainer::Finish(int exit_code) {
 void Trainer::BuildModel() {
   model_ = BuildModelFrom(config_, config_.train.init_from, "config key 'train.init_from'");
   model_->to(device_);
+  model_->SetActivationCheckpointing(config_.train.activation_checkpointing);
   int64_t trainable = 0, frozen = 0;
   for (const auto& item : model_->named_parameters()) {
     auto param = item.value();
@@ -353,6 +357,14 @@ EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
   for (int64_t b = 0; b < batches; ++b) {
     const auto batch = loader.Next();
     const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
+    AutocastScope autocast(device_.type(), bf16());
+    if (config_.train.loss_chunk_tokens > 0) {  // no full logits in evaluation either
+      const auto sums = model_->EvalChunked(ids, labels, config_.train.loss_chunk_tokens);
+      loss_sum += sums.loss_sum;
+      correct += sums.correct;
+      tokens += sums.count;
+      continue;
+    }
     const auto logits = model_->forward(ids).to(torch::kFloat32);
     const auto mask = labels.ne(kIgnoreIndex);
     const int64_t n = mask.sum().item<int64_t>();
@@ -446,6 +458,21 @@ void Trainer::LogEval(const EvalResult& r) {
                r.perplexity, r.accuracy, r.tokens);
 }
 
+// The micro-batch's mean token loss: the full-logit loss, or the chunked one (train.loss_chunk_tokens).
+torch::Tensor Trainer::MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels) {
+  if (config_.train.loss_chunk_tokens <= 0) return CausalLmLoss(model_->forward(ids), labels);
+  const double count = static_cast<double>(labels.ne(kIgnoreIndex).sum().item<int64_t>());
+  return model_->LossSum(ids, labels, config_.train.loss_chunk_tokens) / count;
+}
+
+torch::Tensor Trainer::LossSum(const torch::Tensor& ids, const torch::Tensor& labels) {
+  if (config_.train.loss_chunk_tokens > 0) return model_->LossSum(ids, labels, config_.train.loss_chunk_tokens);
+  const auto logits = model_->forward(ids);
+  return torch::nn::functional::cross_entropy(
+      logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}), labels.reshape({-1}),
+      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
+}
+
 // ---- Data parallelism ---------------------------------------------------------------------
 
 void Trainer::JoinDataParallelGroup() {
@@ -469,10 +496,11 @@ bool Trainer::AnyRank(bool flag, const std::string& what) {
 
 double Trainer::MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
                                    bool last_micro, bool inject_nan) {
-  const auto logits = model_->forward(ids);
-  const auto token_loss_sum = torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}), labels.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
+  torch::Tensor token_loss_sum;
+  {
+    AutocastScope autocast(device_.type(), bf16());
+    token_loss_sum = LossSum(ids, labels);
+  }
   // sum / global count is this rank's share of the global mean; the Reducer divides the summed
   // gradients by the rank count, so the backward loss carries a factor W to undo it.
   const double accum = static_cast<double>(config_.train.grad_accum);

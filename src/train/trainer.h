@@ -94,6 +94,11 @@ class Trainer {
   double MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
                             bool last_micro, bool inject_nan);
   void CheckReplicasAgree();
+  // Losses of one micro-batch under the caller's autocast scope: the mean over its labelled
+  // tokens, and the sum (data parallelism), through the full logits or the chunked loss.
+  torch::Tensor MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels);
+  torch::Tensor LossSum(const torch::Tensor& ids, const torch::Tensor& labels);
+  bool bf16() const { return config_.train.precision == Precision::kBf16Autocast; }
 
   RunConfig config_;
   torch::Device device_{torch::kCPU};
