@@ -93,7 +93,7 @@ void CheckFreeSpace(const std::string& path, int64_t bytes) {
 
 }  // namespace
 
-void H5Writer::Tensor(const std::string& name, const torch::Tensor& tensor) {
+void H5Writer::WriteTensor(const std::string& name, const torch::Tensor& tensor) {
   const auto& type = TypeOf(tensor.scalar_type(), path_ + ": tensor '" + name + "'");
   WithHdf5Errors(path_, name, [&] {
     CreateParents(file_, name, /*including_last=*/false);
@@ -108,14 +108,14 @@ void H5Writer::Tensor(const std::string& name, const torch::Tensor& tensor) {
   });
 }
 
-void H5Writer::Group(const std::string& name) {
+void H5Writer::CreateGroup(const std::string& name) {
   WithHdf5Errors(path_, name, [&] {
     CreateParents(file_, name, /*including_last=*/true);
     return 0;
   });
 }
 
-void H5Writer::StringAttribute(const std::string& object, const std::string& name, const std::string& value) {
+void H5Writer::WriteStringAttribute(const std::string& object, const std::string& name, const std::string& value) {
   WithHdf5Errors(path_, object + "@" + name, [&] {
     auto group = OpenObjectGroup(file_, object);
     WriteString(group, name, value);
@@ -123,7 +123,7 @@ void H5Writer::StringAttribute(const std::string& object, const std::string& nam
   });
 }
 
-void H5Writer::IntAttribute(const std::string& object, const std::string& name, int64_t value) {
+void H5Writer::WriteIntAttribute(const std::string& object, const std::string& name, int64_t value) {
   WithHdf5Errors(path_, object + "@" + name, [&] {
     OpenObjectGroup(file_, object)
         .createAttribute(name, H5::PredType::STD_I64LE, H5::DataSpace(H5S_SCALAR))
@@ -132,7 +132,7 @@ void H5Writer::IntAttribute(const std::string& object, const std::string& name, 
   });
 }
 
-void H5Writer::DoubleAttribute(const std::string& object, const std::string& name, double value) {
+void H5Writer::WriteDoubleAttribute(const std::string& object, const std::string& name, double value) {
   WithHdf5Errors(path_, object + "@" + name, [&] {
     OpenObjectGroup(file_, object)
         .createAttribute(name, H5::PredType::IEEE_F64LE, H5::DataSpace(H5S_SCALAR))

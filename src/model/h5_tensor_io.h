@@ -41,13 +41,13 @@ class H5Writer {
  public:
   // Writes `tensor` (any device) as dataset `name`. A CPU tensor that is contiguous is written
   // straight from its memory; any other is copied to a contiguous CPU tensor first, that one alone.
-  void Tensor(const std::string& name, const torch::Tensor& tensor);
+  void WriteTensor(const std::string& name, const torch::Tensor& tensor);
   // Creates group `name` (and its parents) if it does not exist yet.
-  void Group(const std::string& name);
+  void CreateGroup(const std::string& name);
   // Attributes of the file (object "") or of a group already created.
-  void StringAttribute(const std::string& object, const std::string& name, const std::string& value);
-  void IntAttribute(const std::string& object, const std::string& name, int64_t value);
-  void DoubleAttribute(const std::string& object, const std::string& name, double value);
+  void WriteStringAttribute(const std::string& object, const std::string& name, const std::string& value);
+  void WriteIntAttribute(const std::string& object, const std::string& name, int64_t value);
+  void WriteDoubleAttribute(const std::string& object, const std::string& name, double value);
   // The file's final name (the one errors name).
   const std::string& path() const { return path_; }
 

@@ -64,10 +64,10 @@ void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::
   for (const auto& [name, tensor] : tensors) size.AddTensor(tensor);
   for (const auto& [name, value] : string_attributes) size.AddAttribute(value);
   WriteH5Atomically(path, size, [&](H5Writer& file) {
-    for (const auto& [key, value] : string_attributes) file.StringAttribute("", key, value);
-    for (const auto& [key, value] : int_attributes) file.IntAttribute("", key, value);
+    for (const auto& [key, value] : string_attributes) file.WriteStringAttribute("", key, value);
+    for (const auto& [key, value] : int_attributes) file.WriteIntAttribute("", key, value);
     // "group/name" datasets (checkpoint extras) live in groups, which loaders of weights skip.
-    for (const auto& [name, tensor] : tensors) file.Tensor(name, tensor);
+    for (const auto& [name, tensor] : tensors) file.WriteTensor(name, tensor);
   });
 }
 

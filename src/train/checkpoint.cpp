@@ -89,12 +89,12 @@ void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim
   size.AddTensor(rng);
   for (const auto& [key, value] : attributes) size.AddAttribute(value);
   WriteH5Atomically(path, size, [&](H5Writer& file) {
-    for (const auto& [key, value] : attributes) file.StringAttribute("", key, value);
-    file.IntAttribute("", "format_version", 1);
-    for (const auto& item : model.named_parameters()) file.Tensor(item.key(), item.value());
-    for (const auto& item : model.named_buffers()) file.Tensor(item.key(), item.value());
+    for (const auto& [key, value] : attributes) file.WriteStringAttribute("", key, value);
+    file.WriteIntAttribute("", "format_version", 1);
+    for (const auto& item : model.named_parameters()) file.WriteTensor(item.key(), item.value());
+    for (const auto& item : model.named_buffers()) file.WriteTensor(item.key(), item.value());
     WriteAdamWState(file, model, optimizer);
-    file.Tensor(kRngDataset, rng);
+    file.WriteTensor(kRngDataset, rng);
   });
 }
 

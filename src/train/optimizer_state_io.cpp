@@ -107,7 +107,7 @@ void EstimateAdamWState(const torch::optim::Optimizer& optimizer, H5SizeEstimate
 void WriteAdamWState(H5Writer& file, GemmaModelImpl& model, const torch::optim::Optimizer& optimizer) {
   const auto& path = file.path();
   const auto names = ParameterNames(model);
-  file.Group(StatePath());
+  file.CreateGroup(StatePath());
   const auto& groups = optimizer.param_groups();
   for (size_t i = 0; i < groups.size(); ++i) {
     const auto* options = dynamic_cast<const AdamWOptions*>(&groups[i].options());
@@ -119,21 +119,21 @@ void WriteAdamWState(H5Writer& file, GemmaModelImpl& model, const torch::optim::
       const auto it = optimizer.state().find(param.unsafeGetTensorImpl());
       if (it == optimizer.state().end()) continue;  // no step taken for it yet
       const auto& state = StateOf(*it->second, name, path);
-      file.Tensor(StatePath(name) + "/step", torch::scalar_tensor(state.step(), torch::kInt64));
+      file.WriteTensor(StatePath(name) + "/step", torch::scalar_tensor(state.step(), torch::kInt64));
       const std::vector<torch::Tensor> moments = {state.exp_avg(), state.exp_avg_sq(), state.max_exp_avg_sq()};
       for (size_t m = 0; m < moments.size(); ++m) {
-        if (moments[m].defined()) file.Tensor(StatePath(name) + "/" + MomentNames()[m], moments[m]);
+        if (moments[m].defined()) file.WriteTensor(StatePath(name) + "/" + MomentNames()[m], moments[m]);
       }
     }
     const auto group = GroupPath(i);
-    file.Group(group);
-    file.DoubleAttribute(group, "lr", options->lr());
-    file.DoubleAttribute(group, "beta1", std::get<0>(options->betas()));
-    file.DoubleAttribute(group, "beta2", std::get<1>(options->betas()));
-    file.DoubleAttribute(group, "eps", options->eps());
-    file.DoubleAttribute(group, "weight_decay", options->weight_decay());
-    file.IntAttribute(group, "amsgrad", options->amsgrad() ? 1 : 0);
-    file.StringAttribute(group, "params", JoinLines(params));
+    file.CreateGroup(group);
+    file.WriteDoubleAttribute(group, "lr", options->lr());
+    file.WriteDoubleAttribute(group, "beta1", std::get<0>(options->betas()));
+    file.WriteDoubleAttribute(group, "beta2", std::get<1>(options->betas()));
+    file.WriteDoubleAttribute(group, "eps", options->eps());
+    file.WriteDoubleAttribute(group, "weight_decay", options->weight_decay());
+    file.WriteIntAttribute(group, "amsgrad", options->amsgrad() ? 1 : 0);
+    file.WriteStringAttribute(group, "params", JoinLines(params));
   }
 }
 

@@ -43,11 +43,11 @@ struct Training {
   GemmaModel model;
   std::unique_ptr<AdamW> optimizer;
 
-  explicit Training(uint64_t seed) : model(SmallConfig()) {
+  explicit Training(uint64_t seed, bool freeze_embedding = true) : model(SmallConfig()) {
     model->InitializeWeights(0.05, seed);
     std::vector<torch::Tensor> decay, no_decay;
     for (const auto& item : model->named_parameters()) {
-      if (item.key() == "embed_tokens.weight") {
+      if (freeze_embedding && item.key() == "embed_tokens.weight") {
         item.value().requires_grad_(false);
         continue;
       }
@@ -133,6 +133,29 @@ TEST(CheckpointIoTest, OptimizerStateRoundTripsExactlyByParameterName) {
     b.Step(12);
     ExpectSameModelAndOptimizer(c, b);
   }
+}
+
+// A checkpoint whose param groups differ from the optimizer's (another train.trainable) is an error
+// naming the file and the parameter, found before anything in the optimizer changes.
+TEST(CheckpointIoTest, OtherParamGroupsAreAnErrorNamingTheParameter) {
+  testing::TempDir dir;
+  Training a(6);
+  a.Step(60);
+  const std::string path = dir.File("step_1.h5");
+  SaveCheckpoint(path, *a.model, *a.optimizer, SomeTrainerState(), "");
+  Training b(7, /*freeze_embedding=*/false);
+  b.Step(70);
+  const auto before = b.State("norm.weight")->exp_avg().clone();
+  try {
+    LoadCheckpoint(path, *b.model, *b.optimizer);
+    FAIL() << "a checkpoint of other param groups loaded";
+  } catch (const Error& e) {
+    const std::string message = e.what();
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find("'embed_tokens.weight'"), std::string::npos) << message;
+  }
+  EXPECT_EQ(b.State("norm.weight")->step(), 1);
+  EXPECT_TRUE(torch::equal(b.State("norm.weight")->exp_avg(), before));
 }
 
 // The layout before streaming: model datasets plus "trainer/optimizer", the bytes of a
