@@ -11,7 +11,7 @@
 #include <iostream>
 
 #include "cli/commands.h"
-#include "cli/peak_memory.h"
+#include "util/peak_memory.h"
 #include "train/model_loading.h"
 #include "util/error.h"
 #include "util/json.h"

@@ -15,7 +15,7 @@
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include "attention/kernel_registry.h"
-#include "cli/peak_memory.h"
+#include "util/peak_memory.h"
 #include "util/error.h"
 #include "util/json.h"
 

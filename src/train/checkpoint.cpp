@@ -8,7 +8,9 @@
 #include <filesystem>
 #include <sstream>
 
+#include "model/h5_tensor_io.h"
 #include "model/weights_io.h"
+#include "train/optimizer_state_io.h"
 
 namespace darkformer {
 
@@ -16,14 +18,19 @@ namespace fs = std::filesystem;
 
 namespace {
 
-torch::Tensor BytesTensor(const std::string& bytes) {
-  auto t = torch::empty({static_cast<int64_t>(bytes.size())}, torch::kUInt8);
-  std::memcpy(t.data_ptr(), bytes.data(), bytes.size());
-  return t;
-}
+constexpr const char* kRngDataset = "trainer/rng_cpu";
+// Checkpoints written before the optimizer state was streamed hold it as one dataset: the bytes of
+// a torch::serialize archive of the whole optimizer (positional, read whole into memory).
+constexpr const char* kLegacyOptimizerDataset = "trainer/optimizer";
 
-std::string TensorBytes(const torch::Tensor& t) {
-  return std::string(static_cast<const char*>(t.data_ptr()), static_cast<size_t>(t.numel()));
+void LoadLegacyOptimizer(const H5Reader& file, torch::optim::Optimizer& optimizer) {
+  const auto bytes = file.Read(kLegacyOptimizerDataset);
+  DF_CHECK(bytes.scalar_type() == torch::kUInt8 && bytes.dim() == 1,
+           file.path() << ": '" << kLegacyOptimizerDataset << "' is not a byte string");
+  std::istringstream in(std::string(static_cast<const char*>(bytes.data_ptr()), static_cast<size_t>(bytes.numel())));
+  torch::serialize::InputArchive archive;
+  archive.load_from(in);
+  optimizer.load(archive);
 }
 
 }  // namespace
@@ -61,16 +68,6 @@ std::optional<std::string> LatestCheckpoint(const std::string& run_dir) {
 void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim::Optimizer& optimizer,
                     const TrainerState& state, const std::string& attention_yaml) {
   fs::create_directories(fs::path(path).parent_path());
-  std::map<std::string, torch::Tensor> tensors;
-  for (const auto& item : model.named_parameters()) tensors[item.key()] = item.value();
-  for (const auto& item : model.named_buffers()) tensors[item.key()] = item.value();
-  torch::serialize::OutputArchive archive;
-  optimizer.save(archive);
-  std::ostringstream optimizer_bytes;
-  archive.save_to(optimizer_bytes);
-  tensors["trainer/optimizer"] = BytesTensor(optimizer_bytes.str());
-  tensors["trainer/rng_cpu"] = at::detail::getDefaultCPUGenerator().get_state();
-
   YAML::Emitter meta;
   meta << YAML::BeginMap;
   TrainerState::VisitFields([&](const char* name, const auto& field) { meta << YAML::Key << name << YAML::Value << field; },
@@ -81,7 +78,24 @@ void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim
                                                    {"source", "darkformer checkpoint"},
                                                    {"trainer_state", meta.c_str()}};
   if (!attention_yaml.empty()) attributes["attention_yaml"] = attention_yaml;
-  WriteTensorsH5(path, tensors, attributes, {{"format_version", 1}});
+  const auto rng = at::detail::getDefaultCPUGenerator().get_state();
+
+  // Every tensor goes to the file straight from the model or the optimizer, one at a time: a
+  // checkpoint of a large model must not need a second copy of its weights and state in memory.
+  H5SizeEstimate size;
+  for (const auto& item : model.named_parameters()) size.AddTensor(item.value());
+  for (const auto& item : model.named_buffers()) size.AddTensor(item.value());
+  EstimateAdamWState(optimizer, size);
+  size.AddTensor(rng);
+  for (const auto& [key, value] : attributes) size.AddAttribute(value);
+  WriteH5Atomically(path, size, [&](H5Writer& file) {
+    for (const auto& [key, value] : attributes) file.WriteStringAttribute("", key, value);
+    file.WriteIntAttribute("", "format_version", 1);
+    for (const auto& item : model.named_parameters()) file.WriteTensor(item.key(), item.value());
+    for (const auto& item : model.named_buffers()) file.WriteTensor(item.key(), item.value());
+    WriteAdamWState(file, model, optimizer);
+    file.WriteTensor(kRngDataset, rng);
+  });
 }
 
 TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim::Optimizer& optimizer) {
@@ -103,13 +117,17 @@ TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torc
   }
   s.loader = LoaderState::FromYaml(meta["loader"], path + " (trainer_state.loader)");
 
-  const auto optimizer_bytes = TensorBytes(ReadTensorH5(path, "trainer/optimizer"));
-  torch::serialize::InputArchive archive;
-  std::istringstream in(optimizer_bytes);
-  archive.load_from(in);
-  optimizer.load(archive);
+  const H5Reader file(path);
+  if (file.Exists(kLegacyOptimizerDataset)) {
+    LoadLegacyOptimizer(file, optimizer);
+  } else {
+    DF_CHECK(file.Exists(kAdamWStateGroup), path << ": no optimizer state (neither '" << kAdamWStateGroup
+                                                 << "' nor '" << kLegacyOptimizerDataset << "')");
+    ReadAdamWState(file, model, optimizer);
+  }
+  DF_CHECK(file.Exists(kRngDataset), path << ": no dataset '" << kRngDataset << "'");
   auto generator = at::detail::getDefaultCPUGenerator();
-  generator.set_state(ReadTensorH5(path, "trainer/rng_cpu"));
+  generator.set_state(file.Read(kRngDataset));
   return s;
 }
 

@@ -1,6 +1,13 @@
 // Checkpoints hold everything with state: model weights (and kernel draws), the optimizer, the
 // schedule position (step), RNG state, the data loader's position and the spike window. One HDF5
 // file per checkpoint, written to a temporary name and renamed; the last K are kept.
+//
+// Layout: the model's weights as in a weights file (weights_io.h: a dataset per parameter and
+// buffer, config and trainer state as attributes), the AdamW state under "trainer/adamw" (see
+// optimizer_state_io.h) and the CPU generator's state as "trainer/rng_cpu". Every tensor is written
+// from, and read back into, the model's and optimizer's own tensors one at a time, so a checkpoint
+// of a large model costs no second copy of it in memory. Checkpoints of the earlier layout (the
+// whole optimizer as one serialized archive in "trainer/optimizer") still load.
 #pragma once
 
 #include <torch/torch.h>

@@ -9,7 +9,7 @@
 
 #include <map>
 
-#include "cli/peak_memory.h"
+#include "util/peak_memory.h"
 #include "model/gemma_model.h"
 #include "util/mixed_precision.h"
 

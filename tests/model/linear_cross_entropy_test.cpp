@@ -6,7 +6,7 @@
 
 #include <c10/util/ThreadLocalDebugInfo.h>
 
-#include "cli/peak_memory.h"
+#include "util/peak_memory.h"
 #include "model/gemma_model.h"
 #include "model/linear_cross_entropy.h"
 #include "util/labels.h"

@@ -1,6 +1,8 @@
 // Peak CPU memory of a stretch of code, from LibTorch's allocator reports: install with
 // c10::DebugInfoGuard(c10::DebugInfoKind::PROFILER_STATE, info) and read peak() afterwards.
-// Counts bytes allocated while installed (tensors made before are not counted).
+// Counts bytes allocated while installed, net of those of them freed while installed (tensors
+// made before are not counted, nor is their release). Memory that does not come from LibTorch's
+// allocator (std::string, std::vector, HDF5's own buffers) is not seen.
 #pragma once
 
 #include <c10/core/Allocator.h>
