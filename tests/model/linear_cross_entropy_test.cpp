@@ -1,6 +1,6 @@
 // The chunked LM-head cross-entropy equals the full-logit one (loss, both gradients, evaluation
 // sums), with and without Gemma 2's soft-cap and with ignored labels; at a 256k vocabulary its
-// peak bytes drop (LibTorch's allocator reports, cli/peak_memory.h).
+// peak bytes drop (LibTorch's allocator reports, util/peak_memory.h).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
