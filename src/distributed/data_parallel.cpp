@@ -207,7 +207,9 @@ void DataParallel::WatchGradients(const std::vector<torch::Tensor>& params) {
   group_->reducer = std::make_shared<c10d::Reducer>(
       params, std::move(buckets), group_->process_group, sparse,
       /*bucket_bytes_cap=*/config_.bucket_cap_mb * 1024 * 1024, config_.find_unused_parameters,
-      /*gradient_as_bucket_view=*/false, std::unordered_map<size_t, std::string>{},
+      // Gradients are views into the all-reduce buckets (torch DDP's gradient_as_bucket_view):
+      // one copy of the gradients instead of two (5 GB for Gemma-2B's fp32 gradients).
+      /*gradient_as_bucket_view=*/true, std::unordered_map<size_t, std::string>{},
       /*first_bucket_bytes_cap=*/c10d::kDefaultFirstBucketBytes, /*skip_all_reduce_unused_params=*/false,
       /*use_python_reducer=*/false, std::move(limit_list));
   spdlog::info("data parallel: gradients of {} tensors all-reduced in {} bucket(s)", params.size(), limits.size());

@@ -1,6 +1,7 @@
 // The training loop (see trainer.h).
 #include "train/trainer.h"
 
+#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fnmatch.h>
 #include <spdlog/spdlog.h>
 
@@ -156,7 +157,7 @@ Trainer::StepResult Trainer::TrainStep() {
   r.lr = ScheduledLr(t.schedule, t.lr, state_.step, t.steps, t.warmup_steps, t.min_lr_ratio, t.decay_fraction);
   if (t.fault_injection.lr_multiplier_step == this_step) r.lr *= t.fault_injection.lr_multiplier_factor;
   ApplyLr(r.lr);
-  optimizer_->zero_grad(/*set_to_none=*/true);
+  ZeroGradients();
   r.position = train_loader_->state();
   torch::Tensor last_ids_BL;
   const bool inject_nan = t.fault_injection.nan_loss_at_step == this_step &&
@@ -209,6 +210,11 @@ Trainer::StepResult Trainer::TrainStep() {
   if (!r.finite) {
     spdlog::warn("step {}: non-finite loss {} or grad norm {} ({})", this_step, r.loss, r.grad_norm,
                  EnumName(t.spikes.on_nonfinite, kNonfiniteActionNames));
+  }
+  if (parallel_ && this_step == 1) {
+    int64_t views = 0;
+    for (const auto& p : trainable_) views += p.grad().defined() && p.grad().is_view() ? 1 : 0;
+    spdlog::info("data parallel: {} of {} gradients are views into the all-reduce buckets", views, trainable_.size());
   }
   r.skipped = !r.finite || (r.verdict.spike && t.spikes.skip_update);
   if (!r.skipped) optimizer_->step();
@@ -458,6 +464,25 @@ void Trainer::LogEval(const EvalResult& r) {
                r.perplexity, r.accuracy, r.tokens);
 }
 
+// As torch's zero_grad(set_to_none=True), except that under data parallelism a gradient that is a
+// view into the reducer's bucket (gradient_as_bucket_view) is zeroed in place: it cannot be
+// detached, and keeping it keeps the next backward accumulating into the bucket (one copy).
+void Trainer::ZeroGradients() {
+  if (!parallel_) {
+    optimizer_->zero_grad(/*set_to_none=*/true);
+    return;
+  }
+  for (auto& p : trainable_) {
+    auto& grad = p.mutable_grad();
+    if (!grad.defined()) continue;
+    if (grad.is_view()) {
+      grad.zero_();
+    } else {
+      grad.reset();
+    }
+  }
+}
+
 // The micro-batch's mean token loss: the full-logit loss, or the chunked one (train.loss_chunk_tokens).
 torch::Tensor Trainer::MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels) {
   if (config_.train.loss_chunk_tokens <= 0) return CausalLmLoss(model_->forward(ids), labels);
@@ -481,7 +506,12 @@ void Trainer::JoinDataParallelGroup() {
   config_.data.rank = env->rank;
   config_.data.world_size = env->world_size;
   config_.data.LocalBatchSize();  // a global batch the ranks cannot split fails here, before joining
-  if (device_.is_cuda()) device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+  if (device_.is_cuda()) {
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+    // Before any CUDA allocation (NCCL's communicator, the model): otherwise every rank's
+    // context and first tensors land on cuda:0.
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device_);
+  }
   parallel_ = DataParallel::Join(config_.train.distributed, *env, device_);
   if (!is_rank_zero()) {
     // Every rank logs its setup (prefixed); step, eval and spike lines come from rank 0 alone.

@@ -98,6 +98,7 @@ class Trainer {
   // tokens, and the sum (data parallelism), through the full logits or the chunked loss.
   torch::Tensor MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels);
   torch::Tensor LossSum(const torch::Tensor& ids, const torch::Tensor& labels);
+  void ZeroGradients();
   bool bf16() const { return config_.train.precision == Precision::kBf16Autocast; }
 
   RunConfig config_;

@@ -122,11 +122,13 @@ def compare_losses(got, want, steps, what):
           "differ at %s" % bad[:3])
 
 
-def expect_equal_to_single_process(tmp, kernel, launch, grad_accum=1):
-    single_cfg, single_dir = write_config(tmp, "single-" + kernel, kernel=kernel, train={"grad_accum": grad_accum})
+def expect_equal_to_single_process(tmp, kernel, launch, grad_accum=1, single_train=None, dp_train=None):
+    single_cfg, single_dir = write_config(tmp, "single-" + kernel, kernel=kernel,
+                                          train={"grad_accum": grad_accum, **(single_train or {})})
     rc, err = train_single(single_cfg)
     check(rc == 0, "%s: 1-process run exits 0" % kernel, tail(err))
-    dp_cfg, dp_dir = write_config(tmp, "dp-" + kernel, kernel=kernel, train={"grad_accum": grad_accum})
+    dp_cfg, dp_dir = write_config(tmp, "dp-" + kernel, kernel=kernel,
+                                  train={"grad_accum": grad_accum, **(dp_train or {})})
     results = launch(dp_cfg)
     for r, (rc, err) in enumerate(results):
         check(rc == 0, "%s: rank %d exits 0" % (kernel, r), tail(err))
@@ -137,6 +139,7 @@ def expect_equal_to_single_process(tmp, kernel, launch, grad_accum=1):
     # Rank 0 alone wrote the run directory: one line per step.
     check(train_steps(dp_dir) == list(range(1, 11)), "%s: metrics.jsonl has steps 1-10 once" % kernel,
           str(train_steps(dp_dir)))
+    return results
 
 
 def launch_with_environment(config):
@@ -158,7 +161,10 @@ def launch_with_torchrun(config):
 
 @case
 def exact_matches_one_process(tmp):
-    expect_equal_to_single_process(tmp, "exact", launch_with_environment)
+    results = expect_equal_to_single_process(tmp, "exact", launch_with_environment)
+    # gradient_as_bucket_view: after the first step every gradient lives in the reducer's buckets.
+    views = re.findall(r"(\d+) of (\d+) gradients are views into the all-reduce buckets", results[0][1])
+    check(views and views[0][0] == views[0][1], "exact: gradients are bucket views (%s)" % views)
 
 
 @case
@@ -166,6 +172,16 @@ def darkformer_under_torchrun_matches_one_process(tmp):
     check(os.access(TORCHRUN, os.X_OK), "torchrun is in the venv (%s)" % TORCHRUN)
     # Two micro-batches per step: only the last backward all-reduces (DDP's no_sync).
     expect_equal_to_single_process(tmp, "darkformer", launch_with_torchrun, grad_accum=2)
+
+
+@case
+def checkpointed_qkv_only_matches_one_process(tmp):
+    # q/k/v-only finetuning (a frozen embedding: the first layer's input needs no gradient) with
+    # activation checkpointing and the chunked loss on 2 ranks, against one plain process: the
+    # checkpointed layers' parameters reach the reducer's buckets through the outer graph.
+    qkv = {"trainable": ["*q_proj*", "*k_proj*", "*v_proj*", "*.kernel.*"]}
+    expect_equal_to_single_process(tmp, "darkformer", launch_with_environment, grad_accum=2, single_train=qkv,
+                                   dp_train={**qkv, "activation_checkpointing": True, "loss_chunk_tokens": 24})
 
 
 @case
