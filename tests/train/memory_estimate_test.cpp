@@ -1,0 +1,118 @@
+// The memory estimate (train/memory_estimate.h) against LibTorch's allocator: three small CPU runs
+// of the real Trainer (full finetune; q/k/v + kernel only; activation checkpointing with the
+// chunked loss and gradient accumulation), each two optimizer steps, so AdamW's state exists,
+// plus the end-of-run evaluation and checkpoint Run() does. The allocator reports are installed
+// (util/peak_memory.h) before the Trainer builds its model, so weights, gradients, AdamW state,
+// activations, loss buffers and every transient are counted; the peak over the whole Run() must
+// be within 15% of the predicted peak. Also: the parameter names and sizes the estimate uses
+// are those of a built model, and bad input is refused.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <c10/util/ThreadLocalDebugInfo.h>
+
+#include <chrono>
+#include <cstdio>
+
+#include "data/data_test_util.h"
+#include "model/gemma_model.h"
+#include "train/memory_estimate.h"
+#include "train/tiny_run.h"
+#include "train/trainer.h"
+#include "util/error.h"
+#include "util/peak_memory.h"
+
+namespace darkformer {
+namespace {
+
+using testing::TempDir;
+using testing::TinyRunConfig;
+
+// hidden 256, 4 layers, 4 query heads sharing 1 KV head of 64, MLP 512, vocab 8192 (the shards'
+// 320 pieces index its first rows), 4 sequences of 256 tokens, darkformer with 64 features.
+std::vector<std::string> SmallShape() {
+  return {"model.vocab_size=8192",      "model.hidden_size=256",     "model.intermediate_size=512",
+          "model.num_hidden_layers=4",  "model.num_attention_heads=4", "model.num_key_value_heads=1",
+          "model.head_dim=64",          "data.seq_len=256",          "data.batch_size=4",
+          "train.steps=2",              "train.warmup_steps=1",      "attention.darkformer.num_features=64",
+          "attention.darkformer.chunk_size=64", "eval.batches=1"};
+}
+
+RunConfig SmallRun(const std::string& dir, std::vector<std::string> extra) {
+  auto overrides = SmallShape();
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
+  return TinyRunConfig(dir, "darkformer", overrides);
+}
+
+int64_t MeasuredPeak(const RunConfig& config) {
+  auto info = std::make_shared<PeakMemory>();
+  {
+    c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, info);
+    Trainer trainer(config);
+    EXPECT_EQ(trainer.Run(), 0);
+  }
+  return info->peak();
+}
+
+void ExpectWithin15Percent(const std::string& what, const std::vector<std::string>& extra) {
+  TempDir dir;
+  const auto config = SmallRun(dir.File("run"), extra);
+  MemoryEstimateOptions options;
+  options.cpu = true;
+  const auto estimate = EstimateTrainingMemory(config, options);
+  const auto start = std::chrono::steady_clock::now();
+  const int64_t measured = MeasuredPeak(config);
+  const double seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double mib = 1024.0 * 1024.0;
+  const double ratio = static_cast<double>(estimate.peak) / static_cast<double>(measured);
+  std::printf("[memory] %-44s estimate %8.2f MiB  measured %8.2f MiB  ratio %.3f  (peak at: %s; %.1f s)\n",
+              what.c_str(), estimate.peak / mib, measured / mib, ratio, estimate.peak_phase.c_str(), seconds);
+  for (const auto& p : estimate.phases) std::printf("[memory]     %-40s %8.2f MiB\n", p.name.c_str(), p.bytes / mib);
+  EXPECT_GT(ratio, 0.85) << what;
+  EXPECT_LT(ratio, 1.15) << what;
+}
+
+TEST(MemoryEstimate, FullFinetuneWithin15Percent) { ExpectWithin15Percent("full finetune", {}); }
+
+TEST(MemoryEstimate, QkvOnlyWithin15Percent) {
+  ExpectWithin15Percent("q/k/v + kernel only",
+                        {"train.trainable=[\"*q_proj*\", \"*k_proj*\", \"*v_proj*\", \"*.kernel.*\"]"});
+}
+
+TEST(MemoryEstimate, CheckpointedChunkedAccumulatedWithin15Percent) {
+  ExpectWithin15Percent("checkpointing, chunked loss 256, grad_accum 2",
+                        {"train.activation_checkpointing=true", "train.loss_chunk_tokens=256", "train.grad_accum=2"});
+}
+
+// The names (the trainer's globs match them) and sizes the estimate counts are a built model's.
+TEST(MemoryEstimate, ParameterNamesAndSizesMatchTheModel) {
+  for (const std::string family : {"gemma", "gemma2", "gemma3"}) {
+    TempDir dir;
+    const auto config = TinyRunConfig(dir.File("run"), "darkformer", {"model.family=" + family});
+    GemmaModel model(config.model, config.attention);
+    std::map<std::string, int64_t> built;
+    for (const auto& p : model->named_parameters()) built[p.key()] = p.value().numel();
+    std::map<std::string, int64_t> estimated;
+    for (const auto& p : ModelParameterSizes(config.model, config.attention)) estimated[p.name] = p.numel;
+    EXPECT_EQ(estimated, built) << family;
+    int64_t buffers = 0;
+    for (const auto& b : model->buffers()) buffers += static_cast<int64_t>(b.nbytes());
+    EXPECT_EQ(ModelBufferBytes(config.model, config.attention), buffers) << family;
+  }
+}
+
+TEST(MemoryEstimate, RefusesBadInput) {
+  TempDir dir;
+  const auto config = SmallRun(dir.File("run"), {});
+  MemoryEstimateOptions zero;
+  zero.devices = 0;
+  EXPECT_THROW(EstimateTrainingMemory(config, zero), Error);
+  MemoryEstimateOptions three;
+  three.devices = 3;  // 4 rows do not split over 3 devices
+  EXPECT_THROW(EstimateTrainingMemory(config, three), Error);
+  const auto frozen = SmallRun(dir.File("run"), {"train.trainable=[\"nothing*\"]"});
+  EXPECT_THROW(EstimateTrainingMemory(frozen, {}), Error);
+}
+
+}  // namespace
+}  // namespace darkformer
