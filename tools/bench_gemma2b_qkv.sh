@@ -100,7 +100,7 @@ run_setting() {
   wait "$pid" 2>/dev/null || true
   local steps
   steps=$("$PY" "$ROOT/tools/bench_step_summary.py" "$WORK/runs/$name/metrics.jsonl")
-  printf '[bench] %-10s | peak RSS %.2f GB | %s | %s%s\n' "$name" "$(echo "$peak_kb / 1048576" | bc -l)" "$steps" \
+  printf '[bench] %-10s | peak RSS %.2f GiB | %s | %s%s\n' "$name" "$(echo "$peak_kb / 1048576" | bc -l)" "$steps" \
     "$verdict" "${predicted:+ | inspect --memory: $predicted}"
 }
 

@@ -14,6 +14,7 @@
 #include "util/peak_memory.h"
 #include "train/model_loading.h"
 #include "util/error.h"
+#include "util/mixed_precision.h"
 #include "util/json.h"
 
 namespace darkformer {
@@ -38,14 +39,18 @@ void RunDecodeBench(const DecodeBenchArgs& a) {
   if (config.train.threads > 0) torch::set_num_threads(static_cast<int>(config.train.threads));
   auto model = BuildModelFrom(config, "", "decode-bench");
   const auto device = ResolveDevice(config);
+  ApplyTf32(config.train.tf32, device);
   model->to(device);
   model->eval();
   torch::NoGradGuard no_grad;
+  // Decoding at the run's precision (train.precision), as generate does.
+  const bool bf16 = config.train.precision == Precision::kBf16Autocast;
+  AutocastScope autocast(device.type(), bf16);
   const auto vocab = model->config().vocab_size;
-  std::cout << fmt::format("decoding, {} attention, {} layers, hidden {}, {} intra-op threads; ms/token = median of {} "
-                           "single-token steps after the prompt\n",
+  std::cout << fmt::format("decoding, {} attention, {} layers, hidden {}, {}, {} intra-op threads; ms/token = median "
+                           "of {} single-token steps after the prompt\n",
                            config.attention.kernel, model->config().num_hidden_layers, model->config().hidden_size,
-                           torch::get_num_threads(), a.steps);
+                           bf16 ? "bf16 autocast" : "fp32", torch::get_num_threads(), a.steps);
   std::cout << fmt::format("{:>8} {:>11} {:>10} {:>12} {:>14}\n", "context", "prefill ms", "ms/token", "state MiB",
                            "step peak MiB");
   std::ofstream json;

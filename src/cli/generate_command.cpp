@@ -12,9 +12,9 @@
 #include "cli/commands.h"
 #include "data/tokenizer.h"
 #include "model/generation.h"
-#include "util/mixed_precision.h"
 #include "train/model_loading.h"
 #include "util/error.h"
+#include "util/mixed_precision.h"
 
 namespace darkformer {
 

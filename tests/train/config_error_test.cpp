@@ -4,6 +4,7 @@
 
 #include "data/data_test_util.h"
 #include "train/tiny_run.h"
+#include "train/trainer.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -53,8 +54,25 @@ INSTANTIATE_TEST_SUITE_P(
         BadConfig{"FaultInjectionUnknownKey", "exact", "train.fault_injection.nan_at=3",
                   "train.fault_injection.nan_at"},
         BadConfig{"FaultInjectionWrongType", "exact", "train.fault_injection.lr_multiplier_at_step={step: x}",
-                  "train.fault_injection.lr_multiplier_at_step.step"}),
+                  "train.fault_injection.lr_multiplier_at_step.step"},
+        BadConfig{"Tf32BadValue", "exact", "train.tf32=sometimes", "train.tf32"},
+        BadConfig{"NegativeLossChunk", "exact", "train.loss_chunk_tokens=-1", "train.loss_chunk_tokens"},
+        BadConfig{"CheckpointingWrongType", "exact", "train.activation_checkpointing=often",
+                  "train.activation_checkpointing"},
+        BadConfig{"PrecisionBadValue", "exact", "train.precision=fp16", "train.precision"}),
     [](const auto& info) { return info.param.name; });
+
+// train.tf32: true on a CPU run would do nothing (no TF32 there): refused when the run starts.
+TEST(ConfigErrorTest, Tf32TrueOnTheCpuIsRefused) {
+  testing::TempDir dir;
+  const auto config = testing::TinyRunConfig(dir.path(), "exact", {"train.tf32=true"});
+  try {
+    Trainer trainer(config);
+    FAIL() << "train.tf32: true accepted on the CPU";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.tf32"), std::string::npos) << e.what();
+  }
+}
 
 }  // namespace
 }  // namespace darkformer

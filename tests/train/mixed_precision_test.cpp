@@ -68,6 +68,10 @@ struct KernelCase {
   bool libtorch_ops;  // the LibTorch-ops path of the fused operator (CUDA's) instead of the raw CPU kernel
 };
 
+void PrintTo(const KernelCase& c, std::ostream* os) {
+  *os << c.kernel << (c.libtorch_ops ? " (LibTorch ops)" : " (raw CPU kernel)");
+}
+
 std::vector<double> Losses(const std::string& run_dir) {
   std::vector<double> losses;
   for (const auto& line : testing::TrainLines(run_dir)) losses.push_back(line["loss"].as<double>());
