@@ -1,7 +1,7 @@
-// The training loop (see trainer.h).
+// The training loop (see trainer.h); losses and evaluation in trainer_loss.cpp, the data-parallel
+// rank in trainer_data_parallel.cpp.
 #include "train/trainer.h"
 
-#include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <fnmatch.h>
 #include <spdlog/spdlog.h>
 
@@ -10,7 +10,6 @@
 #include <filesystem>
 #include <limits>
 
-#include "distributed/launch_environment.h"
 #include "model/weights_io.h"
 #include "train/model_loading.h"
 #include "train/lr_schedule.h"
@@ -354,54 +353,6 @@ void Trainer::ApplyLr(double lr) {
   }
 }
 
-EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
-  torch::NoGradGuard no_grad;
-  model_->eval();
-  const auto saved = loader.state();
-  double loss_sum = 0.0;
-  int64_t correct = 0, tokens = 0;
-  for (int64_t b = 0; b < batches; ++b) {
-    const auto batch = loader.Next();
-    const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
-    AutocastScope autocast(device_.type(), bf16());
-    if (config_.train.loss_chunk_tokens > 0) {  // no full logits in evaluation either
-      const auto sums = model_->EvalChunked(ids, labels, config_.train.loss_chunk_tokens);
-      loss_sum += sums.loss_sum;
-      correct += sums.correct;
-      tokens += sums.count;
-      continue;
-    }
-    const auto logits = model_->forward(ids).to(torch::kFloat32);
-    const auto mask = labels.ne(kIgnoreIndex);
-    const int64_t n = mask.sum().item<int64_t>();
-    if (n == 0) continue;
-    loss_sum += CausalLmLoss(logits, labels).item<double>() * static_cast<double>(n);
-    correct += (logits.argmax(-1).eq(labels) & mask).sum().item<int64_t>();
-    tokens += n;
-  }
-  loader.Restore(saved);  // every eval sees the same validation batches
-  model_->train();
-  if (parallel_) {  // each rank evaluated its slice of every batch
-    const auto totals = parallel_->Sum({loss_sum, static_cast<double>(correct), static_cast<double>(tokens)},
-                                       "summing evaluation results");
-    loss_sum = totals[0];
-    correct = static_cast<int64_t>(totals[1]);
-    tokens = static_cast<int64_t>(totals[2]);
-  }
-  EvalResult r;
-  r.tokens = tokens;
-  r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
-  r.perplexity = std::exp(r.loss);
-  r.accuracy = tokens ? static_cast<double>(correct) / static_cast<double>(tokens) : 0.0;
-  return r;
-}
-
-EvalResult Trainer::EvaluateFrom(BatchSource& loader, int64_t batches) {
-  BuildModel();
-  CheckVocabulary(loader);
-  return Evaluate(loader, batches);
-}
-
 void Trainer::WriteCheckpoint() {
   state_.loader = train_loader_->state();
   state_.spike_window = spikes_->Serialize();
@@ -462,98 +413,6 @@ void Trainer::LogEval(const EvalResult& r) {
                  {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}});
   spdlog::info("eval @ {}: loss {:.4f} | ppl {:.2f} | next-token accuracy {:.4f} | {} tokens", state_.step, r.loss,
                r.perplexity, r.accuracy, r.tokens);
-}
-
-// As torch's zero_grad(set_to_none=True), except that under data parallelism a gradient that is a
-// view into the reducer's bucket (gradient_as_bucket_view) is zeroed in place: it cannot be
-// detached, and keeping it keeps the next backward accumulating into the bucket (one copy).
-void Trainer::ZeroGradients() {
-  if (!parallel_) {
-    optimizer_->zero_grad(/*set_to_none=*/true);
-    return;
-  }
-  for (auto& p : trainable_) {
-    auto& grad = p.mutable_grad();
-    if (!grad.defined()) continue;
-    if (grad.is_view()) {
-      grad.zero_();
-    } else {
-      grad.reset();
-    }
-  }
-}
-
-// The micro-batch's mean token loss: the full-logit loss, or the chunked one (train.loss_chunk_tokens).
-torch::Tensor Trainer::MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels) {
-  if (config_.train.loss_chunk_tokens <= 0) return CausalLmLoss(model_->forward(ids), labels);
-  const double count = static_cast<double>(labels.ne(kIgnoreIndex).sum().item<int64_t>());
-  return model_->LossSum(ids, labels, config_.train.loss_chunk_tokens) / count;
-}
-
-torch::Tensor Trainer::LossSum(const torch::Tensor& ids, const torch::Tensor& labels) {
-  if (config_.train.loss_chunk_tokens > 0) return model_->LossSum(ids, labels, config_.train.loss_chunk_tokens);
-  const auto logits = model_->forward(ids);
-  return torch::nn::functional::cross_entropy(
-      logits.to(torch::kFloat32).reshape({-1, logits.size(-1)}), labels.reshape({-1}),
-      torch::nn::functional::CrossEntropyFuncOptions().ignore_index(kIgnoreIndex).reduction(torch::kSum));
-}
-
-// ---- Data parallelism ---------------------------------------------------------------------
-
-void Trainer::JoinDataParallelGroup() {
-  const auto env = LaunchEnvironment::FromProcessEnvironment();
-  if (!env || env->world_size <= 1) return;
-  config_.data.rank = env->rank;
-  config_.data.world_size = env->world_size;
-  config_.data.LocalBatchSize();  // a global batch the ranks cannot split fails here, before joining
-  if (device_.is_cuda()) {
-    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
-    // Before any CUDA allocation (NCCL's communicator, the model): otherwise every rank's
-    // context and first tensors land on cuda:0.
-    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device_);
-  }
-  parallel_ = DataParallel::Join(config_.train.distributed, *env, device_);
-  if (!is_rank_zero()) {
-    // Every rank logs its setup (prefixed); step, eval and spike lines come from rank 0 alone.
-    spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env->rank));
-  }
-}
-
-bool Trainer::AnyRank(bool flag, const std::string& what) {
-  if (!parallel_) return flag;
-  return parallel_->Max({flag ? 1.0 : 0.0}, what)[0] > 0.0;
-}
-
-double Trainer::MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
-                                   bool last_micro, bool inject_nan) {
-  torch::Tensor token_loss_sum;
-  {
-    AutocastScope autocast(device_.type(), bf16());
-    token_loss_sum = LossSum(ids, labels);
-  }
-  // sum / global count is this rank's share of the global mean; the Reducer divides the summed
-  // gradients by the rank count, so the backward loss carries a factor W to undo it.
-  const double accum = static_cast<double>(config_.train.grad_accum);
-  auto share = token_loss_sum / (global_label_count * accum);
-  if (inject_nan) share = share * std::numeric_limits<double>::quiet_NaN();
-  parallel_->Backward(share * static_cast<double>(parallel_->world_size()), last_micro);
-  return share.item<double>();
-}
-
-// Every rank applied the same averaged gradients; a digest of each rank's parameters shows the
-// replicas stayed bit-identical (logged on every rank, so a launcher's logs can be compared too).
-void Trainer::CheckReplicasAgree() {
-  std::vector<torch::Tensor> params;
-  for (const auto& p : model_->parameters()) params.push_back(p);
-  const auto digest = static_cast<int64_t>(DigestOf(params));
-  spdlog::info("rank {} parameter digest {:016x} after step {}", parallel_->rank(), static_cast<uint64_t>(digest),
-               state_.step);
-  const auto digests = parallel_->AllGather(digest, "comparing parameter digests");
-  for (int64_t r = 1; r < parallel_->world_size(); ++r) {
-    DF_CHECK(digests[r] == digests[0], "data parallel: rank " << r << "'s parameters differ from rank 0's after step "
-                                                              << state_.step << " (digest " << std::hex
-                                                              << digests[r] << " vs " << digests[0] << ")");
-  }
 }
 
 }  // namespace darkformer

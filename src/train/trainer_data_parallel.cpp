@@ -1,0 +1,71 @@
+// The trainer as one data-parallel rank (see trainer.h): joining torchrun's group, agreeing on
+// decisions, the micro-batch backward through the reducer and the end-of-run replica check.
+#include <c10/core/impl/DeviceGuardImplInterface.h>
+#include <spdlog/spdlog.h>
+
+#include "distributed/launch_environment.h"
+#include "train/trainer.h"
+#include "util/labels.h"
+#include "util/mixed_precision.h"
+
+namespace darkformer {
+
+// ---- Data parallelism ---------------------------------------------------------------------
+
+void Trainer::JoinDataParallelGroup() {
+  const auto env = LaunchEnvironment::FromProcessEnvironment();
+  if (!env || env->world_size <= 1) return;
+  config_.data.rank = env->rank;
+  config_.data.world_size = env->world_size;
+  config_.data.LocalBatchSize();  // a global batch the ranks cannot split fails here, before joining
+  if (device_.is_cuda()) {
+    device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
+    // Before any CUDA allocation (NCCL's communicator, the model): otherwise every rank's
+    // context and first tensors land on cuda:0.
+    c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device_);
+  }
+  parallel_ = DataParallel::Join(config_.train.distributed, *env, device_);
+  if (!is_rank_zero()) {
+    // Every rank logs its setup (prefixed); step, eval and spike lines come from rank 0 alone.
+    spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env->rank));
+  }
+}
+
+bool Trainer::AnyRank(bool flag, const std::string& what) {
+  if (!parallel_) return flag;
+  return parallel_->Max({flag ? 1.0 : 0.0}, what)[0] > 0.0;
+}
+
+double Trainer::MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
+                                   bool last_micro, bool inject_nan) {
+  torch::Tensor token_loss_sum;
+  {
+    AutocastScope autocast(device_.type(), bf16());
+    token_loss_sum = LossSum(ids, labels);
+  }
+  // sum / global count is this rank's share of the global mean; the Reducer divides the summed
+  // gradients by the rank count, so the backward loss carries a factor W to undo it.
+  const double accum = static_cast<double>(config_.train.grad_accum);
+  auto share = token_loss_sum / (global_label_count * accum);
+  if (inject_nan) share = share * std::numeric_limits<double>::quiet_NaN();
+  parallel_->Backward(share * static_cast<double>(parallel_->world_size()), last_micro);
+  return share.item<double>();
+}
+
+// Every rank applied the same averaged gradients; a digest of each rank's parameters shows the
+// replicas stayed bit-identical (logged on every rank, so a launcher's logs can be compared too).
+void Trainer::CheckReplicasAgree() {
+  std::vector<torch::Tensor> params;
+  for (const auto& p : model_->parameters()) params.push_back(p);
+  const auto digest = static_cast<int64_t>(DigestOf(params));
+  spdlog::info("rank {} parameter digest {:016x} after step {}", parallel_->rank(), static_cast<uint64_t>(digest),
+               state_.step);
+  const auto digests = parallel_->AllGather(digest, "comparing parameter digests");
+  for (int64_t r = 1; r < parallel_->world_size(); ++r) {
+    DF_CHECK(digests[r] == digests[0], "data parallel: rank " << r << "'s parameters differ from rank 0's after step "
+                                                              << state_.step << " (digest " << std::hex
+                                                              << digests[r] << " vs " << digests[0] << ")");
+  }
+}
+
+}  // namespace darkformer
