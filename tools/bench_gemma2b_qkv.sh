@@ -8,7 +8,8 @@
 #
 #   C4_GLOB='path/c4/*.json.gz' TOKENIZER=path/gemma.model tools/bench_gemma2b_qkv.sh [setting ...]
 #
-# Settings: all (bf16 + checkpointing + chunked loss), bf16_ckpt, bf16_chunk, fp32_all, fp32_none;
+# Settings: all (bf16 + checkpointing + chunked loss), all_frozen_bf16 (and frozen weights stored in
+# bf16), bf16_ckpt, bf16_chunk, fp32_all, fp32_none;
 # `prepare` makes the model, its .h5 and the shards only.
 # A setting whose RSS passes RSS_LIMIT_GB (default 21) is stopped and reported as not fitting.
 set -euo pipefail
@@ -38,9 +39,10 @@ fi
 [[ "${1:-}" == prepare ]] && exit 0  # model, weights and data only
 
 config_for() {  # setting -> run config path
-  local name=$1 precision=float32 ckpt=false chunk=0
+  local name=$1 precision=float32 ckpt=false chunk=0 frozen_bf16=false
   case $name in
     all) precision=bf16_autocast ckpt=true chunk=1024 ;;
+    all_frozen_bf16) precision=bf16_autocast ckpt=true chunk=1024 frozen_bf16=true ;;
     bf16_ckpt) precision=bf16_autocast ckpt=true ;;
     bf16_chunk) precision=bf16_autocast chunk=1024 ;;
     fp32_all) ckpt=true chunk=1024 ;;
@@ -66,6 +68,7 @@ train:
   precision: $precision
   activation_checkpointing: $ckpt
   loss_chunk_tokens: $chunk
+  frozen_weights_bf16: $frozen_bf16
   checkpoint_every: 0
   warmup_steps: 1
 eval: {every: 0, batches: 1}

@@ -67,7 +67,8 @@ class Tape {
     Shadow xin = x, win = w;
     if (bf16_) {
       xin = To(x, kBf16);
-      win = New(w.numel, kBf16, w.rg);
+      // A weight stored in bf16 (train.frozen_weights_bf16) is used as it is: no cast.
+      if (w.esz != kBf16) win = New(w.numel, kBf16, w.rg);
     }
     if (w.rg) Save(xin);
     if (x.rg) Save(win);
@@ -359,9 +360,15 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   // Parameters, trainable by the trainer's globs.
   std::map<std::string, Shadow> params;
   int64_t largest_trainable = 0;
+  int64_t bf16_frozen = 0;  // train.frozen_weights_bf16: frozen *_proj.weight stored in 2 bytes
   for (const auto& p : ModelParameterSizes(m, config.attention)) {
     const bool train = MatchesAny(p.name, t.trainable);
     params[p.name] = Tape::Param(p.numel, train);
+    const bool linear = p.name.size() > 12 && p.name.compare(p.name.size() - 12, 12, "_proj.weight") == 0;
+    if (t.frozen_weights_bf16 && !train && linear) {
+      params[p.name].esz = kBf16;
+      bf16_frozen += p.numel;
+    }
     r.parameters += p.numel;
     if (train) {
       r.trainable_parameters += p.numel;
@@ -369,7 +376,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
     }
   }
   DF_CHECK(r.trainable_parameters > 0, "config key 'train.trainable' matches no parameter");
-  r.weights = kF32 * r.parameters + ModelBufferBytes(m, config.attention);
+  r.weights = kF32 * r.parameters - (kF32 - kBf16) * bf16_frozen + ModelBufferBytes(m, config.attention);
   r.gradients = kF32 * r.trainable_parameters;
   r.optimizer = 2 * kF32 * r.trainable_parameters;
 

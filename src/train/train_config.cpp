@@ -53,6 +53,7 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   DF_CHECK(t.loss_chunk_tokens >= 0, "config key '" << r.KeyPath("loss_chunk_tokens")
                                                     << "' must be >= 0 (0 = the full-logit loss), got "
                                                     << t.loss_chunk_tokens);
+  t.frozen_weights_bf16 = r.Get<bool>("frozen_weights_bf16", t.frozen_weights_bf16);
   t.deterministic = r.Get<bool>("deterministic", t.deterministic);
   t.threads = r.Get<int64_t>("threads", t.threads);
   t.lr = r.Get<double>("lr", t.lr);
@@ -86,6 +87,9 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   DF_CHECK(t.decay_fraction >= 0 && t.decay_fraction <= 1, "config key '" << key("decay_fraction") << "' must be in [0, 1]");
   DF_CHECK(t.grad_clip >= 0, "config key '" << key("grad_clip") << "' must be >= 0 (0 = off)");
   DF_CHECK(t.threads >= 0, "config key '" << key("threads") << "' must be >= 0 (0 = LibTorch's default)");
+  DF_CHECK(!t.frozen_weights_bf16 || t.precision == Precision::kBf16Autocast,
+           "config key '" << key("frozen_weights_bf16") << "' needs train.precision: bf16_autocast (bf16 weights "
+                          << "meet fp32 activations outside autocast)");
   DF_CHECK(!t.trainable.empty(), "config key '" << key("trainable") << "' must list at least one glob");
   return t;
 }

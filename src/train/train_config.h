@@ -68,6 +68,10 @@ struct TrainConfig {
   // Cross-entropy through the LM head this many tokens at a time, its gradients computed in the
   // forward: the B x L x vocab logits never exist in full (0 = the plain full-logit loss).
   int64_t loss_chunk_tokens = 0;
+  // Frozen Linear weights (projections, MLP) stored in bf16: half their memory (3.8 GB of
+  // Gemma-2B's q/k/v-only finetune). Needs bf16_autocast; the embedding (the tied LM head), norms
+  // and kernel parameters stay fp32, as does every trainable weight.
+  bool frozen_weights_bf16 = false;
   bool deterministic = false;        // CPU: deterministic algorithms, single thread, bit-exact resume
   int64_t threads = 0;               // CPU intra-op threads; 0 = LibTorch's default
   // Optimizer: AdamW. Parameters matching no_decay globs get no weight decay.

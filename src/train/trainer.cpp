@@ -205,7 +205,10 @@ Trainer::StepResult Trainer::TrainStep() {
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   if (r.finite) r.verdict = spikes_->Observe(r.loss, r.grad_norm);
   // Before the update, so the magnitudes are those this step's forward saw (rank 0's slice).
-  if (r.verdict.spike && log_) r.attention = MeasureAttention(*model_, last_ids_BL);
+  if (r.verdict.spike && log_) {
+    AutocastScope autocast(device_.type(), bf16());
+    r.attention = MeasureAttention(*model_, last_ids_BL);
+  }
   if (!r.finite) {
     spdlog::warn("step {}: non-finite loss {} or grad norm {} ({})", this_step, r.loss, r.grad_norm,
                  EnumName(t.spikes.on_nonfinite, kNonfiniteActionNames));
@@ -292,8 +295,27 @@ void Trainer::BuildModel() {
     (train ? trainable : frozen) += param.numel();
     if (train) trainable_.push_back(param);
   }
+  if (config_.train.frozen_weights_bf16) StoreFrozenLinearWeightsInBf16();
   DF_CHECK(!trainable_.empty(), "config key 'train.trainable' matches no parameter");
   spdlog::info("parameters: {} trainable, {} frozen ({} tensors trainable)", trainable, frozen, trainable_.size());
+}
+
+// Frozen projection and MLP weights in bf16 (train.frozen_weights_bf16): under autocast their
+// GEMMs run in bf16 anyway, so only the storage changes (and no per-use cast is made). The
+// embedding (also the LM head), norms and kernel parameters keep fp32.
+void Trainer::StoreFrozenLinearWeightsInBf16() {
+  torch::NoGradGuard no_grad;
+  int64_t converted = 0;
+  for (auto& item : model_->named_parameters()) {
+    auto param = item.value();
+    const auto& name = item.key();
+    const bool linear = name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0;
+    if (param.requires_grad() || !linear || param.scalar_type() != torch::kFloat32) continue;
+    param.set_data(param.to(torch::kBFloat16));
+    converted += param.numel();
+  }
+  spdlog::info("frozen Linear weights stored in bf16: {} parameters ({:.2f} GiB saved)", converted,
+               static_cast<double>(converted) * 2 / (1024.0 * 1024.0 * 1024.0));
 }
 
 void Trainer::BuildOptimizer() {
@@ -338,6 +360,7 @@ void Trainer::CalibrateKernels() {
   whole_batch.world_size = 1;
   const auto ids_BL = OpenBatchSource(whole_batch, "train")->Next().input_ids_BL.to(device_);
   torch::NoGradGuard no_grad;
+  AutocastScope autocast(device_.type(), bf16());  // the run's precision (bf16 frozen weights need it)
   model_->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
     auto kernel = in.attention.kernel();
     if (!kernel->wants_calibration()) return;

@@ -77,6 +77,7 @@ class Trainer {
 
   void BuildModel();
   void BuildOptimizer();
+  void StoreFrozenLinearWeightsInBf16();
   void CheckVocabulary(const BatchSource& loader) const;
   void CalibrateKernels();
   void ApplyLr(double lr);
