@@ -17,7 +17,11 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
   o.seed = reader.Get<int64_t>("seed", o.seed);
   o.chunk_size = reader.Get<int64_t>("chunk_size", o.chunk_size);
   DF_CHECK(o.chunk_size > 0, "config key '" << reader.KeyPath("chunk_size") << "' must be positive, got " << o.chunk_size);
-  o.fused = reader.Get<bool>("fused", o.fused);
+  DF_CHECK(!(reader.Has("fused") && reader.Has("op")),
+           "config keys '" << reader.KeyPath("fused") << "' and '" << reader.KeyPath("op")
+                           << "' both set: `op` replaces `fused` (fused: false is op: naive); keep one");
+  if (reader.Has("fused")) o.op = reader.Get<bool>("fused", true) ? CausalOp::kAuto : CausalOp::kNaive;
+  o.op = ParseCausalOp(reader.Get<std::string>("op", CausalOpName(o.op)), reader.KeyPath("op"));
   if (!with_redraw) return o;
   o.redraw = reader.GetEnum("redraw", o.redraw,
                              {{"never", RedrawPolicy::kNever},
@@ -82,6 +86,7 @@ FeatureMap FeatureKernelBase::MakeFeatureMap() const {
   map.params = FeatureParams();
   map.keys_per_query_head = KeysPerQueryHead();
   map.params_per_head = FeatureParamsPerHead();
+  map.op = options_.op;
   return map;
 }
 
@@ -90,11 +95,12 @@ torch::Tensor FeatureKernelBase::forward(const torch::Tensor& q_BHLD, const torc
   NoAutocastGuard fp32;  // features, M q, running sums: fp32 even when called inside autocast
   const auto dtype = FeatureDtype(q_BHLD.scalar_type());
   const double root_scale = std::sqrt(call.scale);
-  if (call.causal && options_.fused) {
+  const bool fused = options_.op != CausalOp::kNaive;
+  if (call.causal && fused) {
     if (const auto form = PositiveForm()) return ForwardPositiveFused(*form, q_BHLD, k_BKLD, v_BKLD, root_scale);
   }
   const auto x_BHLD = q_BHLD.to(dtype) * root_scale;
-  if (call.causal && options_.fused) {
+  if (call.causal && fused) {
     // One operator, key features once per KV head (fused_causal_attention.h).
     const auto y_BKLD = k_BKLD.to(dtype) * root_scale;
     const auto out_BHLD = FusedCausalLinearAttention(x_BHLD, y_BKLD, v_BKLD.to(dtype), MakeFeatureMap(), options_.chunk_size);
@@ -139,6 +145,7 @@ torch::Tensor FeatureKernelBase::ForwardPositiveFused(const PositiveFeatureForm&
   };
   map.params = {form.w_MR};
   map.positive_features = true;
+  map.op = options_.op;
   return FusedCausalLinearAttention(x, y, v, map, options_.chunk_size).to(v_BKLD.scalar_type());
 }
 

@@ -25,7 +25,9 @@ struct FeatureKernelOptions {
   int64_t redraw_interval = 1000;                          // steps between redraws for every_n
   int64_t seed = 0;                                        // base seed; layer i draws from seed + 1000 i
   int64_t chunk_size = 64;                                 // causal linear attention chunk length
-  bool fused = true;  // causal path: the fused operator (fused_causal_attention.h); false: the naive composite
+  // Causal path: the operator's form (ops/feature_map.h): auto (the device's), naive (the composite
+  // reference), chunk_loop, chunk_parallel or raw_cpu. The old `fused: true|false` reads as auto|naive.
+  CausalOp op = CausalOp::kAuto;
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown.
   static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw);

@@ -19,6 +19,7 @@
 
 #include "attention/fast_exp2.h"
 #include "attention/fused_causal_cpu.h"
+#include "attention/ops/chunk_parallel.h"
 #include "attention/positive_features.h"
 #include "util/error.h"
 #include "util/mixed_precision.h"
@@ -112,16 +113,6 @@ struct KeyState {
     ref_BKF = new_ref_BKF;
   }
 };
-
-// What the operator computed in, for the tests (FusedCausalDtypes): written by whichever thread
-// computes a chunk (relaxed atomics; every writer of a call writes the same value).
-struct DtypeProbe {
-  std::atomic<int> inputs{-1}, features{-1}, state{-1}, normaliser{-1}, gradients{-1};
-  static void Put(std::atomic<int>& field, const torch::Tensor& t) {
-    field.store(static_cast<int>(t.scalar_type()), std::memory_order_relaxed);
-  }
-};
-DtypeProbe dtype_probe;
 
 // The feature map travels with the autograd node (the caller's copy is gone by the backward).
 struct FeatureMapCapsule : torch::CustomClassHolder {
@@ -319,7 +310,7 @@ class ChunkFeatures {
   // psi = exp(log phi(x) - row max), no autograd: 1 x R x G x C x M (a kernel's own log_features).
   torch::Tensor Queries(const torch::Tensor& x_1HCD) const {
     auto psi = ShiftedQueryFeatures(QueryLogFeatures(map_, params_, x_1HCD, l_));
-    DtypeProbe::Put(dtype_probe.features, psi);
+    RecordDtype(ProbeField::kFeatures, psi);
     return psi;
   }
 
@@ -327,7 +318,7 @@ class ChunkFeatures {
   // no autograd: 1 x R x 1 x C x M and 1 x R x 1 x C (a kernel's own log_features).
   KeyChunk Keys(int64_t start, int64_t c) const {
     auto key = Base2(SplitKeys(KeyLogFeatures(map_, params_, y_1RLD_.narrow(2, start, c), l_)));
-    DtypeProbe::Put(dtype_probe.features, key.k_BKFCM);
+    RecordDtype(ProbeField::kFeatures, key.k_BKFCM);
     return key;
   }
 
@@ -342,7 +333,7 @@ class ChunkFeatures {
     const int64_t heads = x_1HCD.size(1), rows = l_.kv_heads;
     auto l2_1NCM = torch::matmul(torch::cat({x_1HCD, y_1RLD_.narrow(2, start, c)}, 1), w2_DM_);
     const auto max2_1NC = ShiftExp2RowsInPlace(l2_1NCM);
-    DtypeProbe::Put(dtype_probe.features, l2_1NCM);
+    RecordDtype(ProbeField::kFeatures, l2_1NCM);
     const int64_t m = l2_1NCM.size(-1);
     const auto b2_1RC = max2_1NC.narrow(1, heads, rows) - offset2_1RL_.narrow(2, start, c);
     return {l2_1NCM.narrow(1, 0, heads).view({1, rows, l_.group, c, m}),
@@ -411,20 +402,24 @@ struct RowState {
     } else {
       s_RMV = torch::bmm(k_RMC, vw_RCV);
     }
-    DtypeProbe::Put(dtype_probe.state, s_RMV);
+    RecordDtype(ProbeField::kState, s_RMV);
     ref_1R1 = new_ref_1R1;
   }
 };
 
 // The raw CPU kernel (fused_causal_cpu.h) takes positive features in fp32 on a CPU whose exp2
 // loops run vectorised; the operator makes x, y, v contiguous for it (every per-head block then L
-// contiguous rows, as in every tensor the operator allocates). Tests switch it off to run the
-// LibTorch ops (the path CUDA, fp64 and other feature maps take) on the same inputs.
-std::atomic<bool> libtorch_ops_on_cpu{false};
+// contiguous rows, as in every tensor the operator allocates). `op: auto` runs it where it
+// applies; `op: raw_cpu` insists on it; the other forms run LibTorch ops on the same inputs.
 
 bool CpuKernelApplies(const FeatureMap& map, const torch::Tensor& x) {
-  return map.positive_features && x.is_cpu() && x.scalar_type() == torch::kFloat32 && Exp2LoopsVectorised() &&
-         !libtorch_ops_on_cpu.load(std::memory_order_relaxed);
+  const bool applies = map.positive_features && x.is_cpu() && x.scalar_type() == torch::kFloat32 && Exp2LoopsVectorised();
+  DF_CHECK(map.op != CausalOp::kRawCpu || applies,
+           "op: raw_cpu runs positive features in fp32 on a CPU with AVX2 only; got "
+               << (map.positive_features ? "positive" : "another kernel's") << " features, " << x.scalar_type() << " on "
+               << x.device() << (Exp2LoopsVectorised() ? "" : " without AVX2"));
+  if (map.op == CausalOp::kRawCpu) return true;
+  return applies && map.op == CausalOp::kAuto;
 }
 
 // Every per-head block of a 1 x N x ... x L x W tensor is L contiguous rows (N's stride is free).
@@ -764,11 +759,11 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
       }
     });
     const auto r_1RL = r_P1RL[0];
-    DtypeProbe::Put(dtype_probe.inputs, x_1NLD);
-    DtypeProbe::Put(dtype_probe.normaliser, den_1NL);
+    RecordDtype(ProbeField::kInputs, x_1NLD);
+    RecordDtype(ProbeField::kNormaliser, den_1NL);
     if (raw) {  // the raw kernel computes features and state in fp32 (float buffers) by construction
-      DtypeProbe::Put(dtype_probe.features, states_1RS);
-      DtypeProbe::Put(dtype_probe.state, states_1RS);
+      RecordDtype(ProbeField::kFeatures, states_1RS);
+      RecordDtype(ProbeField::kState, states_1RS);
     }
     std::vector<torch::Tensor> saved = {x_1NLD,
                                         y_1NLD,
@@ -834,7 +829,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
                               : d_1RLD.view({1, l.kv_heads, l.group, l.length, d_1RLD.size(3)}).sum(2);
       return UnfoldBatch(d_1NLD, batch);
     };
-    DtypeProbe::Put(dtype_probe.gradients, dx_1NLD);
+    RecordDtype(ProbeField::kGradients, dx_1NLD);
     torch::autograd::variable_list grads = {UnfoldBatch(dx_1NLD, batch), per_kv_head(dy_1RLD), per_kv_head(dv_1RLD)};
     // Parameter gradients: summed over units, per-head ones into their heads' rows (serially),
     // then over the sequences that share them.
@@ -863,8 +858,6 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
 
 }  // namespace
 
-void UseLibTorchOpsOnCpuForTesting(bool libtorch_ops) { libtorch_ops_on_cpu.store(libtorch_ops); }
-
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                          const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {
   DF_CHECK(chunk_size > 0, "FusedCausalLinearAttention: chunk_size must be positive, got " << chunk_size);
@@ -873,25 +866,17 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   // loses the state's precision).
   NoAutocastGuard no_autocast;
   const auto dtype = FeatureDtype(x_BHLD.scalar_type());
-  for (auto* field : {&dtype_probe.inputs, &dtype_probe.features, &dtype_probe.state, &dtype_probe.normaliser}) {
-    field->store(-1, std::memory_order_relaxed);
-  }
+  DF_CHECK(map.op != CausalOp::kNaive, "FusedCausalLinearAttention: op 'naive' is the kernel's composite path, not an operator form");
+  ResetForwardDtypes();
+  const bool parallel = map.op == CausalOp::kChunkParallel || (map.op == CausalOp::kAuto && !x_BHLD.is_cpu());
+  if (parallel) return ChunkParallelCausalAttention(x_BHLD.to(dtype), y_BKLD.to(dtype), v_BKLD.to(dtype), map, chunk_size);
   return FusedCausalFunction::apply(x_BHLD.to(dtype), y_BKLD.to(dtype), v_BKLD.to(dtype), at::TensorList(map.params),
                                     map, chunk_size);
 }
 
-FusedCausalDtypes LastFusedCausalDtypes() {
-  auto get = [](const std::atomic<int>& field) {
-    const int v = field.load(std::memory_order_relaxed);
-    return v < 0 ? c10::ScalarType::Undefined : static_cast<c10::ScalarType>(v);
-  };
-  return {get(dtype_probe.inputs), get(dtype_probe.features), get(dtype_probe.state), get(dtype_probe.normaliser),
-          get(dtype_probe.gradients)};
-}
-
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {
   const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<FusedCausalFunction>>(out.grad_fn());
-  if (!node) return 0;
+  if (!node) return ChunkParallelSavedBytes(out);
   int64_t bytes = 0;
   for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
   return bytes;

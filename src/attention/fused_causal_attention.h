@@ -26,51 +26,18 @@
 
 #include <torch/torch.h>
 
+#include "attention/ops/dtype_probe.h"
+#include "attention/ops/feature_map.h"
+
 #include <functional>
 #include <vector>
 
 namespace darkformer {
 
-// A kernel's feature map as the operator sees it: log phi of a block of inputs, differentiable
-// w.r.t. the inputs and `params` (the kernel's gradient path: M, W, ...).
-struct FeatureMap {
-  // x_BNCD (N heads: H for queries; K or H for keys) -> log phi_BNCM in fp32 / fp64. `params` are
-  // the tensors of `params` below (or leaf copies of them during the backward). It must return a
-  // fresh tensor: outside autograd the operator shifts and exponentiates it in place.
-  std::function<torch::Tensor(const torch::Tensor& x_BNCD, const std::vector<torch::Tensor>& params, bool is_query)>
-      log_features;
-  std::vector<torch::Tensor> params;
-  // True when key features depend on the query head (parameters per query head), so they are
-  // computed for each of the G query heads that share a KV head.
-  bool keys_per_query_head = false;
-  // params_per_head[i]: params[i]'s first dimension indexes the query heads (the operator hands
-  // each unit of work its heads' rows); missing entries mean shared.
-  std::vector<bool> params_per_head;
-  // Set when log_features is exactly LogPositiveFeatures(x, params[0]) (positive_features.h:
-  // log phi = x W^T - |x|^2/2 - log(m)/2, W shared m x D). The backward then differentiates the
-  // features in closed form per chunk,
-  //   d log phi = dphi * phi,   dx = (d log phi) W - x sum_m (d log phi),   dW = (d log phi)^T x,
-  // with no autograd graph per chunk (the generic path recomputes each chunk's features under
-  // autograd and calls autograd::grad twice per chunk).
-  bool positive_features = false;
-};
-
 // out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in fp32 (fp64 for
 // fp64 x): bf16 inputs are converted, and autocast is excluded inside, its backward included.
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                          const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
-
-// Tests: true runs the LibTorch ops (the path of CUDA, fp64 and non-positive feature maps) on
-// the CPU too, instead of the raw fp32 kernel of fused_causal_cpu.h.
-void UseLibTorchOpsOnCpuForTesting(bool libtorch_ops);
-
-// The dtypes the operator's most recent call computed in: its inputs after conversion, a chunk's
-// features, the running key state, the normaliser (forward) and dx (backward); Undefined where
-// nothing was recorded. Tests assert fp32 under bf16 autocast.
-struct FusedCausalDtypes {
-  c10::ScalarType inputs, features, state, normaliser, gradients;
-};
-FusedCausalDtypes LastFusedCausalDtypes();
 
 // Bytes the operator's autograd node holds for its backward (saved tensors), for the memory test
 // and the benchmark; 0 when `out` was not produced by the operator with gradients on.

@@ -143,7 +143,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
   DF_CHECK(o.repeats > 0, "--repeats must be positive, got " << o.repeats);
   const auto fused_options = YAML::Load(o.options);
   auto naive_options = YAML::Clone(fused_options);
-  naive_options["fused"] = false;
+  naive_options["op"] = "naive";
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
   std::cout << fmt::format("forward+backward, CPU fp32, B={}, H={} query heads, {} KV heads, {} {} vs exact (SDPA); "

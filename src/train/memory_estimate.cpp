@@ -269,7 +269,7 @@ KernelInfo DescribeKernel(const RunConfig& c, int64_t layer, const std::vector<s
   info.chunk = features->options().chunk_size;
   info.features = features->options().num_features;
   info.kind = KernelInfo::Kind::kGenericFeatures;
-  if (features->options().fused) {
+  if (features->options().op != CausalOp::kNaive) {
     if (const auto form = features->PositiveForm()) {
       info.kind = KernelInfo::Kind::kPositive;
       info.features = form->w_MR.size(0);

@@ -1,9 +1,10 @@
-// The fused causal operator (fused_causal_attention.h) against the naive composite path
-// (`fused: false`): outputs and gradients for every feature kernel, chunk sizes that do and do not
-// divide L, L = 1, MHA / GQA / MQA layouts and bf16 inputs; finite differences in fp64 through the
-// custom backward; causality; the bytes autograd saves; and the recurrent step. Every test runs
-// twice on the CPU: through the raw fp32 kernel (fused_causal_cpu.h, where it applies) and through
-// the LibTorch ops (the path of CUDA, fp64 and the other feature maps).
+// The causal operator's forms (ops/feature_map.h) against the naive composite path (`op: naive`):
+// outputs and gradients for every feature kernel, chunk sizes that do and do not divide L, L = 1,
+// MHA / GQA / MQA layouts, shared and per-head M, and bf16 inputs; finite differences in fp64
+// through the custom backwards; causality; the bytes autograd saves; and the recurrent step. Every
+// test runs for each form, chosen by the kernels' `op` option: `auto` (on this CPU the raw fp32
+// kernel of fused_causal_cpu.h where it applies, the chunk loop elsewhere), `chunk_loop` and
+// `chunk_parallel` (the LibTorch-ops forms CUDA can run).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -24,7 +25,7 @@ namespace {
 const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "darkformer-shared", "darkformer-rank2",
                                                   "lfk", "gerf", "saderf"};
 
-AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64_t m, int64_t chunk, bool fused) {
+AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64_t m, int64_t chunk, const std::string& op) {
   KernelShape shape;
   shape.num_heads = heads;
   shape.head_dim = d;
@@ -33,7 +34,7 @@ AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64
                             : variant == "darkformer-rank2" ? ", rank: 2"
                                                             : "";
   const std::string yaml = "{num_features: " + std::to_string(m) + ", chunk_size: " + std::to_string(chunk) +
-                           ", fused: " + (fused ? "true" : "false") + (name == "gerf" ? ", a: -0.2" : "") + extra + "}";
+                           ", op: " + op + (name == "gerf" ? ", a: -0.2" : "") + extra + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
   if (name == "darkformer") {
     // A non-trivial, per-head M: the gradient path through M x must be exercised.
@@ -78,19 +79,19 @@ Result RunKernel(AttentionKernel& kernel, const torch::Tensor& q, const torch::T
 }
 
 // Fused and naive outputs and gradients (q, k, v, the kernel's parameters) for one configuration.
-void ExpectFusedEqualsNaive(const std::string& name, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length,
-                            int64_t chunk) {
+void ExpectFusedEqualsNaive(const std::string& op, const std::string& name, int64_t batch, int64_t heads,
+                            int64_t kv_heads, int64_t length, int64_t chunk) {
   torch::manual_seed(length * 100 + chunk);
   const int64_t d = 8, m = 16;
   const auto q = torch::randn({batch, heads, length, d});
   const auto k = torch::randn({batch, kv_heads, length, d});
   const auto v = torch::randn({batch, kv_heads, length, d});
   const auto weights = torch::randn({batch, heads, length, d});
-  auto fused = Make(name, heads, d, m, chunk, true);
-  auto naive = Make(name, heads, d, m, chunk, false);
+  auto fused = Make(name, heads, d, m, chunk, op);
+  auto naive = Make(name, heads, d, m, chunk, "naive");
   const auto a = RunKernel(fused, q, k, v, weights);
   const auto b = RunKernel(naive, q, k, v, weights);
-  const std::string where = name + " B=" + std::to_string(batch) + " H=" + std::to_string(heads) +
+ const std::string where = op + " " + name + " B=" + std::to_string(batch) + " H=" + std::to_string(heads) +
                             " K=" + std::to_string(kv_heads) + " L=" + std::to_string(length) +
                             " chunk=" + std::to_string(chunk) + " threads=" + std::to_string(torch::get_num_threads());
   EXPECT_LE(RelativeError(a.out, b.out), 1e-5) << where;
@@ -108,17 +109,14 @@ void ExpectFusedEqualsNaive(const std::string& name, int64_t batch, int64_t head
   }
 }
 
-// The parameter: true runs the LibTorch ops on the CPU instead of the raw kernel.
-class FusedCausalAttentionTest : public ::testing::TestWithParam<bool> {
+// The parameter: the kernels' `op`.
+class FusedCausalAttentionTest : public ::testing::TestWithParam<std::string> {
  protected:
-  void SetUp() override { UseLibTorchOpsOnCpuForTesting(GetParam()); }
-  void TearDown() override { UseLibTorchOpsOnCpuForTesting(false); }
+  const std::string& op() const { return GetParam(); }
 };
 
-INSTANTIATE_TEST_SUITE_P(CpuPaths, FusedCausalAttentionTest, ::testing::Values(false, true),
-                         [](const ::testing::TestParamInfo<bool>& info) {
-                           return info.param ? "LibTorchOps" : "RawKernel";
-                         });
+INSTANTIATE_TEST_SUITE_P(Ops, FusedCausalAttentionTest, ::testing::Values("auto", "chunk_loop", "chunk_parallel"),
+                         [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // The raw kernel runs for fp32 positive features (performer, darkformer, lfk) where the exp2
 // loops are vectorised, and not when switched off, for fp64 or for other feature maps (gerf).
@@ -127,13 +125,13 @@ TEST_P(FusedCausalAttentionTest, TheRawKernelRunsWhereItApplies) {
   const auto q = torch::randn({1, 2, 10, 8}), k = torch::randn({1, 2, 10, 8}), v = torch::randn({1, 2, 10, 8});
   const auto weights = torch::randn({1, 2, 10, 8});
   auto runs = [&](const std::string& name, torch::Dtype dtype) {
-    auto kernel = Make(name, 2, 8, 16, 4, true);
+    auto kernel = Make(name, 2, 8, 16, 4, op());
     kernel->to(dtype);
     const int64_t before = PositiveRowKernelRuns();
     RunKernel(kernel, q.to(dtype), k.to(dtype), v.to(dtype), weights.to(dtype));
     return PositiveRowKernelRuns() - before;
   };
-  const bool applies = !GetParam() && Exp2LoopsVectorised();
+  const bool applies = op() == "auto" && Exp2LoopsVectorised();
   for (const auto& name : {"performer", "darkformer", "lfk"}) {
     EXPECT_EQ(runs(name, torch::kFloat32), applies ? 4 : 0) << name;  // 2 rows, forward and backward
     EXPECT_EQ(runs(name, torch::kFloat64), 0) << name;
@@ -149,7 +147,7 @@ TEST_P(FusedCausalAttentionTest, EqualsNaiveForEveryKernelChunkAndHeadLayout) {
     for (const Layout layout : {Layout{2, 2}, Layout{4, 2}, Layout{4, 1}}) {
       for (const int64_t length : {1, 32}) {
         for (const int64_t chunk : {5, 16, 64}) {  // 16 divides L = 32, 5 does not, 64 exceeds it
-          ExpectFusedEqualsNaive(name, 2, layout.heads, layout.kv_heads, length, chunk);
+          ExpectFusedEqualsNaive(op(), name, 2, layout.heads, layout.kv_heads, length, chunk);
         }
       }
     }
@@ -165,11 +163,11 @@ TEST_P(FusedCausalAttentionTest, EqualsNaiveWhateverTheSplitIntoThreads) {
   for (const int64_t threads : {1, 2, 3}) {
     torch::set_num_threads(threads);
     for (const auto& name : kFeatureKernels) {
-      ExpectFusedEqualsNaive(name, 1, 6, 3, 20, 8);  // 3 KV heads (darkformer: 6 query-head rows)
-      ExpectFusedEqualsNaive(name, 1, 4, 1, 20, 8);  // MQA: one KV head, 2 parts at 2 or 3 threads
-      ExpectFusedEqualsNaive(name, 1, 6, 1, 20, 8);  // MQA: 3 parts of 2 query heads at 3 threads
-      ExpectFusedEqualsNaive(name, 1, 8, 2, 20, 8);  // GQA: 2 rows, 2 parts each at 3 threads
-      ExpectFusedEqualsNaive(name, 2, 4, 1, 20, 8);  // 2 batch rows, 2 parts each at 3 threads
+      ExpectFusedEqualsNaive(op(), name, 1, 6, 3, 20, 8);  // 3 KV heads (darkformer: 6 query-head rows)
+      ExpectFusedEqualsNaive(op(), name, 1, 4, 1, 20, 8);  // MQA: one KV head, 2 parts at 2 or 3 threads
+      ExpectFusedEqualsNaive(op(), name, 1, 6, 1, 20, 8);  // MQA: 3 parts of 2 query heads at 3 threads
+      ExpectFusedEqualsNaive(op(), name, 1, 8, 2, 20, 8);  // GQA: 2 rows, 2 parts each at 3 threads
+      ExpectFusedEqualsNaive(op(), name, 2, 4, 1, 20, 8);  // 2 batch rows, 2 parts each at 3 threads
     }
   }
   torch::set_num_threads(saved_threads);
@@ -188,8 +186,8 @@ TEST_P(FusedCausalAttentionTest, PerHeadParametersThroughTheGenericPathAcrossBat
         torch::manual_seed(batch * 10 + kv);
         const auto q = torch::randn({batch, heads, length, d}), k = torch::randn({batch, kv, length, d}),
                    v = torch::randn({batch, kv, length, d}), weights = torch::randn({batch, heads, length, d});
-        auto generic = Make("darkformer", heads, d, m, chunk, true);
-        auto naive = Make("darkformer", heads, d, m, chunk, false);
+        auto generic = Make("darkformer", heads, d, m, chunk, op());
+        auto naive = Make("darkformer", heads, d, m, chunk, "naive");
         const double root = std::pow(static_cast<double>(d), -0.25);
         auto qq = q.clone().requires_grad_(), kk = k.clone().requires_grad_(), vv = v.clone().requires_grad_();
         const auto map = std::dynamic_pointer_cast<FeatureKernelBase>(generic.ptr())->MakeFeatureMap();
@@ -219,8 +217,8 @@ TEST_P(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {
   const auto v = torch::randn({1, kv, length, d}).to(torch::kBFloat16);
   const auto weights = torch::randn({1, heads, length, d});
   for (const auto& name : kFeatureKernels) {
-    auto fused = Make(name, heads, d, 32, 16, true);
-    auto naive = Make(name, heads, d, 32, 16, false);
+    auto fused = Make(name, heads, d, 32, 16, op());
+    auto naive = Make(name, heads, d, 32, 16, "naive");
     const auto a = RunKernel(fused, q, k, v, weights);
     const auto b = RunKernel(naive, q, k, v, weights);
     EXPECT_EQ(a.out.scalar_type(), torch::kBFloat16);
@@ -235,7 +233,7 @@ TEST_P(FusedCausalAttentionTest, FiniteDifferenceGradientsInFp64) {
   for (const auto& name : kFeatureKernels) {
     torch::manual_seed(5);
     const int64_t heads = 2, kv = 1, length = 7, d = 3, m = 5, chunk = 3;
-    auto kernel = Make(name, heads, d, m, chunk, true);
+    auto kernel = Make(name, heads, d, m, chunk, op());
     kernel->to(torch::kFloat64);
     const auto f64 = torch::TensorOptions().dtype(torch::kFloat64);
     auto q = torch::randn({1, heads, length, d}, f64), k = torch::randn({1, kv, length, d}, f64),
@@ -266,7 +264,7 @@ TEST_P(FusedCausalAttentionTest, FiniteDifferenceGradientsInFp64) {
         worst = std::max(worst, std::abs(numeric - analytic.view(-1)[i].item<double>()) / std::max(1.0, std::abs(numeric)));
       }
     }
-    std::cout << "[fused fd] " << name << ": worst relative gradient error " << worst << "\n";
+    std::cout << "[fused fd] " << op() << " " << name << ": worst relative gradient error " << worst << "\n";
     EXPECT_LE(worst, 1e-6) << name;
   }
 }
@@ -282,7 +280,7 @@ TEST_P(FusedCausalAttentionTest, LaterKeysNeverTouchEarlierOutputs) {
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
   for (const auto& name : kFeatureKernels) {
-    auto kernel = Make(name, heads, d, 32, 16, true);
+    auto kernel = Make(name, heads, d, 32, 16, op());
     const auto a = kernel->forward(q, k, v, call), b = kernel->forward(q, k2, v2, call);
     EXPECT_EQ((a.narrow(2, 0, t + 1) - b.narrow(2, 0, t + 1)).abs().max().item<double>(), 0.0) << name;
     EXPECT_TRUE(torch::isfinite(b).all().item<bool>()) << name;
@@ -294,7 +292,7 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
   const int64_t heads = 2, d = 16;
   auto saved = [&](int64_t length, int64_t m) {
     torch::manual_seed(1);
-    auto kernel = Make("darkformer", heads, d, m, 64, true);
+    auto kernel = Make("darkformer", heads, d, m, 64, op());
     const auto q = torch::randn({1, heads, length, d}, torch::requires_grad()),
                k = torch::randn({1, heads, length, d}, torch::requires_grad()),
                v = torch::randn({1, heads, length, d}, torch::requires_grad());
@@ -324,7 +322,7 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsOfPositiveFeaturesStayOLTimesD) {
   const int64_t heads = 2, d = 16, chunk = 64;
   auto saved = [&](int64_t length, int64_t m) {
     torch::manual_seed(1);
-    auto kernel = Make("performer", heads, d, m, chunk, true);
+    auto kernel = Make("performer", heads, d, m, chunk, op());
     const auto q = torch::randn({1, heads, length, d}, torch::requires_grad()),
                k = torch::randn({1, heads, length, d}, torch::requires_grad()),
                v = torch::randn({1, heads, length, d}, torch::requires_grad());
@@ -349,7 +347,7 @@ TEST_P(FusedCausalAttentionTest, RecurrentStepsEqualTheParallelForm) {
   const auto x = torch::randn({1, heads, length, d}), y = torch::randn({1, kv, length, d}) * 2,
              v = torch::randn({1, kv, length, d});
   for (const auto& name : kFeatureKernels) {
-    auto kernel = Make(name, heads, d, 16, 4, true);
+    auto kernel = Make(name, heads, d, 16, 4, op());
     const auto map = std::dynamic_pointer_cast<FeatureKernelBase>(kernel.ptr())->MakeFeatureMap();
     torch::NoGradGuard no_grad;
     const auto full = FusedCausalLinearAttention(x, y, v, map, 4);

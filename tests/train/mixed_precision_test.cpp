@@ -65,12 +65,10 @@ TEST(MixedPrecisionTest, StepTwoTrainsOnStepOnesWeightsNotStaleCasts) {
 
 struct KernelCase {
   std::string kernel;
-  bool libtorch_ops;  // the LibTorch-ops path of the fused operator (CUDA's) instead of the raw CPU kernel
+  std::string op;  // log-form kernels' `op` (auto: the raw CPU kernel where it applies); empty for the others
 };
 
-void PrintTo(const KernelCase& c, std::ostream* os) {
-  *os << c.kernel << (c.libtorch_ops ? " (LibTorch ops)" : " (raw CPU kernel)");
-}
+void PrintTo(const KernelCase& c, std::ostream* os) { *os << c.kernel << (c.op.empty() ? "" : " (op " + c.op + ")"); }
 
 std::vector<double> Losses(const std::string& run_dir) {
   std::vector<double> losses;
@@ -78,10 +76,7 @@ std::vector<double> Losses(const std::string& run_dir) {
   return losses;
 }
 
-class Bf16TracksFp32Test : public ::testing::TestWithParam<KernelCase> {
- protected:
-  void TearDown() override { UseLibTorchOpsOnCpuForTesting(false); }
-};
+class Bf16TracksFp32Test : public ::testing::TestWithParam<KernelCase> {};
 
 // Kernels with a chunked causal path get chunk_size 8: the 32-token sequences span 4 chunks.
 std::vector<std::string> KernelOverrides(const std::string& kernel) {
@@ -93,8 +88,8 @@ std::vector<std::string> KernelOverrides(const std::string& kernel) {
 
 TEST_P(Bf16TracksFp32Test, TwentyStepsWithinBf16Tolerance) {
   const auto& c = GetParam();
-  UseLibTorchOpsOnCpuForTesting(c.libtorch_ops);
   auto overrides = KernelOverrides(c.kernel);
+  if (!c.op.empty()) overrides.push_back("attention." + c.kernel + ".op=" + c.op);
   testing::TempDir fp32_dir, bf16_dir;
   ASSERT_EQ(Trainer(testing::TinyRunConfig(fp32_dir.path(), c.kernel, overrides)).Run(), kExitOk);
   overrides.push_back("train.precision=bf16_autocast");
@@ -112,7 +107,7 @@ TEST_P(Bf16TracksFp32Test, TwentyStepsWithinBf16Tolerance) {
   const double first = std::abs(bf16[0] - fp32[0]) / fp32[0];
   std::printf("[bf16 vs fp32] %s (%s): relative loss gap at step 1 %.5f, worst over 20 steps %.4f; step 20: %.5f vs "
               "%.5f\n",
-              c.kernel.c_str(), c.libtorch_ops ? "LibTorch ops" : "raw CPU kernel", first, worst, bf16.back(),
+              c.kernel.c_str(), c.op.empty() ? "-" : c.op.c_str(), first, worst, bf16.back(),
               fp32.back());
   if (std::getenv("DARKFORMER_PRINT_LOSSES")) {
     for (size_t i = 0; i < fp32.size(); ++i) std::printf("  step %zu: %.5f vs %.5f\n", i + 1, bf16[i], fp32[i]);
@@ -140,16 +135,15 @@ TEST_P(Bf16TracksFp32Test, TwentyStepsWithinBf16Tolerance) {
 
 std::vector<KernelCase> Cases() {
   std::vector<KernelCase> cases;
-  for (const std::string k : {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay",
-                              "flexformer", "random", "constant"}) {
-    cases.push_back({k, false});
-    if (k != "exact" && k != "random" && k != "constant") cases.push_back({k, true});
+  for (const std::string k : {"exact", "trig", "slay", "flexformer", "random", "constant"}) cases.push_back({k, ""});
+  for (const std::string k : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
+    for (const std::string op : {"auto", "chunk_loop", "chunk_parallel"}) cases.push_back({k, op});
   }
   return cases;
 }
 
 INSTANTIATE_TEST_SUITE_P(Kernels, Bf16TracksFp32Test, ::testing::ValuesIn(Cases()), [](const auto& info) {
-  return info.param.kernel + (info.param.libtorch_ops ? "_LibTorchOps" : "_RawKernel");
+  return info.param.kernel + (info.param.op.empty() ? "" : "_" + info.param.op);
 });
 
 // train.frozen_weights_bf16: frozen projections and MLP stored in bf16. Autocast rounds them to
@@ -188,11 +182,10 @@ TEST(MixedPrecisionTest, FrozenWeightsInBf16TrainAsFp32StorageAndResume) {
   for (size_t i = 0; i < b.size(); ++i) EXPECT_EQ(b[i], c[i]) << "step " << i + 1;
 }
 
-// The fused operator takes bf16 q, k, v and computes in fp32 inside an autocast scope, its
-// backward too (the in-place fold of a bf16 product into the fp32 state failed before).
-TEST(MixedPrecisionTest, FusedOperatorComputesInFp32UnderAutocastOnBothPaths) {
-  for (const bool libtorch_ops : {false, true}) {
-    UseLibTorchOpsOnCpuForTesting(libtorch_ops);
+// The operator takes bf16 q, k, v and computes in fp32 inside an autocast scope, its backward too
+// (the in-place fold of a bf16 product into the fp32 state failed before), in every LibTorch form.
+TEST(MixedPrecisionTest, FusedOperatorComputesInFp32UnderAutocastInEveryForm) {
+  for (const auto op : {CausalOp::kChunkLoop, CausalOp::kChunkParallel}) {
     torch::manual_seed(0);
     const auto q = torch::randn({1, 2, 40, 8}).to(torch::kBFloat16).requires_grad_();
     const auto k = torch::randn({1, 1, 40, 8}).to(torch::kBFloat16).requires_grad_();
@@ -204,6 +197,7 @@ TEST(MixedPrecisionTest, FusedOperatorComputesInFp32UnderAutocastOnBothPaths) {
     };
     map.params = {w};
     map.positive_features = false;
+    map.op = op;
     torch::Tensor out;
     {
       AutocastScope autocast(torch::kCPU, true);
@@ -212,13 +206,12 @@ TEST(MixedPrecisionTest, FusedOperatorComputesInFp32UnderAutocastOnBothPaths) {
     }
     const auto d = LastFusedCausalDtypes();
     EXPECT_EQ(out.scalar_type(), torch::kFloat32);
-    EXPECT_EQ(d.features, torch::kFloat32) << "libtorch_ops " << libtorch_ops;
+    EXPECT_EQ(d.features, torch::kFloat32) << CausalOpName(op);
     EXPECT_EQ(d.state, torch::kFloat32);
     EXPECT_EQ(d.normaliser, torch::kFloat32);
     EXPECT_EQ(d.gradients, torch::kFloat32);
     EXPECT_TRUE(q.grad().defined() && torch::isfinite(q.grad().to(torch::kFloat32)).all().item<bool>());
   }
-  UseLibTorchOpsOnCpuForTesting(false);
 }
 
 }  // namespace

@@ -1,0 +1,272 @@
+// Chunk-parallel causal attention (see chunk_parallel.h). Layout: a key row is a KV head of one
+// sequence (or a query head when key features are per query head), R = K such rows per sequence,
+// G query heads each. Chunked tensors are B x R x N x ..., the query side with its G heads' C
+// rows of a chunk side by side (Q = G C rows): every product below is one batched matmul over
+// (B, R, N), and the sums over a row's query heads are contractions over those Q rows.
+#include "attention/ops/chunk_parallel.h"
+
+#include <limits>
+
+#include "attention/ops/dtype_probe.h"
+#include "util/error.h"
+
+namespace darkformer {
+
+namespace {
+
+struct Shape {
+  int64_t batch, heads, rows, group, length, chunk, chunks, padded, value_dim;
+};
+
+Shape MakeShape(const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& v, const FeatureMap& map,
+                int64_t chunk_size) {
+  DF_CHECK(x.dim() == 4 && y.dim() == 4 && v.dim() == 4,
+           "ChunkParallelCausalAttention: x, y, v must be 4-D, got " << x.sizes() << ", " << y.sizes() << ", " << v.sizes());
+  const int64_t heads = x.size(1), kv_heads = y.size(1), length = x.size(2);
+  DF_CHECK(heads % kv_heads == 0 && y.size(0) == x.size(0) && v.size(0) == x.size(0) && v.size(1) == kv_heads &&
+               y.size(2) == length && v.size(2) == length && y.size(3) == x.size(3) && length > 0,
+           "ChunkParallelCausalAttention: shapes do not match: x " << x.sizes() << ", y " << y.sizes() << ", v " << v.sizes());
+  DF_CHECK(chunk_size > 0, "ChunkParallelCausalAttention: chunk_size must be positive, got " << chunk_size);
+  const int64_t rows = map.keys_per_query_head ? heads : kv_heads;
+  const int64_t chunk = std::min(chunk_size, length), chunks = (length + chunk - 1) / chunk;
+  return {x.size(0), heads, rows, heads / rows, length, chunk, chunks, chunks * chunk, v.size(3)};
+}
+
+// Zero-pads dim 2 (positions) of a B x N x L x X tensor to the chunked length.
+torch::Tensor Pad(const torch::Tensor& t, const Shape& s) {
+  return s.padded == s.length ? t : torch::constant_pad_nd(t, {0, 0, 0, s.padded - s.length});
+}
+
+// Query-side B x H x Lp x X <-> chunked B x R x N x (G C) x X.
+torch::Tensor QueryChunks(const torch::Tensor& t, const Shape& s) {
+  return t.view({s.batch, s.rows, s.group, s.chunks, s.chunk, t.size(-1)})
+      .transpose(2, 3)
+      .reshape({s.batch, s.rows, s.chunks, s.group * s.chunk, t.size(-1)});
+}
+torch::Tensor QueryUnchunk(const torch::Tensor& t, const Shape& s) {
+  return t.view({s.batch, s.rows, s.chunks, s.group, s.chunk, t.size(-1)})
+      .transpose(2, 3)
+      .reshape({s.batch, s.heads, s.padded, t.size(-1)});
+}
+// A chunked query tensor with its G heads apart, for per-position key-row factors: B R N G C X.
+torch::Tensor Heads(const torch::Tensor& t, const Shape& s) {
+  return t.view({s.batch, s.rows, s.chunks, s.group, s.chunk, t.size(-1)});
+}
+
+// -inf where `upper` marks (strictly above the diagonal from `diagonal` on), 0 elsewhere.
+torch::Tensor Mask(int64_t n, int64_t diagonal, const torch::TensorOptions& options) {
+  return torch::full({n, n}, -std::numeric_limits<double>::infinity(), options).triu(diagonal);
+}
+
+// Keys (and values) per key row: as given, or repeated per query head.
+torch::Tensor PerRow(const torch::Tensor& t_BKLX, const Shape& s) {
+  return t_BKLX.size(1) == s.rows ? t_BKLX : t_BKLX.repeat_interleave(s.rows / t_BKLX.size(1), 1);
+}
+
+torch::Tensor KeyLogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& params, const torch::Tensor& y) {
+  return map.log_features(y, params, /*is_query=*/false);
+}
+
+// What forward and backward both compute from the features (no autograd).
+struct Chunked {
+  torch::Tensor psi_BRNQM;   // exp(log phi(x_t) - its row max): the query's shift cancels in out_t
+  torch::Tensor kt_BRNCM;    // k~_j = exp(l_j - r_j)
+  torch::Tensor khat_BRNCM;  // exp(l_j - r_{e_c}) = k~_j exp(r_j - r_{e_c})
+  torch::Tensor vh_BRNCV;    // [v_j, 1]
+  torch::Tensor w_BRNCC;     // exp(r_j - r_t) for j <= t in a chunk, 0 above
+  torch::Tensor e_BRNC;      // exp(r_j - r_{e_c})
+  torch::Tensor read_BRNC;   // exp(r_{e_{c-1}} - r_t): the entering state's weight at t
+  torch::Tensor decay_BRNN;  // exp(r_{e_c'} - r_{e_{c-1}}) for c' < c, 0 elsewhere
+  torch::Tensor s_BRNMV;     // S_{c-1}, the state entering chunk c (0 for c = 0)
+};
+
+// lq_BHLM and lk_BRLM are consumed (shifted and exponentiated in place).
+Chunked Build(torch::Tensor lq_BHLM, torch::Tensor lk_BRLM, const torch::Tensor& v_BRLD, const Shape& s) {
+  const int64_t m = lq_BHLM.size(-1), n = s.chunks, c = s.chunk, b = s.batch, r = s.rows;
+  const auto options = lq_BHLM.options();
+  Chunked out;
+  out.psi_BRNQM = QueryChunks(lq_BHLM.sub_(lq_BHLM.amax(-1, /*keepdim=*/true)).exp_(), s);
+  const auto r_BRL = std::get<0>(lk_BRLM.amax(-1).cummax(-1));
+  const auto r_BRNC = r_BRL.view({b, r, n, c});
+  const auto end_BRN = r_BRNC.select(-1, c - 1);
+  // r_{e_{c-1}}; for the first chunk r_1 (any value <= its r_t: nothing enters it).
+  const auto prev_BRN = torch::cat({r_BRNC.select(-1, 0).narrow(-1, 0, 1), end_BRN.narrow(-1, 0, n - 1)}, -1);
+  out.kt_BRNCM = lk_BRLM.sub_(r_BRL.unsqueeze(-1)).exp_().view({b, r, n, c, m});
+  out.vh_BRNCV = torch::cat({v_BRLD, torch::ones({b, r, s.padded, 1}, options)}, -1).view({b, r, n, c, -1});
+  // Later positions get -inf before the exp: exp(r_j - r_t) of a later key could overflow.
+  out.w_BRNCC = (r_BRNC.unsqueeze(-2) - r_BRNC.unsqueeze(-1)).add_(Mask(c, 1, options)).exp_();
+  out.e_BRNC = (r_BRNC - end_BRN.unsqueeze(-1)).exp_();
+  out.khat_BRNCM = out.kt_BRNCM * out.e_BRNC.unsqueeze(-1);
+  out.read_BRNC = (prev_BRN.unsqueeze(-1) - r_BRNC).exp_();
+  out.decay_BRNN = (end_BRN.unsqueeze(-2) - prev_BRN.unsqueeze(-1)).add_(Mask(n, 0, options)).exp_();
+  const auto u_BRNMV = torch::matmul(out.khat_BRNCM.transpose(-1, -2), out.vh_BRNCV);
+  out.s_BRNMV = torch::matmul(out.decay_BRNN, u_BRNMV.view({b, r, n, -1})).view(u_BRNMV.sizes());
+  RecordDtype(ProbeField::kFeatures, out.psi_BRNQM);
+  RecordDtype(ProbeField::kState, out.s_BRNMV);
+  return out;
+}
+
+// The masked intra-chunk matrix (psi_t . k~_j) exp(r_j - r_t): B R N Q C.
+torch::Tensor IntraScores(const Chunked& k, const Shape& s) {
+  auto a_BRNQC = torch::matmul(k.psi_BRNQM, k.kt_BRNCM.transpose(-1, -2));
+  Heads(a_BRNQC, s).mul_(k.w_BRNCC.unsqueeze(3));
+  return a_BRNQC;
+}
+
+// Per key row factor of each query position, broadcast over the row's G heads: B R N 1 C 1.
+torch::Tensor PerPosition(const torch::Tensor& f_BRNC) { return f_BRNC.unsqueeze(3).unsqueeze(-1); }
+
+class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_BHLD,
+                               const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD, at::TensorList params,
+                               const FeatureMap& map, int64_t chunk_size) {
+    const auto s = MakeShape(x_BHLD, y_BKLD, v_BKLD, map, chunk_size);
+    const std::vector<torch::Tensor> p(params.begin(), params.end());
+    const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
+    const auto k = Build(map.log_features(x, p, /*is_query=*/true), KeyLogFeatures(map, p, y), v, s);
+    auto n_BRNQV = torch::matmul(IntraScores(k, s), k.vh_BRNCV);
+    Heads(n_BRNQV, s).addcmul_(Heads(torch::matmul(k.psi_BRNQM, k.s_BRNMV), s), PerPosition(k.read_BRNC));
+    const auto den_BRNQ = n_BRNQV.select(-1, s.value_dim).clamp_min(
+        x.scalar_type() == torch::kFloat64 ? std::numeric_limits<double>::min() : std::numeric_limits<float>::min());
+    // Written through the chunked view of the output: no copy back to B H L D.
+    auto out_BHLD = torch::empty({s.batch, s.heads, s.padded, s.value_dim}, x.options());
+    auto out_view = out_BHLD.view({s.batch, s.rows, s.group, s.chunks, s.chunk, s.value_dim}).transpose(2, 3);
+    torch::div_out(out_view, Heads(n_BRNQV.narrow(-1, 0, s.value_dim), s), Heads(den_BRNQ.unsqueeze(-1), s));
+    RecordDtype(ProbeField::kInputs, x);
+    RecordDtype(ProbeField::kNormaliser, den_BRNQ);
+    if (s.padded != s.length) out_BHLD = out_BHLD.narrow(2, 0, s.length);
+    std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, den_BRNQ};
+    saved.insert(saved.end(), p.begin(), p.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["chunk"] = chunk_size;
+    ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
+    return out_BHLD;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs);
+
+  // The feature map travels with the autograd node (the caller's copy is gone by the backward).
+  struct MapCapsule : torch::CustomClassHolder {
+    explicit MapCapsule(FeatureMap m) : map(std::move(m)) {}
+    FeatureMap map;
+  };
+};
+
+// dL/dx, dL/dy and the parameter gradients through the features, given d log phi of every
+// (padded) query and key position.
+struct FeatureGrads {
+  torch::Tensor dx, dy;
+  std::vector<torch::Tensor> params;
+};
+
+FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
+                             const torch::Tensor& y, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM) {
+  FeatureGrads g;
+  g.params.resize(p.size());
+  if (map.positive_features) {
+    // log phi = x W^T - |x|^2/2 - log(m)/2 (FeatureMap::positive_features).
+    const auto w_MD = p.at(0).detach().to(x.scalar_type());
+    g.dx = torch::matmul(dlq_BHLM, w_MD).sub_(x * dlq_BHLM.sum(-1, /*keepdim=*/true));
+    g.dy = torch::matmul(dlk_BRLM, w_MD).sub_(y * dlk_BRLM.sum(-1, /*keepdim=*/true));
+    if (p[0].requires_grad()) {
+      const int64_t m = w_MD.size(0), d = w_MD.size(1);
+      g.params[0] = torch::matmul(dlq_BHLM.reshape({-1, m}).t(), x.reshape({-1, d}))
+                        .addmm_(dlk_BRLM.reshape({-1, m}).t(), y.reshape({-1, d}))
+                        .to(p[0].scalar_type());
+    }
+    return g;
+  }
+  // Any other map: its own backward, once over the whole sequence.
+  torch::AutoGradMode grad_on(true);
+  const auto x_leaf = x.detach().requires_grad_(), y_leaf = y.detach().requires_grad_();
+  std::vector<torch::Tensor> leaves, inputs = {x_leaf, y_leaf};
+  std::vector<size_t> which;
+  for (size_t i = 0; i < p.size(); ++i) {
+    leaves.push_back(p[i].detach().requires_grad_(p[i].requires_grad()));
+    if (p[i].requires_grad()) {
+      inputs.push_back(leaves.back());
+      which.push_back(i);
+    }
+  }
+  const auto lq = map.log_features(x_leaf, leaves, /*is_query=*/true);
+  const auto lk = KeyLogFeatures(map, leaves, y_leaf);
+  const auto grads = torch::autograd::grad({lq, lk}, inputs, {dlq_BHLM, dlk_BRLM}, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+  g.dx = grads[0].defined() ? grads[0] : torch::zeros_like(x);
+  g.dy = grads[1].defined() ? grads[1] : torch::zeros_like(y);
+  for (size_t n = 0; n < which.size(); ++n) g.params[which[n]] = grads[n + 2];
+  return g;
+}
+
+torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::AutogradContext* ctx,
+                                                               torch::autograd::variable_list grad_outputs) {
+  const auto saved = ctx->get_saved_variables();
+  const auto &x_BHLD = saved[0], &y_BKLD = saved[1], &v_BKLD = saved[2], &out_BHLD = saved[3], &den_BRNQ = saved[4];
+  const std::vector<torch::Tensor> p(saved.begin() + 5, saved.end());
+  const auto capsule = c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule());
+  const FeatureMap& map = capsule->map;
+  const auto s = MakeShape(x_BHLD, y_BKLD, v_BKLD, map, ctx->saved_data["chunk"].toInt());
+  torch::NoGradGuard no_grad;
+  const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
+  const auto k = Build(map.log_features(x, p, /*is_query=*/true), KeyLogFeatures(map, p, y), v, s);
+  // h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t] (padded positions: g = 0, so h = 0).
+  const auto g_BHLD = grad_outputs[0].to(x.scalar_type());
+  const auto inv_BRNQ1 = den_BRNQ.reciprocal().unsqueeze(-1);
+  const auto dot_BHL1 = (g_BHLD * out_BHLD).sum(-1, /*keepdim=*/true);
+  const auto h_BRNQV = torch::cat({QueryChunks(Pad(g_BHLD, s), s), QueryChunks(Pad(dot_BHL1, s), s).neg_()}, -1)
+                           .mul_(inv_BRNQ1);
+  auto hread_BRNQV = h_BRNQV.clone();
+  Heads(hread_BRNQV, s).mul_(PerPosition(k.read_BRNC));
+  // Queries: dpsi_t = sum_{j <= t} exp(r_j - r_t) (h_t . [v_j, 1]) k~_j + exp(r_{e_{c-1}} - r_t) S_{c-1} h_t.
+  auto p_BRNQC = torch::matmul(h_BRNQV, k.vh_BRNCV.transpose(-1, -2));
+  Heads(p_BRNQC, s).mul_(k.w_BRNCC.unsqueeze(3));
+  auto dpsi_BRNQM = torch::matmul(p_BRNQC, k.kt_BRNCM).add_(torch::matmul(hread_BRNQV, k.s_BRNMV.transpose(-1, -2)));
+  // Keys and values read the later chunks through T_c = sum_{t in c} exp(r_{e_{c-1}} - r_t) psi_t h_t^T,
+  // brought back to chunk c by the transposed decay: Z_c = sum_{c' > c} exp(r_{e_c} - r_{e_{c'-1}}) T_c'.
+  const auto t_BRNMV = torch::matmul(k.psi_BRNQM.transpose(-1, -2), hread_BRNQV);
+  const auto z_BRNMV =
+      torch::matmul(k.decay_BRNN.transpose(-1, -2), t_BRNMV.view({s.batch, s.rows, s.chunks, -1})).view(t_BRNMV.sizes());
+  const auto a_BRNQC = IntraScores(k, s);
+  auto dkt_BRNCM = torch::matmul(p_BRNQC.transpose(-1, -2), k.psi_BRNQM)
+                       .add_(torch::matmul(k.vh_BRNCV * k.e_BRNC.unsqueeze(-1), z_BRNMV.transpose(-1, -2)));
+  const auto dvh_BRNCV =
+      torch::matmul(a_BRNQC.transpose(-1, -2), h_BRNQV).add_(torch::matmul(k.khat_BRNCM, z_BRNMV));
+  // Through the shifts (held constant: out is exactly invariant to them): d log phi = dphi * phi.
+  const auto dlq_BHLM = QueryUnchunk(dpsi_BRNQM.mul_(k.psi_BRNQM), s);
+  const auto dlk_BRLM = dkt_BRNCM.mul_(k.kt_BRNCM).view({s.batch, s.rows, s.padded, -1});
+  auto g = FeatureBackward(map, p, x, y, dlq_BHLM, dlk_BRLM);
+  auto dv_BRLD = dvh_BRNCV.narrow(-1, 0, s.value_dim).reshape({s.batch, s.rows, s.padded, s.value_dim});
+  auto unpad = [&](const torch::Tensor& t) { return s.padded == s.length ? t : t.narrow(2, 0, s.length); };
+  // Rows per query head: each KV head's gradient is its group's sum.
+  auto per_kv_head = [&](const torch::Tensor& t_BRLD) {
+    const auto t = unpad(t_BRLD);
+    const int64_t kv_heads = y_BKLD.size(1);
+    if (t.size(1) == kv_heads) return t;
+    return t.reshape({s.batch, kv_heads, s.rows / kv_heads, s.length, t.size(-1)}).sum(2);
+  };
+  RecordDtype(ProbeField::kGradients, g.dx);
+  torch::autograd::variable_list grads = {unpad(g.dx), per_kv_head(g.dy), per_kv_head(dv_BRLD)};
+  for (auto& pg : g.params) grads.push_back(pg);
+  grads.push_back({});  // map
+  grads.push_back({});  // chunk_size
+  return grads;
+}
+
+}  // namespace
+
+torch::Tensor ChunkParallelCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
+                                           const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {
+  return ChunkParallelFunction::apply(x_BHLD, y_BKLD, v_BKLD, at::TensorList(map.params), map, chunk_size);
+}
+
+int64_t ChunkParallelSavedBytes(const torch::Tensor& out) {
+  const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<ChunkParallelFunction>>(out.grad_fn());
+  if (!node) return 0;
+  int64_t bytes = 0;
+  for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  return bytes;
+}
+
+}  // namespace darkformer

@@ -1,0 +1,51 @@
+// What the causal operators (ops/*) see of a kernel: its feature map in log form, and which of
+// the operator's forms computes the attention. fla keeps the same split: modules/feature_map.py
+// (the map) against ops/linear_attn/* (the forms).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <functional>
+#include <string>
+#include <vector>
+
+namespace darkformer {
+
+// The forms of causal linear attention with log-form features. Every form gives the numbers of
+// the naive reference (causal_linear_attention.h, which the kernels run for `op: naive`).
+enum class CausalOp {
+  kAuto,           // what the device runs: raw_cpu where it applies, chunk_loop elsewhere on a CPU, chunk_parallel on CUDA
+  kNaive,          // the whole-sequence composite reference: the kernel runs it, the operators refuse it
+  kChunkLoop,      // LibTorch ops chunk by chunk (ops/chunk_loop.cpp): ~32 ops per chunk forward
+  kChunkParallel,  // LibTorch ops over all chunks at once (ops/chunk_parallel.cpp): op count independent of L
+  kRawCpu,         // the raw fp32 AVX2 kernel (fused_causal_cpu.h): positive features on a CPU only
+};
+
+// "auto" | "naive" | "chunk_loop" | "chunk_parallel" | "raw_cpu"; anything else throws naming `key_path`.
+CausalOp ParseCausalOp(const std::string& name, const std::string& key_path);
+std::string CausalOpName(CausalOp op);
+
+// A kernel's feature map as the operators see it: log phi of a block of inputs, differentiable
+// w.r.t. the inputs and `params` (the kernel's gradient path: M, W, ...).
+struct FeatureMap {
+  // x_BNCD (N heads: H for queries; K or H for keys) -> log phi_BNCM in fp32 / fp64. `params` are
+  // the tensors of `params` below (or leaf copies of them during the backward). It must return a
+  // fresh tensor: outside autograd the operators shift and exponentiate it in place.
+  std::function<torch::Tensor(const torch::Tensor& x_BNCD, const std::vector<torch::Tensor>& params, bool is_query)>
+      log_features;
+  std::vector<torch::Tensor> params;
+  // True when key features depend on the query head (parameters per query head), so they are
+  // computed for each of the G query heads that share a KV head.
+  bool keys_per_query_head = false;
+  // params_per_head[i]: params[i]'s first dimension indexes the query heads; missing entries mean shared.
+  std::vector<bool> params_per_head;
+  // Set when log_features is exactly LogPositiveFeatures(x, params[0]) (positive_features.h:
+  // log phi = x W^T - |x|^2/2 - log(m)/2, W shared m x D). The backward then differentiates the
+  // features in closed form,
+  //   d log phi = dphi * phi,   dx = (d log phi) W - x sum_m (d log phi),   dW = (d log phi)^T x,
+  // with no autograd graph (other maps recompute their features under autograd).
+  bool positive_features = false;
+  CausalOp op = CausalOp::kAuto;
+};
+
+}  // namespace darkformer
