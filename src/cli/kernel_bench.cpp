@@ -14,7 +14,10 @@
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 
+#include <torch/cuda.h>
+
 #include "attention/kernel_registry.h"
+#include "util/op_count.h"
 #include "util/peak_memory.h"
 #include "util/error.h"
 #include "util/json.h"
@@ -31,21 +34,50 @@ struct Sample {
 struct Inputs {
   torch::Tensor q, k, v;
 };
+torch::Device bench_device = torch::kCPU;  // --device, set once by RunKernelBench
+
 Inputs MakeInputs(int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
-  return {torch::randn({batch, heads, length, d}).requires_grad_(), torch::randn({batch, kv_heads, length, d}).requires_grad_(),
-          torch::randn({batch, kv_heads, length, d}).requires_grad_()};
+  const auto options = torch::TensorOptions().device(bench_device);
+  return {torch::randn({batch, heads, length, d}, options).requires_grad_(),
+          torch::randn({batch, kv_heads, length, d}, options).requires_grad_(),
+          torch::randn({batch, kv_heads, length, d}, options).requires_grad_()};
+}
+
+// Work queued on the GPU is done (a no-op on the CPU).
+void Synchronize() {
+  if (bench_device.is_cuda()) torch::cuda::synchronize();
 }
 
 Sample TimeOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  auto info = std::make_shared<PeakMemory>();
+  auto info = std::make_shared<PeakMemory>(bench_device.type());
   c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, info);
   const auto in = MakeInputs(batch, heads, kv_heads, length, d);
+  Synchronize();
   const auto start = std::chrono::steady_clock::now();
   kernel->forward(in.q, in.k, in.v, call).sum().backward();
+  Synchronize();
   return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
           info->peak() / (1024.0 * 1024.0)};
+}
+
+// Ops dispatched by one attention-layer call: its forward, then its backward alone (the incoming
+// gradient made beforehand).
+struct LayerOps {
+  OpCount forward, backward;
+};
+LayerOps CountLayerOps(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length,
+                       int64_t d) {
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  const auto in = MakeInputs(batch, heads, kv_heads, length, d);
+  torch::Tensor out;
+  LayerOps ops;
+  ops.forward = CountDispatchedOps([&] { out = kernel->forward(in.q, in.k, in.v, call); });
+  const auto grad = torch::randn_like(out);
+  ops.backward = CountDispatchedOps([&] { out.backward(grad); });
+  return ops;
 }
 
 // One forward+backward under LibTorch's CPU profiler: self time (own time minus the ops it
@@ -58,11 +90,13 @@ void ProfileOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t 
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
   const auto in = MakeInputs(batch, heads, kv_heads, length, d);
-  const std::set<ActivityType> activities = {ActivityType::CPU};
+  std::set<ActivityType> activities = {ActivityType::CPU};
+  if (bench_device.is_cuda()) activities.insert(ActivityType::CUDA);
   prof::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   prof::enableProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   const auto start = std::chrono::steady_clock::now();
   kernel->forward(in.q, in.k, in.v, call).sum().backward();
+  Synchronize();
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const auto result = prof::disableProfiler();
   // Self time: per thread, events nest by [start, end); subtract each event's direct children.
@@ -131,7 +165,9 @@ AttentionKernel Build(const std::string& name, const YAML::Node& options, int64_
   KernelShape shape;
   shape.num_heads = heads;
   shape.head_dim = d;
-  return MakeAttentionKernel(name, shape, ConfigReader(YAML::Clone(options), "attention." + name));
+  auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Clone(options), "attention." + name));
+  kernel->to(bench_device);
+  return kernel;
 }
 
 }  // namespace
@@ -146,10 +182,11 @@ void RunKernelBench(const KernelBenchOptions& o) {
   naive_options["op"] = "naive";
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
-  std::cout << fmt::format("forward+backward, CPU fp32, B={}, H={} query heads, {} KV heads, {} {} vs exact (SDPA); "
+  std::cout << fmt::format("forward+backward, {} fp32, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
-                           o.batch, o.heads, kv_heads, o.kernel, o.options, o.repeats, torch::get_num_threads());
-  std::cout << fmt::format("{:>4} {:>6} {:>7} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
+                           o.device, o.batch, o.heads, kv_heads, o.kernel, o.options, o.op, o.repeats,
+                           torch::get_num_threads());
+  std::cout << fmt::format("{:>4} {:>6} {:>14} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
                            "GFLOP/s", "vs exact", "mem/exact");
   std::vector<Json> lines;
   for (const int64_t d : o.head_dims) {
@@ -159,13 +196,17 @@ void RunKernelBench(const KernelBenchOptions& o) {
         AttentionKernel kernel;
         double flops;
         std::vector<double> ms, mib;
+        LayerOps ops;
       };
       std::vector<Impl> impls;
-      impls.push_back({"fused", Build(o.kernel, fused_options, o.heads, d), o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk)});
+      impls.push_back({o.op, Build(o.kernel, fused_options, o.heads, d), o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk)});
       if (o.naive) impls.push_back({"naive", Build(o.kernel, naive_options, o.heads, d), impls[0].flops});
       if (length <= o.exact_max_length) impls.push_back({"exact", Build("exact", YAML::Load("{}"), o.heads, d), o.batch * ExactFlops(o.heads, length, d)});
       for (auto& impl : impls) TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d);  // warm-up
-      if (o.profile) ProfileOnce(impls[0].kernel, o.batch, o.heads, kv_heads, length, d);
+      if (o.profile) {
+        ProfileOnce(impls[0].kernel, o.batch, o.heads, kv_heads, length, d);
+        for (auto& impl : impls) impl.ops = CountLayerOps(impl.kernel, o.batch, o.heads, kv_heads, length, d);
+      }
       for (int64_t r = 0; r < o.repeats; ++r) {
         for (auto& impl : impls) {  // alternate: each repeat times every implementation once
           const auto s = TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d);
@@ -178,12 +219,24 @@ void RunKernelBench(const KernelBenchOptions& o) {
         const double ms = Median(impl.ms), mib = Median(impl.mib);
         const double gflops = impl.flops / (ms * 1e6);
         const double speedup = exact ? Median(exact->ms) / ms : NAN, mem_ratio = exact ? mib / Median(exact->mib) : NAN;
-        std::cout << fmt::format("{:>4} {:>6} {:>7} {:>10.1f} {:>9.1f} {:>8.1f} {:>9.2f}x {:>9.2f}\n", d, length,
+        std::cout << fmt::format("{:>4} {:>6} {:>14} {:>10.1f} {:>9.1f} {:>8.1f} {:>9.2f}x {:>9.2f}", d, length,
                                  impl.name, ms, mib, gflops, speedup, mem_ratio);
+        if (o.profile) {
+          std::cout << fmt::format("  ops fwd {} bwd {} (all aten events {} / {})", impl.ops.forward.compute,
+                                   impl.ops.backward.compute, impl.ops.forward.all, impl.ops.backward.all);
+        }
+        std::cout << "\n";
         Json line = {{"kernel", o.kernel}, {"impl", impl.name}, {"head_dim", d}, {"length", length},
                      {"batch", o.batch}, {"heads", o.heads}, {"kv_heads", kv_heads}, {"num_features", m}, {"chunk_size", chunk},
                      {"threads", torch::get_num_threads()}, {"ms_median", ms}, {"ms_all", impl.ms},
                      {"peak_mib", mib}, {"gflops", gflops}};
+        line["device"] = o.device;
+        if (o.profile) {
+          line["ops_forward"] = impl.ops.forward.compute;
+          line["ops_backward"] = impl.ops.backward.compute;
+          line["aten_events_forward"] = impl.ops.forward.all;
+          line["aten_events_backward"] = impl.ops.backward.all;
+        }
         if (exact) {
           line["speedup_vs_exact"] = speedup;
           line["memory_vs_exact"] = mem_ratio;

@@ -1,7 +1,9 @@
-// `darkformer kernel-check --bench`: forward+backward time, peak CPU memory and achieved GFLOP/s
-// of a feature kernel (fused operator and, optionally, the naive composite path) against exact
-// attention (scaled_dot_product_attention), measured alternately and reported as medians, with a
-// JSON line per row.
+// `darkformer kernel-check --bench`: forward+backward time, peak memory and achieved GFLOP/s of a
+// feature kernel (one form of the causal operator, `--op`, and optionally the naive composite
+// path) against exact attention (scaled_dot_product_attention), measured alternately and reported
+// as medians, with a JSON line per row. On CUDA (`--device cuda`) every timed call ends with a
+// device synchronisation and memory is the CUDA allocator's. `--profile` adds the ops each
+// implementation dispatches per attention-layer call, forward and backward (util/op_count.h).
 #pragma once
 
 #include <cstdint>
@@ -18,10 +20,12 @@ struct KernelBenchOptions {
   std::vector<int64_t> lengths = {1024, 4096, 16384};
   std::vector<int64_t> head_dims = {64};
   int64_t repeats = 3;                            // timed repeats per row (median kept), after one warm-up
-  bool naive = false;                             // also time the naive composite path (fused: false)
+  std::string op = "auto";                        // the operator's form: auto | chunk_loop | chunk_parallel | raw_cpu
+  std::string device = "cpu";                     // cpu | cuda
+  bool naive = false;                             // also time the naive composite path (op: naive)
   int64_t exact_max_length = 16384;               // exact attention is skipped above this length
   std::string json;                               // JSON lines file
-  bool profile = false;                           // per-op self time of one fused run per row
+  bool profile = false;                           // per-op self time of one run, and ops dispatched per call
 };
 
 void RunKernelBench(const KernelBenchOptions& options);

@@ -294,8 +294,14 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--kv-heads", b.kv_heads, "--bench: key/value heads (0 = --heads; 1 = multi-query)")->capture_default_str();
   cmd->add_option("--repeats", b.repeats, "--bench: timed repeats per row, alternating implementations (median kept)")
       ->capture_default_str();
-  cmd->add_flag("--profile", b.profile, "--bench: print each op's self time over one fused forward+backward per row");
-  cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (fused: false)");
+  cmd->add_flag("--profile", b.profile,
+                "--bench: print each op's self time over one forward+backward per row, and the ops each implementation "
+                "dispatches per call (ops_forward, ops_backward in --json)");
+  cmd->add_option("--op", b.op, "--bench: the causal operator's form to time")
+      ->check(CLI::IsMember({"auto", "chunk_loop", "chunk_parallel", "raw_cpu"}))
+      ->capture_default_str();
+  cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)");
   cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
       ->capture_default_str();
   cmd->add_flag("--estimators", args.estimators,

@@ -1,4 +1,5 @@
-// Peak CPU memory of a stretch of code, from LibTorch's allocator reports: install with
+// Peak memory of one device type (the CPU by default; CUDA's caching allocator reports the same
+// way) over a stretch of code, from LibTorch's allocator reports: install with
 // c10::DebugInfoGuard(c10::DebugInfoKind::PROFILER_STATE, info) and read peak() afterwards.
 // Counts bytes allocated while installed, net of those of them freed while installed (tensors
 // made before are not counted, nor is their release). Memory that does not come from LibTorch's
@@ -15,9 +16,10 @@ namespace darkformer {
 
 class PeakMemory : public c10::MemoryReportingInfoBase {
  public:
+  explicit PeakMemory(c10::DeviceType type = c10::DeviceType::CPU) : type_(type) {}
   // Called from every thread that allocates under the guard (the parallel operator's workers too).
   void reportMemoryUsage(void*, int64_t alloc_size, size_t, size_t, c10::Device device) override {
-    if (!device.is_cpu()) return;
+    if (device.type() != type_) return;
     const int64_t now = current_.fetch_add(alloc_size) + alloc_size;
     int64_t peak = peak_.load();
     while (now > peak && !peak_.compare_exchange_weak(peak, now)) {
@@ -30,6 +32,7 @@ class PeakMemory : public c10::MemoryReportingInfoBase {
   double peak_mib() const { return peak() / (1024.0 * 1024.0); }
 
  private:
+  c10::DeviceType type_;
   std::atomic<int64_t> current_{0}, peak_{0};
 };
 

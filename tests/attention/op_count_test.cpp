@@ -1,0 +1,77 @@
+// Ops dispatched per attention-layer call (util/op_count.h, the CPU's proxy for GPU launches):
+// the counter itself on known code, and the chunk-parallel form's counts, forward and backward,
+// the same at two lengths (the chunk loop's grow with the number of chunks).
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <iostream>
+
+#include "attention/kernel_registry.h"
+#include "util/op_count.h"
+
+namespace darkformer {
+namespace {
+
+TEST(OpCountTest, CountsComputeOpsNotViews) {
+  const auto a = torch::randn({4, 8}), b = torch::randn({8, 3});
+  torch::Tensor c;
+  const auto count = CountDispatchedOps([&] {
+    c = torch::matmul(a, b);                  // one GEMM (mm)
+    c = c.view({3, 4}).transpose(0, 1).exp();  // views launch nothing; exp is one op
+  });
+  for (const auto& [name, n] : count.compute_by_name) std::cout << "  " << name << " x" << n << "\n";
+  EXPECT_EQ(count.compute, 2);
+  EXPECT_GE(count.all, 4);
+}
+
+struct LayerOps {
+  int64_t forward, backward;
+};
+
+LayerOps Count(const std::string& kernel, const std::string& op, int64_t length) {
+  KernelShape shape;
+  shape.num_heads = 4;
+  shape.head_dim = 8;
+  const std::string yaml = "{num_features: 16, chunk_size: 16, op: " + op + (kernel == "gerf" ? ", a: -0.2}" : "}");
+  auto k = MakeAttentionKernel(kernel, shape, ConfigReader(YAML::Load(yaml), "attention." + kernel));
+  torch::manual_seed(0);
+  const auto q = torch::randn({2, 4, length, 8}, torch::requires_grad()),
+             kk = torch::randn({2, 1, length, 8}, torch::requires_grad()),
+             v = torch::randn({2, 1, length, 8}, torch::requires_grad());
+  AttentionCall call;
+  call.scale = 0.35;
+  k->forward(q, kk, v, call).sum().backward();  // warm-up: the causal masks are made once, then kept
+  torch::Tensor out;
+  const auto forward = CountDispatchedOps([&] { out = k->forward(q, kk, v, call); });
+  const auto grad = torch::randn_like(out);
+  const auto backward = CountDispatchedOps([&] { out.backward(grad); });
+  if (std::getenv("DARKFORMER_PRINT_OPS")) {
+    for (const auto* c : {&forward, &backward}) {
+      std::cout << kernel << " " << op << (c == &forward ? " forward:" : " backward:");
+      for (const auto& [name, n] : c->compute_by_name) std::cout << " " << name << " x" << n;
+      std::cout << "\n";
+    }
+  }
+  return {forward.compute, backward.compute};
+}
+
+TEST(OpCountTest, ChunkParallelDispatchesTheSameOpsAtEveryLength) {
+  // performer and darkformer: positive features (closed-form backward); gerf: its own log_features.
+  for (const std::string kernel : {"performer", "darkformer", "gerf"}) {
+    for (const auto& [short_l, long_l] : {std::pair<int64_t, int64_t>{64, 512}, {50, 500}}) {  // 50, 500: a padded chunk
+      const auto a = Count(kernel, "chunk_parallel", short_l), b = Count(kernel, "chunk_parallel", long_l);
+      std::cout << "[ops per layer] " << kernel << " chunk_parallel L=" << short_l << ": " << a.forward << " forward, "
+                << a.backward << " backward; L=" << long_l << ": " << b.forward << ", " << b.backward << "\n";
+      EXPECT_EQ(a.forward, b.forward) << kernel << " L=" << short_l;
+      EXPECT_EQ(a.backward, b.backward) << kernel << " L=" << short_l;
+    }
+  }
+  // The counter sees the chunk loop's launches grow with L / C.
+  const auto loop_short = Count("performer", "chunk_loop", 64), loop_long = Count("performer", "chunk_loop", 512);
+  std::cout << "[ops per layer] performer chunk_loop L=64: " << loop_short.forward << " + " << loop_short.backward
+            << "; L=512: " << loop_long.forward << " + " << loop_long.backward << "\n";
+  EXPECT_GT(loop_long.forward, 4 * loop_short.forward);
+}
+
+}  // namespace
+}  // namespace darkformer
