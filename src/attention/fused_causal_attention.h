@@ -1,64 +1,8 @@
-// Causal linear attention with positive random features as one autograd operator: features are
-// computed chunk by chunk from the D-wide inputs (never held for the whole sequence), the
-// backward recomputes them per chunk in two scans (queries in forward order against the running
-// key state, keys in reverse order against a running query state), and autograd saves only
-// x, y, v, the kernel's parameters, the output, its normaliser and the prefix-max reference.
-// Positive features in fp32 on a CPU with AVX2 run a raw kernel instead of LibTorch ops
-// (fused_causal_cpu.h): its backward is one reverse scan, reading checkpoints of the key state
-// that its forward saves every ceil(m / C) chunks (~Dv + 2 floats per position and key row).
-// causal_linear_attention.h (the composite form) stays as the naive reference the tests use.
-//
-// Grouped / multi-query attention: x has H query heads, y and v have K key/value heads; key
-// features and running state are computed once per KV head (F = 1), or once per query head
-// (F = G = H / K) when the kernel's parameters differ per query head (darkformer per-head M).
-//
-// Threads: the batch folds into the heads, and key rows (KV heads of every sequence, or query
-// heads when key features are per query head) are independent. On the CPU the operator splits
-// them into blocks, at least one per intra-op thread and at most 8 query heads each (a chunk's
-// features stay in a core's L2), and scans the blocks in parallel, each block's ops
-// single-threaded and covering all its rows (a chunk's ops are too small to split between
-// threads, and per-op overhead is what dominates at chunk scale). With fewer key rows than
-// threads (multi-query, one sequence) a row's query heads are split into parts, each recomputing
-// the row's key side and adding its share of dk, dv. On a GPU one block covers every row of the
-// batch (each op one launch). The scans run under InferenceMode where nothing is recorded (the
-// forward; the closed-form backward).
+// Causal linear attention with log-form random features: the operator's forms live in
+// attention/ops (docs/attention.md draws the map). This header gathers what kernels and tests use.
 #pragma once
 
-#include <torch/torch.h>
-
+#include "attention/ops/causal_function.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_map.h"
-
-#include <functional>
-#include <vector>
-
-namespace darkformer {
-
-// out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in fp32 (fp64 for
-// fp64 x): bf16 inputs are converted, and autocast is excluded inside, its backward included.
-torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
-                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
-
-// Bytes the operator's autograd node holds for its backward (saved tensors), for the memory test
-// and the benchmark; 0 when `out` was not produced by the operator with gradients on.
-int64_t FusedCausalSavedBytes(const torch::Tensor& out);
-
-// The recurrent form (one token at a time) for decoding: the running sums of exp(b_j - ref) psi_j
-// [v_j, 1]^T per KV head (or query head, F = G) and their reference ref = max_{j <= t} b_j.
-struct LinearAttentionState {
-  torch::Tensor state_BKFMV;  // undefined before the first token
-  torch::Tensor ref_BKF;
-  int64_t tokens = 0;
-};
-
-// Appends the token (y_BK1D, v_BK1D) to `state`, then attends from x_BH1D over every token so
-// far (itself included): returns out_BH1D. Equal to FusedCausalLinearAttention's row t.
-torch::Tensor LinearAttentionStep(LinearAttentionState& state, const torch::Tensor& x_BH1D,
-                                  const torch::Tensor& y_BK1D, const torch::Tensor& v_BK1D, const FeatureMap& map);
-
-// The state after the whole sequence (y_BKLD, v_BKLD), for a prefill followed by steps.
-LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
-                                                 const FeatureMap& map, int64_t num_query_heads,
-                                                 int64_t chunk_size);
-
-}  // namespace darkformer
+#include "attention/ops/recurrent_step.h"

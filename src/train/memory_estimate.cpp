@@ -7,7 +7,7 @@
 #include <map>
 
 #include "attention/feature_kernel_base.h"
-#include "attention/fused_causal_cpu.h"
+#include "attention/ops/raw_cpu_kernel.h"
 #include "attention/kernel_registry.h"
 #include "train/trainer.h"
 #include "util/error.h"

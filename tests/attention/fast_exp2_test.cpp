@@ -7,7 +7,7 @@
 #include <limits>
 #include <vector>
 
-#include "attention/fast_exp2.h"
+#include "attention/ops/fast_exp2.h"
 
 namespace darkformer {
 namespace {

@@ -3,7 +3,7 @@
 // MHA / GQA / MQA layouts, shared and per-head M, and bf16 inputs; finite differences in fp64
 // through the custom backwards; causality; the bytes autograd saves; and the recurrent step. Every
 // test runs for each form, chosen by the kernels' `op` option: `auto` (on this CPU the raw fp32
-// kernel of fused_causal_cpu.h where it applies, the chunk loop elsewhere), `chunk_loop` and
+// kernel of raw_cpu_kernel.h where it applies, the chunk loop elsewhere), `chunk_loop` and
 // `chunk_parallel` (the LibTorch-ops forms CUDA can run).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -11,10 +11,10 @@
 #include <iostream>
 
 #include "attention/darkformer_kernel.h"
-#include "attention/fast_exp2.h"
+#include "attention/ops/fast_exp2.h"
 #include "attention/feature_kernel_base.h"
 #include "attention/fused_causal_attention.h"
-#include "attention/fused_causal_cpu.h"
+#include "attention/ops/raw_cpu_kernel.h"
 #include "attention/kernel_registry.h"
 #include "attention/lfk_kernel.h"
 
@@ -315,7 +315,7 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
 
 // Positive features (performer here; darkformer and lfk take the same path) through the kernel's
 // own forward: on the raw CPU kernel the backward also reads checkpoints of the key state, at
-// most V + 1 = d + 2 floats per position and key row whatever m (fused_causal_cpu.h). Per
+// most V + 1 = d + 2 floats per position and key row whatever m (raw_cpu_kernel.h). Per
 // position: x, y, v and the output (d floats per head each), the normaliser (per head), r (per
 // key row) and the checkpoints; the draw W is the only term that grows with m.
 TEST_P(FusedCausalAttentionTest, SavedTensorsOfPositiveFeaturesStayOLTimesD) {

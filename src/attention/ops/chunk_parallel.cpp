@@ -12,6 +12,7 @@
 
 #include "attention/ops/dtype_probe.h"
 #include "util/error.h"
+#include "util/mixed_precision.h"
 
 namespace darkformer {
 
@@ -235,6 +236,9 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   const auto capsule = c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule());
   const FeatureMap& map = capsule->map;
   const auto s = MakeShape(x_BHLD, y_BKLD, v_BKLD, map, ctx->saved_data["chunk"].toInt());
+  // A backward called inside an autocast scope must not turn the recomputed features, states and
+  // products bf16.
+  NoAutocastGuard no_autocast;
   torch::NoGradGuard no_grad;
   const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
   auto [lq, lk] = LogFeatures(map, p, x, y);

@@ -18,7 +18,7 @@ enum class CausalOp {
   kNaive,          // the whole-sequence composite reference: the kernel runs it, the operators refuse it
   kChunkLoop,      // LibTorch ops chunk by chunk (ops/chunk_loop.cpp): ~32 ops per chunk forward
   kChunkParallel,  // LibTorch ops over all chunks at once (ops/chunk_parallel.cpp): op count independent of L
-  kRawCpu,         // the raw fp32 AVX2 kernel (fused_causal_cpu.h): positive features on a CPU only
+  kRawCpu,         // the raw fp32 AVX2 kernel (raw_cpu_kernel.h): positive features on a CPU only
 };
 
 // "auto" | "naive" | "chunk_loop" | "chunk_parallel" | "raw_cpu"; anything else throws naming `key_path`.

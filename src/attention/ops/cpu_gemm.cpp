@@ -1,5 +1,5 @@
 // Row-major GEMM through the Fortran BLAS interface (see cpu_gemm.h).
-#include "attention/cpu_gemm.h"
+#include "attention/ops/cpu_gemm.h"
 
 // The BLAS LibTorch is built with (BLAS_INFO=mkl in torch's build config) exports the Fortran
 // symbol from libtorch_cpu.so; LibTorch's own cpublas::gemm calls the same function for fp32.

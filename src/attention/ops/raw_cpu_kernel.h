@@ -2,7 +2,7 @@
 // log phi = x W^T - |x|^2/2 - log(m)/2) on raw fp32 memory: one key row at a time (a key/value
 // head and the G query heads that read it), the whole sequence chunk by chunk, each product one
 // BLAS call (cpu_gemm.h) and each elementwise pass one loop (fast_exp2.h). Same math, chunking and
-// stabiliser as the LibTorch ops of fused_causal_attention.cpp (see the formulas there), without
+// stabiliser as the LibTorch ops of ops/chunk_loop.cpp (see the formulas there), without
 // ~100 dispatched ops per chunk, and a backward in one scan instead of two (checkpoints below).
 // Callers check the conditions (CPU, fp32, every per-head block L contiguous rows,
 // Exp2LoopsVectorised()) and keep the LibTorch path for everything else.

@@ -1,4 +1,4 @@
-// The fused operator's raw fp32 CPU kernel for positive features (see fused_causal_cpu.h). Per
+// The fused operator's raw fp32 CPU kernel for positive features (see raw_cpu_kernel.h). Per
 // chunk, with psi_i the queries' features shifted by their row max, k_j = 2^(l2_j - max_j) the
 // keys', b_j their log-scale and r_i = max_{j <= i} b_j (all base 2):
 //   n_i = sum_{j <= i} (psi_i.k_j) 2^(b_j - r_i) [v_j, 1]    out_i = n_i[:Dv] / n_i[Dv]
@@ -6,7 +6,7 @@
 // the forward's checkpoints give each group of chunks its key states, so every chunk's query
 // and key features are computed once in the backward instead of twice (~13 % of the operator's
 // time at L = 4k on this project's 2-core CPU).
-#include "attention/fused_causal_cpu.h"
+#include "attention/ops/raw_cpu_kernel.h"
 
 #include <algorithm>
 #include <atomic>
@@ -15,8 +15,8 @@
 #include <limits>
 #include <vector>
 
-#include "attention/cpu_gemm.h"
-#include "attention/fast_exp2.h"
+#include "attention/ops/cpu_gemm.h"
+#include "attention/ops/fast_exp2.h"
 
 // The kernel runs only where fast_exp2's loops run vectorised (x86-64 with AVX2 and FMA, checked at
 // run time by the caller), so its elementwise loops may use them too; per function, not per file:

@@ -1,4 +1,4 @@
-// Row-major fp32 GEMM on raw memory for the fused operator's CPU kernel (fused_causal_cpu.h):
+// Row-major fp32 GEMM on raw memory for the fused operator's CPU kernel (raw_cpu_kernel.h):
 // the BLAS sgemm_ LibTorch itself links and calls for fp32 matmuls on the CPU (MKL in the PyPI
 // wheels), without a dispatcher round trip per call (~10 us on this project's CPUs, against
 // ~20-100 us of arithmetic in a chunk's products).

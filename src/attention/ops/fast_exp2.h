@@ -1,5 +1,5 @@
 // Base-2 exponentials of the fused causal operator's CPU path, each fused with the pass around
-// it (fused_causal_attention.cpp). LibTorch's amax, sub_ and exp2_ over a chunk's C x m feature
+// it (ops/chunk_loop.cpp). LibTorch's amax, sub_ and exp2_ over a chunk's C x m feature
 // block are three passes at ~0.8 ns per element on this project's CPUs; here it is one reduction
 // and one exp2 pass, eight lanes at a time where the CPU has AVX2 and FMA. Loops on raw fp32
 // memory: callers check device, dtype, layout and Exp2LoopsVectorised() and keep the LibTorch

@@ -1,7 +1,7 @@
 // Fused base-2 exponentials for the fused operator's CPU path (see fast_exp2.h). On x86-64 CPUs
 // with AVX2 and FMA (checked at run time) eight lanes at a time; elsewhere the same arithmetic
 // one value at a time.
-#include "attention/fast_exp2.h"
+#include "attention/ops/fast_exp2.h"
 
 #include <algorithm>
 #include <atomic>
