@@ -6,7 +6,7 @@
 namespace darkformer {
 
 DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true)) {
+    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
   const int64_t d = shape.head_dim;
   int64_t rank = options.Get<int64_t>("rank", 0);  // 0 = head_dim
   if (rank == 0) rank = d;
@@ -38,6 +38,12 @@ torch::Tensor DarkformerKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD,
 }
 
 std::vector<torch::Tensor> DarkformerKernelImpl::FeatureParams() const { return {M, projection_}; }
+
+torch::Tensor DarkformerKernelImpl::EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const {
+  torch::NoGradGuard no_grad;  // a reference value, never differentiated
+  const auto m_RD = M[0];
+  return SoftmaxKernelTarget(x_BHPD, torch::matmul(y_BHPD, m_RD.t().mm(m_RD)));
+}
 
 void DarkformerKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) {
   torch::NoGradGuard no_grad;

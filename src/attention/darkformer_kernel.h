@@ -3,13 +3,13 @@
 // N(0, M^T M) and E[phi(x).phi(y)] = exp(x^T M^T M y). M = I is exactly the Performer kernel.
 #pragma once
 
-#include "attention/feature_kernel_base.h"
+#include "attention/log_feature_kernel.h"
 
 namespace darkformer {
 
 enum class DarkformerInit { kIdentity, kScaledIdentity, kWhitening };
 
-class DarkformerKernelImpl : public FeatureKernelBase {
+class DarkformerKernelImpl : public LogFeatureKernel {
  public:
   DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "darkformer"; }
@@ -22,6 +22,8 @@ class DarkformerKernelImpl : public FeatureKernelBase {
   // Per-head M: key features are per query head (the fused operator computes them G times).
   bool KeysPerQueryHead() const override { return M.size(0) > 1; }
   std::vector<bool> FeatureParamsPerHead() const override { return {M.size(0) > 1, false}; }
+  // exp(x^T M^T M y) (000 eq. 3) with head 0's M (or the shared one).
+  torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override;
 
   // Whitening init (000 Appendix C): M = Lambda^-1/2 from the pooled covariance Lambda of
   // x = sqrt(s) q and y = sqrt(s) k (per head, or over all heads when M is shared), computed in

@@ -1,7 +1,10 @@
-// Shared machinery of the positive-random-feature kernels (performer, darkformer, lfk): their
-// draw options, the registered draw state (so a checkpoint evaluates identically after reload),
-// redraw policies, fp32 kernel state under low-precision models, and the forward pass
-// x = sqrt(s) q, y = sqrt(s) k -> stabilised features -> chunked linear attention.
+// What every random-feature kernel shares: its draw options, the registered draw state (so a
+// checkpoint evaluates identically after reload), redraw policies, fp32 kernel state under
+// low-precision models, and what kernel-check asks of a feature map (phi(x).phi(y) and the kernel
+// value it estimates). A kernel is its feature map, of one of two families:
+// - log_feature_kernel.h: positive features given as log phi (performer, darkformer, lfk, gerf,
+//   saderf); they run the fused causal operator;
+// - signed_feature_kernel.h: phi = exp(c) f with f signed (trig, slay, flexformer); composite path.
 #pragma once
 
 #include <optional>
@@ -9,7 +12,7 @@
 #include <vector>
 
 #include "attention/attention_kernel.h"
-#include "attention/fused_causal_attention.h"
+#include "attention/ops/feature_map.h"
 #include "attention/random_projection.h"
 #include "util/config_reader.h"
 
@@ -29,20 +32,17 @@ struct FeatureKernelOptions {
   // reference), chunk_loop, chunk_parallel or raw_cpu. The old `fused: true|false` reads as auto|naive.
   CausalOp op = CausalOp::kAuto;
 
-  // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown.
-  static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw);
+  // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown, and
+  // `with_op` false (signed features: one composite path) leaves `op` and `fused` unknown keys.
+  static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw, bool with_op);
 };
+
+// exp(x.y) per pair of rows of x_BHPD and y_BHPD, in fp64: BHP. The softmax kernel most maps estimate.
+torch::Tensor SoftmaxKernelTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD);
 
 class FeatureKernelBase : public AttentionKernelImpl {
  public:
-  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
-                        const AttentionCall& call) override;
   void on_train_step(int64_t step) override;
-  // The recurrent form (fused_causal_attention.h): running sums of phi(k) [v, 1]^T per KV head
-  // with the causal-safe reference, fp32, no per-position storage. A first call with several
-  // tokens (the prompt) runs forward()'s parallel path and keeps its final state.
-  torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
-                       const torch::Tensor& v_BKTD, const AttentionCall& call) override;
 
   // Kernel state stays at least fp32 (fp64 when asked) whatever the model's dtype, and integer
   // buffers keep their type.
@@ -50,33 +50,12 @@ class FeatureKernelBase : public AttentionKernelImpl {
   void to(torch::Dtype dtype, bool non_blocking = false) override;
   void to(torch::Device device, torch::Dtype dtype, bool non_blocking = false) override;
 
-  // log phi(x) for x_BNLD already scaled by sqrt(s) (features in fp32 / fp64), computed from
-  // `params` (the tensors FeatureParams() returns, or leaf copies of them): the kernel's gradient
-  // path. N is the number of query heads, or of KV heads when the parameters are shared across
-  // heads. is_query tells the two sides apart for kernels whose maps differ.
-  virtual torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
-                                        bool is_query) const = 0;
-  virtual std::vector<torch::Tensor> FeatureParams() const = 0;
-  // Whether key features depend on the query head (parameters per query head).
-  virtual bool KeysPerQueryHead() const { return false; }
-  // Which of FeatureParams() have one slice per query head along their first dimension.
-  virtual std::vector<bool> FeatureParamsPerHead() const { return {}; }
-  torch::Tensor LogFeatures(const torch::Tensor& x_BHLD, bool is_query = true) const {
-    return LogFeaturesWith(x_BHLD, FeatureParams(), is_query);
-  }
-  // The map the fused operator and the recurrent step use.
-  FeatureMap MakeFeatureMap() const;
-  // Kernels whose log phi(x) is LogPositiveFeatures(x A^T, W) (performer, lfk: A = I; darkformer:
-  // A = M) say so here; the causal path then applies A outside the fused operator (autograd
-  // carries M's gradient) and the operator differentiates the features in closed form.
-  struct PositiveFeatureForm {
-    torch::Tensor input_map_NRD;  // A per query head (N = H) or shared (N = 1); undefined: identity
-    torch::Tensor w_MR;           // W, shared across heads
-  };
-  virtual std::optional<PositiveFeatureForm> PositiveForm() const { return std::nullopt; }
-  double MaxLogFeature(const torch::Tensor& x_BHLD) const override {
-    return LogFeatures(x_BHLD).max().item<double>();
-  }
+  // phi(x).phi(y) with every exp(.) factor, for pairs (x_p, y_p) of x_BHPD, y_BHPD already scaled
+  // by sqrt(s) (H = the kernel's heads): BHP. One draw's estimate of EstimatorTarget.
+  virtual torch::Tensor PairEstimate(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const = 0;
+  // What PairEstimate is unbiased for (trainable maps: at their initial values), in fp64: BHP.
+  // Parameters held per head are taken from head 0, so every head gets head 0's target.
+  virtual torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const = 0;
 
   const FeatureKernelOptions& options() const { return options_; }
   // The current draw w_MR (undefined for kernels without a drawn projection).
@@ -95,9 +74,6 @@ class FeatureKernelBase : public AttentionKernelImpl {
   torch::Tensor projection_, draw_seed_, draw_count_;
 
  private:
-  // The causal fused path of a PositiveForm() kernel.
-  torch::Tensor ForwardPositiveFused(const PositiveFeatureForm& form, const torch::Tensor& q_BHLD,
-                                     const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD, double root_scale) const;
   void ConvertState(const std::optional<torch::Device>& device, torch::Dtype dtype, bool non_blocking);
 };
 

@@ -6,30 +6,28 @@
 //   nonstationary: f(x) = [cos W1'x * cos W2'x, sin W1'x * cos W2'x] / sqrt(n),    (004 eq. 6)
 //                  W1' = (W1 + W2)/2, W2' = (W1 - W2)/2 from trainable pairs (W1, W2).
 // Initialised from one draw W ~ N(0, I) (both W1 and W2 = W) and tau = log 2, which is the
-// trigonometric estimator of exp(x.y) (trig_kernel.h). Features are signed: composite path, the
-// query factor dropped (it cancels), the key factor as the stabiliser's log-scale, the normaliser
-// floored with its sign kept. Frequencies and tau are per head (004 App. B).
+// trigonometric estimator of exp(x.y) (trig_kernel.h). Features are signed, log-scale
+// |x|^2 / exp(tau) (signed_feature_kernel.h). Frequencies and tau are per head (004 App. B).
 #pragma once
 
-#include "attention/feature_kernel_base.h"
+#include "attention/signed_feature_kernel.h"
 
 namespace darkformer {
 
-class FlexformerKernelImpl : public FeatureKernelBase {
+class FlexformerKernelImpl : public SignedFeatureKernel {
  public:
   FlexformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "flexformer"; }
-  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
-                        const AttentionCall& call) override;
-  torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
-                       const torch::Tensor& v_BKTD, const AttentionCall& call) override;
   // f(x) for x_BHLD (H = the kernel's heads): BHL(2n).
   torch::Tensor FourierFeatures(const torch::Tensor& x_BHLD) const;
+  torch::Tensor SignedFeatures(const torch::Tensor& x_BHLD) const override { return FourierFeatures(x_BHLD); }
   // |x|^2 / exp(tau) per position: BHL.
-  torch::Tensor LogScale(const torch::Tensor& x_BHLD) const;
-  torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
-                                bool is_query) const override;
-  std::vector<torch::Tensor> FeatureParams() const override { return {frequencies, tau}; }
+  torch::Tensor LogScale(const torch::Tensor& x_BHLD) const override;
+  // exp(x.y): at initialisation the map is trig's estimator (above); trained frequencies and tau
+  // move it away.
+  torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override {
+    return SoftmaxKernelTarget(x_BHPD, y_BHPD);
+  }
   double MaxLogFeature(const torch::Tensor& x_BHLD) const override;
   bool nonstationary() const { return nonstationary_; }
 
@@ -38,7 +36,6 @@ class FlexformerKernelImpl : public FeatureKernelBase {
 
  private:
   bool nonstationary_ = false;
-  double normaliser_floor_ = 1e-6;
 };
 TORCH_MODULE(FlexformerKernel);
 

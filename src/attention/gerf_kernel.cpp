@@ -44,7 +44,7 @@ GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& opt
     : GerfKernelImpl(shape, options, /*reject_unknown=*/true) {}
 
 GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& options, bool reject_unknown)
-    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true)) {
+    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
   const auto a_text = options.Get<std::string>("a", "0");
   double a = 0.0;
   if (a_text == "optimal") {

@@ -7,7 +7,7 @@
 // head); until calibrated A = 0. A is a buffer: checkpoints keep it.
 #pragma once
 
-#include "attention/feature_kernel_base.h"
+#include "attention/log_feature_kernel.h"
 
 namespace darkformer {
 
@@ -21,13 +21,17 @@ torch::Tensor GerfClosedFormVariance(const torch::Tensor& x_PD, const torch::Ten
 // log phi for inputs x_BNLD (already transformed), projection w_MD and A (a 1-element tensor).
 torch::Tensor GerfLogFeatures(const torch::Tensor& x_BNLD, const torch::Tensor& w_MD, const torch::Tensor& a);
 
-class GerfKernelImpl : public FeatureKernelBase {
+class GerfKernelImpl : public LogFeatureKernel {
  public:
   GerfKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "gerf"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override { return {projection_, a_}; }
+  // exp(x.y) for every A < 1/8 (002 sec. 2.3); saderf too (Psi x . Psi^-1 y = x.y).
+  torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override {
+    return SoftmaxKernelTarget(x_BHPD, y_BHPD);
+  }
   bool wants_calibration() const override { return optimal_a_; }
   void Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) override;
   double a() const { return a_.item<double>(); }

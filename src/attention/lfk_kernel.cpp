@@ -6,7 +6,7 @@
 namespace darkformer {
 
 LfkKernelImpl::LfkKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/false)) {
+    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/false, /*with_op=*/true)) {
   options.RejectUnknown();
   // Same initial draw as a Performer layer with the same seed; training then moves W freely, so
   // there is nothing to redraw.

@@ -2,11 +2,11 @@
 // phi(x) = exp(Wx - |x|^2/2) / sqrt(m) with W a trainable parameter initialised by a Performer draw.
 #pragma once
 
-#include "attention/feature_kernel_base.h"
+#include "attention/log_feature_kernel.h"
 
 namespace darkformer {
 
-class LfkKernelImpl : public FeatureKernelBase {
+class LfkKernelImpl : public LogFeatureKernel {
  public:
   LfkKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "lfk"; }
@@ -15,6 +15,10 @@ class LfkKernelImpl : public FeatureKernelBase {
   std::vector<torch::Tensor> FeatureParams() const override;
   // log phi = LogPositiveFeatures(x, W) with W trainable: the closed-form backward gives dW.
   std::optional<PositiveFeatureForm> PositiveForm() const override { return PositiveFeatureForm{{}, W}; }
+  // exp(x.y) at initialisation (a Performer draw); a trained W estimates no fixed kernel.
+  torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override {
+    return SoftmaxKernelTarget(x_BHPD, y_BHPD);
+  }
 
   torch::Tensor W;  // m x d, trainable
 };

@@ -6,7 +6,7 @@
 namespace darkformer {
 
 PerformerKernelImpl::PerformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true)) {
+    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
   options.RejectUnknown();
   RegisterDraw(shape.head_dim);
 }

@@ -2,11 +2,11 @@
 // drawn W (orthogonal blocks with chi(d) row norms, or iid rows), redrawn by policy.
 #pragma once
 
-#include "attention/feature_kernel_base.h"
+#include "attention/log_feature_kernel.h"
 
 namespace darkformer {
 
-class PerformerKernelImpl : public FeatureKernelBase {
+class PerformerKernelImpl : public LogFeatureKernel {
  public:
   PerformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "performer"; }
@@ -15,6 +15,10 @@ class PerformerKernelImpl : public FeatureKernelBase {
   std::vector<torch::Tensor> FeatureParams() const override;
   // log phi = LogPositiveFeatures(x, W): the fused operator's closed-form backward applies.
   std::optional<PositiveFeatureForm> PositiveForm() const override { return PositiveFeatureForm{{}, projection_}; }
+  // exp(x.y) (000 Lemma 2.1).
+  torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override {
+    return SoftmaxKernelTarget(x_BHPD, y_BHPD);
+  }
 };
 TORCH_MODULE(PerformerKernel);
 

@@ -1,15 +1,11 @@
 // SLAY attention (see slay_kernel.h).
 #include "attention/slay_kernel.h"
 
-#include "util/mixed_precision.h"
-
 #include <ATen/CPUGeneratorImpl.h>
 
 #include <cmath>
 
-#include "attention/causal_linear_attention.h"
 #include "attention/positive_features.h"
-#include "attention/signed_feature_decoding.h"
 
 namespace darkformer {
 
@@ -38,15 +34,13 @@ torch::Tensor YatQuadrature(const torch::Tensor& t, double epsilon, int64_t node
 }
 
 SlayKernelImpl::SlayKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true)) {
+    : SignedFeatureKernel(shape, options, /*with_redraw=*/true) {
   nodes_ = options.Get<int64_t>("nodes", nodes_);
   DF_CHECK(nodes_ > 0, "config key '" << options.KeyPath("nodes") << "' must be positive, got " << nodes_);
   epsilon_ = options.Get<double>("epsilon", epsilon_);
   DF_CHECK(epsilon_ > 0, "config key '" << options.KeyPath("epsilon") << "' must be positive (003 Lemma 1), got " << epsilon_);
   sketch_dim_ = options.Get<int64_t>("sketch_dim", sketch_dim_);
   DF_CHECK(sketch_dim_ >= 0, "config key '" << options.KeyPath("sketch_dim") << "' must be >= 0 (0 = exact), got " << sketch_dim_);
-  normaliser_floor_ = options.Get<double>("normaliser_floor", normaliser_floor_);
-  DF_CHECK(normaliser_floor_ > 0, "config key '" << options.KeyPath("normaliser_floor") << "' must be positive");
   options.RejectUnknown();
   // n * P * m features per head: a smaller m than the other kernels' default unless asked.
   if (!options.Has("num_features")) options_.num_features = kDefaultSlayFeatures;
@@ -81,31 +75,13 @@ torch::Tensor SlayKernelImpl::Features(const torch::Tensor& x_BNLD) const {
   return torch::cat(parts, -1);
 }
 
-torch::Tensor SlayKernelImpl::LogFeaturesWith(const torch::Tensor&, const std::vector<torch::Tensor>&, bool) const {
-  Fail("attention kernel 'slay' has signed (tensor-product) features: they have no log form (it runs the composite path)");
+torch::Tensor SlayKernelImpl::EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const {
+  const auto t_BHP = (x_BHPD / x_BHPD.norm(2, -1, true) * (y_BHPD / y_BHPD.norm(2, -1, true))).sum(-1);
+  return YatQuadrature(t_BHP, epsilon_, nodes_);
 }
 
 double SlayKernelImpl::MaxLogFeature(const torch::Tensor& x_BHLD) const {
   return Features(x_BHLD.to(torch::kFloat32)).abs().max().log().item<double>();
-}
-
-torch::Tensor SlayKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
-                                      const torch::Tensor& v_BKLD, const AttentionCall& call) {
-  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
-  const int64_t heads = q_BHLD.size(1);
-  const auto out_BHLD = LinearAttention(Features(q_BHLD), Features(RepeatKvHeads(k_BKLD, heads)), torch::Tensor(),
-                                        RepeatKvHeads(v_BKLD, heads), call.causal, options_.chunk_size,
-                                        normaliser_floor_);
-  return out_BHLD.to(v_BKLD.scalar_type());
-}
-
-torch::Tensor SlayKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
-                                     const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall&) {
-  NoAutocastGuard fp32;  // computes in fp32 even when called inside autocast
-  const int64_t heads = q_BHTD.size(1);
-  return SignedFeatureDecode(state, Features(q_BHTD), Features(RepeatKvHeads(k_BKTD, heads)), torch::Tensor(),
-                             RepeatKvHeads(v_BKTD, heads), normaliser_floor_)
-      .to(v_BKTD.scalar_type());
 }
 
 }  // namespace darkformer

@@ -5,12 +5,12 @@
 // t^2 = <q^ (x) q^, k^ (x) k^> (exact, d^2 coordinates, or sketched: (S1 q^) * (S2 q^) / sqrt(p)
 // with Gaussian S1, S2, unbiased for t^2) times positive random features of exp(beta t),
 // exp(sqrt(beta) w.q^ - beta/2) / sqrt(m), concatenated over the nodes. The polynomial part's
-// coordinates are signed, so SLAY runs the composite path with a signed-safe normaliser (as
-// trig); the unit norms keep every exponent bounded. The layer's scale s does not enter: the
+// coordinates are signed, so SLAY is a signed feature map (signed_feature_kernel.h), with no
+// log-scale: the unit norms keep every exponent bounded. The layer's scale s does not enter: the
 // kernel is defined on directions.
 #pragma once
 
-#include "attention/feature_kernel_base.h"
+#include "attention/signed_feature_kernel.h"
 
 namespace darkformer {
 
@@ -20,26 +20,24 @@ std::pair<torch::Tensor, torch::Tensor> GaussLaguerre(int64_t n);
 torch::Tensor YatKernel(const torch::Tensor& t, double epsilon);
 torch::Tensor YatQuadrature(const torch::Tensor& t, double epsilon, int64_t nodes);
 
-class SlayKernelImpl : public FeatureKernelBase {
+class SlayKernelImpl : public SignedFeatureKernel {
  public:
   SlayKernelImpl(const KernelShape& shape, const ConfigReader& options);
   std::string kernel_name() const override { return "slay"; }
-  torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
-                        const AttentionCall& call) override;
-  torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
-                       const torch::Tensor& v_BKTD, const AttentionCall& call) override;
   // The feature map of q or k (any norm; normalised here): x_BNLD -> BNL(n P m).
   torch::Tensor Features(const torch::Tensor& x_BNLD) const;
-  torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
-                                bool is_query) const override;
-  std::vector<torch::Tensor> FeatureParams() const override { return {projection_}; }
+  torch::Tensor SignedFeatures(const torch::Tensor& x_BNLD) const override { return Features(x_BNLD); }
+  // The Yat kernel's n-node quadrature YatQuadrature(x^.y^) (what the features are unbiased for).
+  torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override;
   double MaxLogFeature(const torch::Tensor& x_BHLD) const override;
   double epsilon() const { return epsilon_; }
   int64_t nodes() const { return nodes_; }
 
  private:
   static constexpr int64_t kDefaultSlayFeatures = 16;
-  double epsilon_ = 0.1, normaliser_floor_ = 1e-6;
+  bool ScalesInputs() const override { return false; }
+
+  double epsilon_ = 0.1;
   int64_t nodes_ = 3, sketch_dim_ = 16;  // sketch_dim 0: the exact d^2 tensor features
   torch::Tensor sketch_;                 // 2 x p x d Gaussian rows (buffer), when sketched
 };

@@ -17,6 +17,7 @@
 #include <torch/cuda.h>
 
 #include "attention/kernel_registry.h"
+#include "attention/log_feature_kernel.h"
 #include "util/op_count.h"
 #include "util/peak_memory.h"
 #include "util/error.h"
@@ -177,9 +178,18 @@ void RunKernelBench(const KernelBenchOptions& o) {
   DF_CHECK(o.heads % kv_heads == 0, "--kv-heads " << kv_heads << " must divide --heads " << o.heads);
   DF_CHECK(o.batch > 0, "--bench-batch must be positive, got " << o.batch);
   DF_CHECK(o.repeats > 0, "--repeats must be positive, got " << o.repeats);
-  const auto fused_options = YAML::Load(o.options);
+  bench_device = torch::Device(o.device);
+  DF_CHECK(!bench_device.is_cuda() || torch::cuda::is_available(), "--device " << o.device << ": no CUDA device here");
+  auto fused_options = YAML::Load(o.options);
+  DF_CHECK(!fused_options["op"] && !fused_options["fused"],
+           "--options: give the operator's form with --op, not as op/fused in the kernel options");
+  // Log-form kernels take the operator's form; signed ones have their composite path only.
+  const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, fused_options, o.heads, 8).ptr()) != nullptr;
+  DF_CHECK(log_form || (o.op == "auto" && !o.naive),
+           "--op / --naive: kernel '" << o.kernel << "' has no causal operator (only log-form kernels do)");
+  if (log_form) fused_options["op"] = o.op;
   auto naive_options = YAML::Clone(fused_options);
-  naive_options["op"] = "naive";
+  if (log_form) naive_options["op"] = "naive";
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
   std::cout << fmt::format("forward+backward, {} fp32, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "

@@ -10,10 +10,6 @@
 #include <sstream>
 #include <utility>
 
-#include "attention/darkformer_kernel.h"
-#include "attention/flexformer_kernel.h"
-#include "attention/slay_kernel.h"
-#include "attention/trig_kernel.h"
 #include "attention/feature_kernel_base.h"
 #include "attention/kernel_diagnostics.h"
 #include "attention/kernel_registry.h"
@@ -64,20 +60,6 @@ torch::Tensor Rows(int64_t heads, int64_t length, int64_t d, double norm, double
   return x / x.norm(2, -1, true) * norm / std::sqrt(scale);
 }
 
-// phi(x).phi(y) per pair for x_BHPD, y_BHPD: from the log-features, or the signed features of
-// trig, slay and flexformer (with their exp(.) factors).
-torch::Tensor PairEstimate(const FeatureKernelBase& f, const torch::Tensor& x, const torch::Tensor& y) {
-  if (auto trig = dynamic_cast<const TrigKernelImpl*>(&f)) {
-    const auto scale = (0.5 * (x.pow(2).sum(-1) + y.pow(2).sum(-1))).exp();
-    return scale * (trig->SignedFeatures(x) * trig->SignedFeatures(y)).sum(-1);
-  }
-  if (auto flex = dynamic_cast<const FlexformerKernelImpl*>(&f)) {
-    return (flex->LogScale(x) + flex->LogScale(y)).exp() * (flex->FourierFeatures(x) * flex->FourierFeatures(y)).sum(-1);
-  }
-  if (auto slay = dynamic_cast<const SlayKernelImpl*>(&f)) return (slay->Features(x) * slay->Features(y)).sum(-1);
-  return torch::exp(f.LogFeatures(x) + f.LogFeatures(y, /*is_query=*/false)).sum(-1);
-}
-
 void Check(const KernelCheckArgs& a) {
   torch::manual_seed(a.seed);
   AttentionCall call;
@@ -112,19 +94,10 @@ void Check(const KernelCheckArgs& a) {
     auto f = std::dynamic_pointer_cast<FeatureKernelBase>(Build(a, a.kernel, a.options, a.head_dim, draw + 1).ptr());
     // Every head sees the same pairs; head 0's estimate is reported.
     const auto x_h = x.expand({1, a.heads, pairs, a.head_dim}), y_h = y.expand({1, a.heads, pairs, a.head_dim});
-    estimates.push_back(PairEstimate(*f, x_h, y_h)[0][0]);
+    estimates.push_back(f->PairEstimate(x_h, y_h)[0][0]);
   }
   const auto est_NP = torch::stack(estimates).to(torch::kFloat64);
-  auto y_target = y;
-  if (auto dark = std::dynamic_pointer_cast<DarkformerKernelImpl>(kernel.ptr())) {  // exp(x^T M^T M y), head 0
-    const auto m = dark->M[0];
-    y_target = torch::matmul(y, m.t().mm(m));
-  }
-  auto target_P = torch::exp((x * y_target).sum(-1).flatten().to(torch::kFloat64));
-  if (auto slay = std::dynamic_pointer_cast<SlayKernelImpl>(kernel.ptr())) {  // the Yat kernel's quadrature
-    const auto t = (x / x.norm(2, -1, true) * (y / y.norm(2, -1, true))).sum(-1).flatten();
-    target_P = YatQuadrature(t, slay->epsilon(), slay->nodes());
-  }
+  const auto target_P = features->EstimatorTarget(x, y).flatten();  // the kernel's own (head 0's parameters)
   const auto ratio_NP = est_NP / target_P;
   const auto mean_P = ratio_NP.mean(0), se_P = ratio_NP.std(0) / std::sqrt(static_cast<double>(a.draws));
   std::cout << fmt::format("  estimator over {} draws ({} at init; darkformer targets exp(x^T M^T M y), = exp(x.y) at M = I; "

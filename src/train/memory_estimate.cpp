@@ -6,7 +6,7 @@
 #include <algorithm>
 #include <map>
 
-#include "attention/feature_kernel_base.h"
+#include "attention/log_feature_kernel.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/kernel_registry.h"
 #include "train/trainer.h"
@@ -153,7 +153,7 @@ Shadow KernelForward(Tape& tape, const KernelInfo& k, const ModelShape& s, int64
     }
     return out;
   }
-  // Feature kernels: fp32 inside, autocast excluded (feature_kernel_base.cpp).
+  // Feature kernels: fp32 inside, autocast excluded (log_feature_kernel.cpp, signed_feature_kernel.cpp).
   const bool rg = q.rg || key.rg || v.rg || k.params_trainable;
   Shadow x, y, vf = tape.To(v, kF32);
   int64_t key_heads = s.K;  // heads of the operator's keys: K, or H with per-head parameters
@@ -269,8 +269,9 @@ KernelInfo DescribeKernel(const RunConfig& c, int64_t layer, const std::vector<s
   info.chunk = features->options().chunk_size;
   info.features = features->options().num_features;
   info.kind = KernelInfo::Kind::kGenericFeatures;
-  if (features->options().op != CausalOp::kNaive) {
-    if (const auto form = features->PositiveForm()) {
+  const auto* log_form = dynamic_cast<const LogFeatureKernel*>(features);  // signed maps: no operator
+  if (log_form && features->options().op != CausalOp::kNaive) {
+    if (const auto form = log_form->PositiveForm()) {
       info.kind = KernelInfo::Kind::kPositive;
       info.features = form->w_MR.size(0);
       if (form->input_map_NRD.defined()) {

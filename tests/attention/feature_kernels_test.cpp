@@ -9,6 +9,7 @@
 #include "attention/darkformer_kernel.h"
 #include "attention/feature_kernel_base.h"
 #include "attention/kernel_registry.h"
+#include "attention/log_feature_kernel.h"
 #include "attention/lfk_kernel.h"
 #include "attention/performer_kernel.h"
 #include "attention/positive_features.h"
@@ -86,7 +87,7 @@ TEST(FeatureKernelsTest, KernelForwardMatchesUnstabilisedFormula) {
   for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
     for (bool causal : {true, false}) {
       call.causal = causal;
-      auto kernel = std::dynamic_pointer_cast<FeatureKernelBase>(Make(name, OptionsFor(name), Shape(heads, d)).ptr());
+      auto kernel = std::dynamic_pointer_cast<LogFeatureKernel>(Make(name, OptionsFor(name), Shape(heads, d)).ptr());
       Perturb(*kernel, 0.2);
       const auto out = kernel->forward(q, k, v, call);
       torch::Tensor reference;

@@ -12,11 +12,11 @@
 
 #include "attention/darkformer_kernel.h"
 #include "attention/ops/fast_exp2.h"
-#include "attention/feature_kernel_base.h"
 #include "attention/fused_causal_attention.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/kernel_registry.h"
 #include "attention/lfk_kernel.h"
+#include "attention/log_feature_kernel.h"
 
 namespace darkformer {
 namespace {
@@ -190,7 +190,7 @@ TEST_P(FusedCausalAttentionTest, PerHeadParametersThroughTheGenericPathAcrossBat
         auto naive = Make("darkformer", heads, d, m, chunk, "naive");
         const double root = std::pow(static_cast<double>(d), -0.25);
         auto qq = q.clone().requires_grad_(), kk = k.clone().requires_grad_(), vv = v.clone().requires_grad_();
-        const auto map = std::dynamic_pointer_cast<FeatureKernelBase>(generic.ptr())->MakeFeatureMap();
+        const auto map = std::dynamic_pointer_cast<LogFeatureKernel>(generic.ptr())->MakeFeatureMap();
         ASSERT_TRUE(map.params_per_head.at(0));
         const auto out = FusedCausalLinearAttention(qq * root, kk * root, vv, map, chunk);
         (out * weights).sum().backward();
@@ -297,7 +297,7 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
                k = torch::randn({1, heads, length, d}, torch::requires_grad()),
                v = torch::randn({1, heads, length, d}, torch::requires_grad());
     AttentionCall call;
-    const auto out = FusedCausalLinearAttention(q, k, v, std::dynamic_pointer_cast<FeatureKernelBase>(kernel.ptr())->MakeFeatureMap(), 64);
+    const auto out = FusedCausalLinearAttention(q, k, v, std::dynamic_pointer_cast<LogFeatureKernel>(kernel.ptr())->MakeFeatureMap(), 64);
     return FusedCausalSavedBytes(out);
   };
   const int64_t length = 2048;
@@ -348,7 +348,7 @@ TEST_P(FusedCausalAttentionTest, RecurrentStepsEqualTheParallelForm) {
              v = torch::randn({1, kv, length, d});
   for (const auto& name : kFeatureKernels) {
     auto kernel = Make(name, heads, d, 16, 4, op());
-    const auto map = std::dynamic_pointer_cast<FeatureKernelBase>(kernel.ptr())->MakeFeatureMap();
+    const auto map = std::dynamic_pointer_cast<LogFeatureKernel>(kernel.ptr())->MakeFeatureMap();
     torch::NoGradGuard no_grad;
     const auto full = FusedCausalLinearAttention(x, y, v, map, 4);
     // From scratch, one token at a time.
