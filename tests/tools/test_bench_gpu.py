@@ -1,0 +1,58 @@
+"""tools/bench_gpu.sh on the CPU at toy sizes: the benchmark written for a GPU runs unchanged here.
+Its kernel rows carry ops_forward / ops_backward (the chunk-parallel form's the same at two lengths
+of 2 and 8 chunks; a single chunk needs a few copies fewer)
+and its training-step rows tokens/s, MFU and peak memory."""
+
+import os
+import subprocess
+import sys
+import tempfile
+
+import testkit
+
+
+def main():
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="bench-gpu-") as work:
+        shards = testkit.tiny_shards(work)
+        model = os.path.join(work, "model.yaml")
+        testkit.write_yaml(model, {"family": "gemma", "vocab_size": shards["vocab_size"], "hidden_size": 32,
+                                   "intermediate_size": 64, "num_hidden_layers": 2, "num_attention_heads": 4,
+                                   "num_key_value_heads": 1, "head_dim": 16})
+        out = os.path.join(work, "out")
+        env = dict(os.environ, DEVICE="cpu", OUT=out, LENGTHS="128,512", HEADS="4", HEAD_DIM="16", FEATURES="16",
+                   REPEATS="1", OP="chunk_parallel", STEP_TOKENS="32 64", STEPS="3", MODEL=model,
+                   SHARDS_DIR=shards["shards_dir"], TOKENIZER=shards["tokenizer"], DARKFORMER_BIN=testkit.BINARY,
+                   PYTHON=sys.executable)
+        script = os.path.join(testkit.SOURCE_DIR, "tools", "bench_gpu.sh")
+        result = subprocess.run(["bash", script], env=env, capture_output=True, text=True, timeout=600)
+        print(result.stdout[-3000:])
+        if result.returncode != 0:
+            print(result.stderr[-3000:])
+            sys.exit("bench_gpu.sh exited %d" % result.returncode)
+        for kernel in ("performer", "darkformer"):
+            rows = testkit.read_jsonl(os.path.join(out, "kernels_%s.jsonl" % kernel))
+            ours = [r for r in rows if r["impl"] == "chunk_parallel"]
+            exact = [r for r in rows if r["impl"] == "exact"]
+            if len(ours) != 2 or len(exact) != 2:
+                failures.append("%s: want 2 chunk_parallel and 2 exact rows, got %s" % (kernel, rows))
+                continue
+            for r in rows:
+                if not (r.get("ops_forward", 0) > 0 and r.get("ops_backward", 0) > 0 and r["device"] == "cpu"):
+                    failures.append("%s: row without op counts: %s" % (kernel, r))
+            counts = {(r["ops_forward"], r["ops_backward"]) for r in ours}
+            if len(counts) != 1:
+                failures.append("%s: chunk_parallel's ops per call differ between L = 128 and 512: %s" % (kernel, counts))
+        steps = testkit.read_jsonl(os.path.join(out, "steps.jsonl"))
+        if [s["tokens"] for s in steps] != [32, 64]:
+            failures.append("training-step rows: %s" % steps)
+        for s in steps:
+            if not (s["tokens_per_s"] > 0 and 0 < s["mfu"] < 1 and s["peak_memory_gib"] > 0 and s["steps"] == 3):
+                failures.append("training-step row: %s" % s)
+    for f in failures:
+        print("FAIL:", f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,55 @@
+"""One training-step row of tools/bench_gpu.sh: tokens/s (median of the steps after the first,
+which pays one-off costs), MFU and peak device memory, printed and appended as a JSON line.
+
+Model FLOPs per token (the usual convention: recomputation from activation checkpointing is not
+counted, nor the attention kernel's own FLOPs, which are small at these lengths): the forward is
+2 N (N = the matmul weights: q, k, v, o and the MLP of every layer, and the tied head), the
+backward 2 N for the activation gradients plus 2 N_trainable for the weight gradients.
+
+usage: bench_gpu_summary.py METRICS_JSONL RUN_CONFIG PEAK_BYTES PEAK_TFLOPS DEVICE OUT_JSONL
+"""
+import json
+import statistics
+import sys
+
+import yaml
+
+
+def flops_per_token(model, trainable_qkv):
+    e, layers = model["hidden_size"], model["num_hidden_layers"]
+    hd = model["num_attention_heads"] * model["head_dim"]
+    kd = model["num_key_value_heads"] * model["head_dim"]
+    qkv = e * (hd + 2 * kd)
+    per_layer = qkv + hd * e + 3 * e * model["intermediate_size"]
+    n = layers * per_layer + model["vocab_size"] * e
+    n_trainable = layers * qkv if trainable_qkv else n
+    return 4 * n + 2 * n_trainable
+
+
+def main():
+    metrics, config_path, peak_bytes, peak_tflops, device, out = sys.argv[1:7]
+    config = yaml.safe_load(open(config_path))
+    rows = [json.loads(line) for line in open(metrics) if '"train"' in line]
+    if not rows:
+        sys.exit("no training steps in %s" % metrics)
+    later = [r["step_ms"] for r in rows[1:]] or [rows[0]["step_ms"]]
+    step_ms = statistics.median(later)
+    tokens = config["data"]["seq_len"] * config["data"]["batch_size"]
+    tokens_per_s = tokens / (step_ms / 1000)
+    qkv_only = all("_proj" in p or "kernel" in p for p in config["train"].get("trainable", []))
+    flops = flops_per_token(config["model"], qkv_only) * tokens_per_s
+    mfu = flops / (float(peak_tflops) * 1e12)
+    row = {"device": device, "tokens": tokens, "steps": len(rows), "step_ms_median": step_ms,
+           "tokens_per_s": tokens_per_s, "model_tflops": flops / 1e12, "mfu": mfu,
+           "peak_tflops": float(peak_tflops), "peak_memory_gib": int(peak_bytes) / 2**30,
+           "loss_first": rows[0]["loss"], "loss_last": rows[-1]["loss"]}
+    print("[bench_gpu] step at %d tokens on %s: %.0f ms (median of steps 2+), %.0f tokens/s, %.2f model TFLOP/s, "
+          "MFU %.1f%% of %.0f TFLOP/s, peak memory %.2f GiB" % (
+              tokens, device, step_ms, tokens_per_s, flops / 1e12, 100 * mfu, float(peak_tflops),
+              row["peak_memory_gib"]))
+    with open(out, "a") as f:
+        f.write(json.dumps(row) + "\n")
+
+
+if __name__ == "__main__":
+    main()
