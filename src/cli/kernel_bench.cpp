@@ -2,6 +2,7 @@
 #include "cli/kernel_bench.h"
 
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <algorithm>
 #include <chrono>
@@ -185,16 +186,16 @@ void RunKernelBench(const KernelBenchOptions& o) {
            "--options: give the operator's form with --op, not as op/fused in the kernel options");
   // Log-form kernels take the operator's form; signed ones have their composite path only.
   const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, fused_options, o.heads, 8).ptr()) != nullptr;
-  DF_CHECK(log_form || (o.op == "auto" && !o.naive),
+  DF_CHECK(!o.ops.empty(), "--op: give at least one form");
+  DF_CHECK(log_form || (o.ops == std::vector<std::string>{"auto"} && !o.naive),
            "--op / --naive: kernel '" << o.kernel << "' has no causal operator (only log-form kernels do)");
-  if (log_form) fused_options["op"] = o.op;
   auto naive_options = YAML::Clone(fused_options);
   if (log_form) naive_options["op"] = "naive";
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
   std::cout << fmt::format("forward+backward, {} fp32, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
-                           o.device, o.batch, o.heads, kv_heads, o.kernel, o.options, o.op, o.repeats,
+                           o.device, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
                            torch::get_num_threads());
   std::cout << fmt::format("{:>4} {:>6} {:>14} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
                            "GFLOP/s", "vs exact", "mem/exact");
@@ -209,8 +210,13 @@ void RunKernelBench(const KernelBenchOptions& o) {
         LayerOps ops;
       };
       std::vector<Impl> impls;
-      impls.push_back({o.op, Build(o.kernel, fused_options, o.heads, d), o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk)});
-      if (o.naive) impls.push_back({"naive", Build(o.kernel, naive_options, o.heads, d), impls[0].flops});
+      const double flops = o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk);
+      for (const auto& op : o.ops) {
+        auto options = YAML::Clone(fused_options);
+        if (log_form) options["op"] = op;
+        impls.push_back({op, Build(o.kernel, options, o.heads, d), flops});
+      }
+      if (o.naive) impls.push_back({"naive", Build(o.kernel, naive_options, o.heads, d), flops});
       if (length <= o.exact_max_length) impls.push_back({"exact", Build("exact", YAML::Load("{}"), o.heads, d), o.batch * ExactFlops(o.heads, length, d)});
       for (auto& impl : impls) TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d);  // warm-up
       if (o.profile) {

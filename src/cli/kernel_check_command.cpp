@@ -270,7 +270,8 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_flag("--profile", b.profile,
                 "--bench: print each op's self time over one forward+backward per row, and the ops each implementation "
                 "dispatches per call (ops_forward, ops_backward in --json)");
-  cmd->add_option("--op", b.op, "--bench: the causal operator's form to time")
+  cmd->add_option("--op", b.ops, "--bench: the causal operator's forms to time, alternating (comma-separated)")
+      ->delimiter(',')
       ->check(CLI::IsMember({"auto", "chunk_loop", "chunk_parallel", "raw_cpu"}))
       ->capture_default_str();
   cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
