@@ -287,6 +287,28 @@ TEST_P(FusedCausalAttentionTest, LaterKeysNeverTouchEarlierOutputs) {
   }
 }
 
+// Prefix invariance: new tokens after t (queries, keys with huge norms, values) leave every output
+// at positions <= t bit-identical, in every chunk (t inside a chunk, so later keys share it).
+TEST_P(FusedCausalAttentionTest, NewTokensAfterTLeaveEarlierOutputsBitIdentical) {
+  torch::manual_seed(8);
+  const int64_t heads = 4, kv = 2, length = 45, t = 21, d = 8;
+  const auto q = torch::randn({2, heads, length, d}), k = torch::randn({2, kv, length, d}),
+             v = torch::randn({2, kv, length, d});
+  auto q2 = q.clone(), k2 = k.clone(), v2 = v.clone();
+  q2.narrow(2, t + 1, length - t - 1).normal_().mul_(30.0);
+  k2.narrow(2, t + 1, length - t - 1).normal_().mul_(30.0);
+  v2.narrow(2, t + 1, length - t - 1).normal_();
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  for (const auto& name : kFeatureKernels) {
+    auto kernel = Make(name, heads, d, 32, 16, op());
+    const auto a = kernel->forward(q, k, v, call), b = kernel->forward(q2, k2, v2, call);
+    EXPECT_EQ((a.narrow(2, 0, t + 1) - b.narrow(2, 0, t + 1)).abs().max().item<double>(), 0.0) << name;
+    EXPECT_GT((a.narrow(2, t + 1, 1) - b.narrow(2, t + 1, 1)).abs().max().item<double>(), 1e-3) << name;
+    EXPECT_TRUE(torch::isfinite(b).all().item<bool>()) << name;
+  }
+}
+
 // Autograd keeps O(L D) bytes (x, y, v, output, normaliser, reference), never O(L m) features.
 TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
   const int64_t heads = 2, d = 16;
