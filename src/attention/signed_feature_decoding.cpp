@@ -3,13 +3,15 @@
 
 #include <vector>
 
+#include "attention/ops/state_fold.h"
+
 namespace darkformer {
 
 namespace {
 
 struct SignedFeatureState : DecodeState {
-  torch::Tensor s_BHMV, ref_BH;  // sum_j exp(b_j - ref) f(k_j) [v_j, 1]^T and its reference
-  int64_t Bytes() const override { return NbytesOrZero(s_BHMV) + NbytesOrZero(ref_BH); }
+  causal_ops::KeyState sums;  // sum_j exp(b_j - ref) f(k_j) [v_j, 1]^T per head (B x H x M x V) and ref
+  int64_t Bytes() const override { return NbytesOrZero(sums.s_XMV) + NbytesOrZero(sums.ref_X); }
 };
 
 }  // namespace
@@ -27,12 +29,9 @@ torch::Tensor SignedFeatureDecode(std::unique_ptr<DecodeState>& state, const tor
   for (int64_t t = 0; t < new_tokens; ++t) {
     // Fold key t at the new running max (the state rescaled down when it grows), then read.
     const auto b_BH = b.select(2, t);
-    const auto ref_BH = s.ref_BH.defined() ? torch::maximum(s.ref_BH, b_BH) : b_BH;
-    const auto kw_BHM = k_BHTM.select(2, t) * (b_BH - ref_BH).exp().unsqueeze(-1);
-    const auto add_BHMV = torch::matmul(kw_BHM.unsqueeze(-1), vh_BHTV.select(2, t).unsqueeze(-2));
-    s.s_BHMV = s.s_BHMV.defined() ? s.s_BHMV * (s.ref_BH - ref_BH).exp().unsqueeze(-1).unsqueeze(-1) + add_BHMV : add_BHMV;
-    s.ref_BH = ref_BH;
-    const auto n_BHV = torch::matmul(q_BHTM.select(2, t).unsqueeze(-2), s.s_BHMV).squeeze(-2);
+    const auto ref_BH = s.sums.ref_X.defined() ? torch::maximum(s.sums.ref_X, b_BH) : b_BH;
+    s.sums.Fold(k_BHTM.narrow(2, t, 1), b.narrow(2, t, 1), vh_BHTV.narrow(2, t, 1), ref_BH);
+    const auto n_BHV = torch::matmul(q_BHTM.select(2, t).unsqueeze(-2), s.sums.s_XMV).squeeze(-2);
     const auto den_BH = n_BHV.select(-1, dv);
     const auto safe_BH = torch::where(den_BH >= 0, den_BH.clamp_min(normaliser_floor), den_BH.clamp_max(-normaliser_floor));
     outs.push_back((n_BHV.narrow(-1, 0, dv) / safe_BH.unsqueeze(-1)).unsqueeze(2));

@@ -1,7 +1,8 @@
 // The running key state of causal linear attention, S = sum_j exp(b_j - ref) k_j [v_j, 1]^T over
 // the keys folded so far, ref their prefix max (000 eq. 2 in recurrent form; the causal-safe
 // stabiliser of positive_features.h): every factor is <= 1, and nothing reads a later key. The
-// one fold of the chunk loop (base-2 logs), the recurrent step and the prefill (natural logs);
+// one fold of the chunk loop (base-2 logs), the recurrent step, the prefill and the signed maps'
+// decoding (natural logs);
 // the raw CPU kernel runs the same fold in C, the naive reference its own, on purpose apart.
 #pragma once
 
