@@ -107,7 +107,14 @@ struct KernelInfo {
   int64_t map_heads = 0;    // heads of the input map M (darkformer): H per head, 1 shared, 0 none
   int64_t chunk = 64;
   bool params_trainable = false;
+  bool log_form = false;           // runs the causal operator (ops/), in the form `op` picks
+  CausalOp op = CausalOp::kAuto;
 };
+
+// Whether a log-form kernel runs the chunk-parallel form (CUDA's default).
+bool ChunkParallel(const KernelInfo& k, bool cpu) {
+  return k.log_form && (k.op == CausalOp::kChunkParallel || (k.op == CausalOp::kAuto && !cpu));
+}
 
 struct LayerWeights {
   Shadow input_norm, post_attn_norm, pre_ff_norm, post_ff_norm, q_norm, k_norm;
@@ -245,7 +252,16 @@ LayerResult DecoderLayerForward(const ModelShape& s, const LayerWeights& w, cons
   // conversion to fp32.
   const int64_t act = bf16 ? kBf16 : kF32;
   const int64_t mlp_grads = 3 * T * s.I * act;
-  const int64_t attn_grads = (kernel.kind == KernelInfo::Kind::kExact ? 3 : 4) * T * HD * kF32;
+  int64_t attn_grads = (kernel.kind == KernelInfo::Kind::kExact ? 3 : 4) * T * HD * kF32;
+  if (ChunkParallel(kernel, cpu)) {
+    // Its backward holds whole-sequence features at once (ops/chunk_parallel.cpp): psi and dpsi per
+    // query head; k~, exp(l - r_end) and dk~ per key row; the intra-chunk matrices P and A; h and
+    // h scaled; the chunk states S, T, Z (N x m x (D+1) per key row).
+    const int64_t m = kernel.features, C = std::max<int64_t>(1, std::min(kernel.chunk, L));
+    const int64_t rows = kernel.map_heads > 1 ? s.H : s.K, chunks = (L + C - 1) / C;
+    attn_grads = std::max(attn_grads, (2 * T * s.H * m + 3 * T * rows * m + 2 * T * s.H * C + 2 * T * s.H * (s.D + 1) +
+                                       3 * B * rows * chunks * m * (s.D + 1)) * kF32);
+  }
   const int64_t weight_cast = bf16 ? kBf16 * E * s.I : 0;
   r.transient = 2 * T * E * kF32 + std::max(mlp_grads, attn_grads) + weight_cast;
   return r;
@@ -270,7 +286,9 @@ KernelInfo DescribeKernel(const RunConfig& c, int64_t layer, const std::vector<s
   info.features = features->options().num_features;
   info.kind = KernelInfo::Kind::kGenericFeatures;
   const auto* log_form = dynamic_cast<const LogFeatureKernel*>(features);  // signed maps: no operator
-  if (log_form && features->options().op != CausalOp::kNaive) {
+  info.log_form = log_form != nullptr && features->options().op != CausalOp::kNaive;
+  info.op = features->options().op;
+  if (info.log_form) {
     if (const auto form = log_form->PositiveForm()) {
       info.kind = KernelInfo::Kind::kPositive;
       info.features = form->w_MR.size(0);
