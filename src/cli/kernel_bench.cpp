@@ -211,7 +211,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
       };
       std::vector<Impl> impls;
       const double flops = o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk);
-      for (const auto& op : o.ops) {
+      for (std::string op : o.ops) {
+        std::replace(op.begin(), op.end(), '-', '_');  // chunk-parallel = chunk_parallel
         auto options = YAML::Clone(fused_options);
         if (log_form) options["op"] = op;
         impls.push_back({op, Build(o.kernel, options, o.heads, d), flops});

@@ -20,7 +20,7 @@ struct KernelBenchOptions {
   std::vector<int64_t> lengths = {1024, 4096, 16384};
   std::vector<int64_t> head_dims = {64};
   int64_t repeats = 3;                            // timed repeats per row (median kept), after one warm-up
-  std::vector<std::string> ops = {"auto"};         // the operator's forms to time: auto | chunk_loop | chunk_parallel | raw_cpu
+  std::vector<std::string> ops = {"auto"};         // forms to time: auto | naive | chunk_loop | chunk_parallel | raw_cpu (- or _)
   std::string device = "cpu";                     // cpu | cuda
   bool naive = false;                             // also time the naive composite path (op: naive)
   int64_t exact_max_length = 16384;               // exact attention is skipped above this length

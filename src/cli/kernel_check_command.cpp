@@ -272,7 +272,8 @@ void AddKernelCheckCommand(CLI::App& app) {
                 "dispatches per call (ops_forward, ops_backward in --json)");
   cmd->add_option("--op", b.ops, "--bench: the causal operator's forms to time, alternating (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"auto", "chunk_loop", "chunk_parallel", "raw_cpu"}))
+      ->check(CLI::IsMember({"auto", "naive", "chunk_loop", "chunk_parallel", "raw_cpu", "chunk-loop", "chunk-parallel",
+                             "raw-cpu"}))
       ->capture_default_str();
   cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)");
