@@ -10,12 +10,16 @@ TORCH_VERSION=2.11.0
 # three are NEEDED by libtorch_cuda.so and absent from the toolkit, so they come from PyPI.
 NVIDIA_WHEELS=(nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6)
 PY_PACKAGES=(numpy typing_extensions filelock sympy networkx jinja2 fsspec "setuptools<82"
-             transformers==5.23.0 safetensors h5py pyyaml matplotlib sentencepiece)
+             transformers==5.23.0 safetensors h5py pyyaml matplotlib sentencepiece protobuf psutil
+             lm-eval==0.4.13)
+# accelerate (lm-eval's `--model hf` needs it) without its dependency on torch's nvidia-* wheels.
+NO_DEPS_PACKAGES=(accelerate==1.15.0)
 APT_PACKAGES=(cmake ninja-build g++ git pkg-config python3-venv
               libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libhdf5-dev
               libsentencepiece-dev sentencepiece libgloo-dev libgtest-dev libgmock-dev zlib1g-dev python3.11-doc)
 
-stamp_key="$(printf '%s\n' "$TORCH_VERSION" "${NVIDIA_WHEELS[@]}" "${PY_PACKAGES[@]}" "${APT_PACKAGES[@]}" \
+stamp_key="$(printf '%s\n' "$TORCH_VERSION" "${NVIDIA_WHEELS[@]}" "${PY_PACKAGES[@]}" "${NO_DEPS_PACKAGES[@]}" \
+             "${APT_PACKAGES[@]}" \
              "$(cat "$ROOT/tools/make_demo_corpus.sh" 2>/dev/null)" | sha256sum | cut -c1-16)"
 STAMP="$VENV/.setup-$stamp_key"
 if [[ -f "$STAMP" ]]; then exit 0; fi
@@ -50,6 +54,7 @@ fi
 log "installing nvidia runtime libraries absent from the toolkit, and the Python tools' packages"
 "${PIP[@]}" --no-deps "${NVIDIA_WHEELS[@]}"
 "${PIP[@]}" "${PY_PACKAGES[@]}"
+"${PIP[@]}" --no-deps "${NO_DEPS_PACKAGES[@]}"
 
 if [[ -x "$ROOT/tools/make_demo_corpus.sh" ]]; then
   "$ROOT/tools/make_demo_corpus.sh"
