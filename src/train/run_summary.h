@@ -22,6 +22,8 @@ struct RunSummary {
   bool diverged = false;            // stopped on a non-finite loss
   double wall_seconds = 0.0;        // over all resumed segments
   double mean_tokens_per_s = 0.0;   // over the steps of the last segment
+  double mean_mfu = 0.0;            // over the steps of the last segment; 0 when no peak is known
+  int64_t peak_memory_bytes = 0;    // the last segment's peak: CUDA allocated on a GPU, RSS on the CPU
   std::string kernel;               // attention.kernel
 
   // fn(name, field..., decimals): decimals is how tables print a double (ignored for others).
@@ -37,6 +39,8 @@ struct RunSummary {
     fn("diverged", self.diverged..., 0);
     fn("wall_seconds", self.wall_seconds..., 1);
     fn("mean_tokens_per_s", self.mean_tokens_per_s..., 1);
+    fn("mean_mfu", self.mean_mfu..., 4);
+    fn("peak_memory_bytes", self.peak_memory_bytes..., 0);
     fn("kernel", self.kernel..., 0);
   }
 

@@ -46,6 +46,8 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.device = r.GetEnum("device", t.device, kTrainDeviceNames);
   t.precision = r.GetEnum("precision", t.precision, kPrecisionNames);
   t.tf32 = r.Get<std::string>("tf32", t.tf32);
+  t.peak_tflops = r.Get<double>("peak_tflops", t.peak_tflops);
+  DF_CHECK(t.peak_tflops >= 0, "config key '" << r.KeyPath("peak_tflops") << "' must be >= 0, got " << t.peak_tflops);
   DF_CHECK(t.tf32 == "auto" || t.tf32 == "true" || t.tf32 == "false",
            "config key '" << r.KeyPath("tf32") << "' must be auto, true or false, got '" << t.tf32 << "'");
   t.activation_checkpointing = r.Get<bool>("activation_checkpointing", t.activation_checkpointing);

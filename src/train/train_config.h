@@ -62,6 +62,9 @@ struct TrainConfig {
   // TF32 for fp32 matmuls and convolutions on CUDA (Ampere and later): auto = on for CUDA runs;
   // true on the CPU is refused (it has no TF32); false keeps full fp32 GEMMs.
   std::string tf32 = "auto";
+  // The peak for MFU in the step line and metrics.jsonl, TFLOP/s: 0 = a known GPU's dense bf16 peak
+  // by its name (H100/H200 989, A100 312), none on a CPU (MFU then stays null).
+  double peak_tflops = 0.0;
   // Recompute each decoder layer in the backward instead of keeping its activations (only each
   // layer's input is kept): memory for about one more forward.
   bool activation_checkpointing = false;

@@ -275,6 +275,8 @@ int Trainer::Finish(int exit_code) {
   s.diverged = exit_code == kExitDiverged;
   s.wall_seconds = state_.wall_seconds;
   s.mean_tokens_per_s = segment_seconds_ > 0 ? segment_tokens_ / segment_seconds_ : 0.0;
+  s.mean_mfu = mfu_steps_ > 0 ? mfu_sum_ / static_cast<double>(mfu_steps_) : 0.0;
+  s.peak_memory_bytes = run_peak_memory_;
   s.kernel = config_.attention.kernel;
   if (log_) log_->Summary(s);
   if (parallel_) CheckReplicasAgree();
@@ -297,6 +299,7 @@ void Trainer::BuildModel() {
   }
   if (config_.train.frozen_weights_bf16) StoreFrozenLinearWeightsInBf16();
   DF_CHECK(!trainable_.empty(), "config key 'train.trainable' matches no parameter");
+  StartThroughputAccounting();
   spdlog::info("parameters: {} trainable, {} frozen ({} tensors trainable)", trainable, frozen, trainable_.size());
 }
 
@@ -401,41 +404,6 @@ void Trainer::WriteNonfinite(const StepResult& step) {
                    {"loader_step", position.step}, {"grad_accum", config_.train.grad_accum}, {"rows", rows}});
   spdlog::error("stopping on a non-finite loss at step {}; the batch position is in {}", this_step,
                 log_->Path("nonfinite.json"));
-}
-
-void Trainer::LogStep(const StepResult& r) {
-  const double tokens_per_s = static_cast<double>(r.tokens) / (r.step_ms / 1000.0);
-  const auto& v = r.verdict;
-  log_->Metrics({{"type", "train"}, {"step", state_.step}, {"tokens_seen", state_.tokens_seen}, {"loss", r.loss},
-                 {"lr", r.lr}, {"grad_norm", r.grad_norm}, {"tokens_per_s", tokens_per_s}, {"step_ms", r.step_ms},
-                 {"loss_z", v.loss_z}, {"grad_norm_z", v.grad_norm_z}, {"gpu_mem_bytes", 0}, {"spike", v.spike},
-                 {"skipped", r.skipped}});
-  if (v.spike) {
-    Json layers = Json::array();
-    for (const auto& a : r.attention) {
-      layers.push_back({{"layer", a.layer}, {"kernel", a.kernel}, {"max_logit", a.max_logit},
-                        {"max_log_feature", a.max_log_feature}});
-    }
-    log_->Spike({{"step", state_.step}, {"loss", r.loss}, {"window_mean", v.loss_mean}, {"window_std", v.loss_std},
-                 {"z", v.loss_z}, {"grad_norm", r.grad_norm}, {"grad_norm_z", v.grad_norm_z},
-                 {"loss_ratio_to_min", v.loss_ratio_to_min}, {"lr", r.lr}, {"reason", v.reason},
-                 {"skipped", r.skipped}, {"layers", layers}});
-  }
-  const auto& t = config_.train;
-  if (config_.log.every > 0 && (state_.step % config_.log.every == 0 || state_.step == t.steps)) {
-    const double remaining_s = r.step_ms / 1000.0 * static_cast<double>(t.steps - state_.step);
-    spdlog::info("step {:>6}/{} | loss {:.4f} (z {:+.1f}) | norm {:.3f} (z {:+.1f}) | lr {:.2e} | {:.0f} ms | "
-                 "{:.0f} tok/s | ETA {:.0f}s{}",
-                 state_.step, t.steps, r.loss, v.loss_z, r.grad_norm, v.grad_norm_z, r.lr, r.step_ms, tokens_per_s,
-                 remaining_s, v.spike ? " | SPIKE " + v.reason : "");
-  }
-}
-
-void Trainer::LogEval(const EvalResult& r) {
-  log_->Metrics({{"type", "eval"}, {"step", state_.step}, {"tokens_seen", state_.tokens_seen}, {"loss", r.loss},
-                 {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}});
-  spdlog::info("eval @ {}: loss {:.4f} | ppl {:.2f} | next-token accuracy {:.4f} | {} tokens", state_.step, r.loss,
-               r.perplexity, r.accuracy, r.tokens);
 }
 
 }  // namespace darkformer

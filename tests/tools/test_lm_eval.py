@@ -1,0 +1,128 @@
+"""lm-evaluation-harness end to end, offline, on a model this binary trained and tools/convert_hf_gemma.py
+exported: a tiny local multiple-choice task (JSONL written here), `--model hf` with the darkformer
+plug-in (`import darkformer_hf`, attn_implementation="darkformer") for a DARKFormer model and sdpa
+for an exact one. Each choice's log-likelihood that lm-eval reports equals the one computed here
+directly with transformers (same model, same attention), its accuracy is their argmax's, and for
+DARKFormer those log-likelihoods are not softmax attention's."""
+
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import testkit
+
+os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
+CONVERT = os.path.join(testkit.SOURCE_DIR, "tools", "convert_hf_gemma.py")
+failures = []
+
+
+def check(ok, what):
+    if not ok:
+        failures.append(what)
+        print("FAIL:", what)
+
+
+def export(work, shards, kernel, options):
+    run_dir = os.path.join(work, "run-" + kernel)
+    attention = {"kernel": kernel}
+    if options:
+        attention[kernel] = options
+    config = testkit.run_config(run_dir, shards, kernel=kernel, attention=attention,
+                                train={"steps": 4, "checkpoint_every": 4})
+    path = os.path.join(work, kernel + ".yaml")
+    testkit.write_yaml(path, config)
+    testkit.run(["train", "--config", path], check=True)
+    h5 = os.path.join(run_dir, "checkpoints", "step_00000004.h5")
+    out = os.path.join(work, "hf-" + kernel)
+    subprocess.run([sys.executable, CONVERT, "to-hf", h5, out], check=True, capture_output=True, text=True)
+    shutil.copy(shards["tokenizer"], os.path.join(out, "tokenizer.model"))  # Gemma's tokenizer, from the SentencePiece model
+    return out
+
+
+def write_task(task_dir):
+    rng = random.Random(5)
+    rows = []
+    for d in testkit.corpus_documents(24, seed=3):
+        words = d.split()
+        right = words[6]
+        choices = [right] + [rng.choice(testkit._WORDS) for _ in range(2)]
+        rng.shuffle(choices)
+        rows.append({"context": " ".join(words[:6]), "choices": choices, "gold": choices.index(right)})
+    data = os.path.join(task_dir, "tiny_mc.jsonl")
+    with open(data, "w") as f:
+        f.writelines(json.dumps(r) + "\n" for r in rows)
+    with open(os.path.join(task_dir, "tiny_mc.yaml"), "w") as f:
+        f.write("task: tiny_mc\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: %s\ntest_split: test\n"
+                "output_type: multiple_choice\ndoc_to_text: \"{{context}}\"\ndoc_to_choice: \"{{choices}}\"\n"
+                "doc_to_target: \"{{gold}}\"\nmetric_list:\n  - metric: acc\n    aggregation: mean\n"
+                "    higher_is_better: true\n" % data)
+    return len(rows)
+
+
+def direct_loglikelihoods(model_dir, attention, requests):
+    """sum log p(continuation | context) per (context, continuation), as lm-eval's hf model splits them."""
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+    tok = AutoTokenizer.from_pretrained(model_dir)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation=attention).eval()
+    out = []
+    for context, continuation in requests:
+        whole = tok(context + continuation, add_special_tokens=False).input_ids
+        ctx = tok(context, add_special_tokens=False).input_ids
+        cont = whole[len(ctx):]
+        with torch.no_grad():
+            logp = model(torch.tensor([whole])).logits.log_softmax(-1)[0]
+        out.append(sum(logp[len(whole) - len(cont) - 1 + i, t].item() for i, t in enumerate(cont)))
+    return out
+
+
+def evaluate(model_dir, attention, task_dir, docs, kernel):
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    res = lm_eval.simple_evaluate(model="hf", model_args="pretrained=%s,dtype=float32,attn_implementation=%s" % (
+        model_dir, attention), tasks=["tiny_mc"], task_manager=TaskManager(include_path=task_dir), device="cpu",
+        batch_size=1, log_samples=True)
+    samples = res["samples"]["tiny_mc"]
+    check(len(samples) == docs, "%s: lm-eval scored %d of %d documents" % (kernel, len(samples), docs))
+    requests = [arg for s in samples for arg in s["arguments"]]
+    reported = [r[0] for s in samples for r in s["filtered_resps"]]
+    direct = direct_loglikelihoods(model_dir, attention, requests)
+    worst = max(abs(a - b) for a, b in zip(reported, direct))
+    print("[lm-eval] %s (%s): acc %.4f; worst |lm-eval - direct| log-likelihood %.2e over %d choices" % (
+        kernel, attention, res["results"]["tiny_mc"]["acc,none"], worst, len(direct)))
+    check(worst <= 1e-4, "%s: lm-eval's log-likelihoods differ from transformers' by %.3g" % (kernel, worst))
+    acc, i = 0, 0
+    for s in samples:
+        n = len(s["arguments"])
+        scores = direct[i:i + n]
+        acc += scores.index(max(scores)) == s["doc"]["gold"]
+        i += n
+    check(abs(acc / docs - res["results"]["tiny_mc"]["acc,none"]) < 1e-9,
+          "%s: lm-eval acc %s, argmax of the direct log-likelihoods %s" % (kernel, res["results"]["tiny_mc"]["acc,none"],
+                                                                          acc / docs))
+    return requests, direct
+
+
+def main():
+    import darkformer_hf  # noqa: F401  registers attn_implementation="darkformer" with transformers
+    with tempfile.TemporaryDirectory(prefix="lm-eval-") as work:
+        shards = testkit.tiny_shards(work)
+        task_dir = os.path.join(work, "tasks")
+        os.makedirs(task_dir)
+        docs = write_task(task_dir)
+        evaluate(export(work, shards, "exact", None), "sdpa", task_dir, docs, "exact")
+        dark_dir = export(work, shards, "darkformer", {"num_features": 16, "chunk_size": 8})
+        requests, ours = evaluate(dark_dir, "darkformer", task_dir, docs, "darkformer")
+        softmax = direct_loglikelihoods(dark_dir, "sdpa", requests)  # the same weights, softmax attention
+        diff = max(abs(a - b) for a, b in zip(ours, softmax))
+        print("[lm-eval] darkformer vs the same weights under softmax attention: max |diff| %.3g" % diff)
+        check(diff > 1e-3, "the plug-in did not change the attention (max difference %.3g)" % diff)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()
