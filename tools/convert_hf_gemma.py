@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import yaml
 
+import hf_kernel_state as kstate
+
 FORMAT_NAME = "darkformer-weights"
 FORMAT_VERSION = 1
 
@@ -349,7 +351,8 @@ class _TensorReader:
 
 def _write_dataset(h5, name, tensor):
     tensor = tensor.contiguous()
-    dtype_name = DTYPE_NAMES.get(tensor.dtype)
+    # Kernel state may be integer (draw seeds and counts): kept as our binary writes it.
+    dtype_name = DTYPE_NAMES.get(tensor.dtype) or {torch.int64: "int64", torch.uint8: "uint8"}.get(tensor.dtype)
     if dtype_name is None:
         raise ConversionError(f"tensor '{name}' has unsupported dtype {tensor.dtype}")
     # 16-bit floats are stored as their raw bits so nothing is rounded.
@@ -404,13 +407,17 @@ def _load_hf_config(hf_dir):
 def hf_to_h5(hf_dir, out_path, dtype="keep"):
     cfg = our_config_from_hf(_load_hf_config(hf_dir))
     files = _checkpoint_files(hf_dir)
-    names, head_name, skipped = {}, None, 0
+    hf_config = _load_hf_config(hf_dir)
+    block = getattr(hf_config, kstate.spec.BLOCK_KEY, None)
+    names, kernel_names, head_name, skipped = {}, {}, None, 0
     for hf_name in files:
         ours = _our_name(hf_name)
         if ours is None:
             skipped += 1
         elif ours == "lm_head":
             head_name = hf_name
+        elif ".kernel." in ours:  # attention kernel state (hf_kernel_state.py)
+            kernel_names[ours] = hf_name
         else:
             names[ours] = hf_name
 
@@ -421,6 +428,15 @@ def hf_to_h5(hf_dir, out_path, dtype="keep"):
         raise ConversionError(f"checkpoint does not match its config: missing {missing[:8]}, "
                               f"unexpected {unexpected[:8]}")
     reader = _TensorReader()
+    kernel_tensors = {ours: reader.get(files[n], n) for ours, n in sorted(kernel_names.items())}
+    if kernel_tensors and not block:
+        raise ConversionError(f"{hf_dir}: kernel tensors ({', '.join(list(kernel_tensors)[:3])}, ...) but no "
+                              f"'{kstate.spec.BLOCK_KEY}' block in config.json: cannot tell which kernel")
+    if block:
+        try:
+            kstate.check_tensors(block, kernel_tensors, cfg, hf_dir)
+        except kstate.spec.KernelStateError as e:
+            raise ConversionError(str(e)) from None
     if head_name is not None:
         # Only a tied head is representable: an identical copy is dropped, anything else refused.
         head = reader.get(files[head_name], head_name)
@@ -438,6 +454,10 @@ def hf_to_h5(hf_dir, out_path, dtype="keep"):
             h5.attrs["format_version"] = FORMAT_VERSION
             h5.attrs["source"] = os.path.abspath(hf_dir)
             h5.attrs["config_yaml"] = config_yaml(cfg)
+            if block:
+                h5.attrs["attention_yaml"] = block["attention_yaml"]
+            for ours, tensor in kernel_tensors.items():  # as stored: never cast (bit-identical round trip)
+                _write_dataset(h5, ours, tensor)
             for ours in sorted(names):
                 tensor = reader.get(files[names[ours]], names[ours])
                 if tuple(tensor.shape) != shapes[ours]:
@@ -451,6 +471,7 @@ def hf_to_h5(hf_dir, out_path, dtype="keep"):
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
     print(f"wrote {out_path}: {cfg['family']}, {len(names)} tensors"
+          + (f", {len(kernel_tensors)} kernel tensors ({block['kernel']})" if block else "")
           + (f", skipped {skipped} vision/projector tensors" if skipped else ""))
     return cfg
 
@@ -468,14 +489,15 @@ def _open_h5(path):
 
 def _model_tensors_of(h5, cfg, where):
     """Reads the model weights of an open file after checking them against `cfg`: every parameter
-    present, none extra, shapes right, floating point. Kernel tensors (".kernel.") and groups
-    (a checkpoint's trainer/ state) are not model weights: skipped, and said so on stderr."""
+    present, none extra, shapes right, floating point. Kernel tensors (".kernel.") come back
+    separately; groups (a checkpoint's trainer/ state) are skipped, and said so on stderr.
+    Returns (model tensors by HF name, kernel tensors by our name)."""
     shapes = expected_shapes(cfg)
     found, kernel, groups, problems = {}, [], [], []
     for name, obj in h5.items():
         if not isinstance(obj, h5py.Dataset):
             groups.append(name + "/")
-        elif ".kernel." in name:  # random-feature attention state has no HF counterpart
+        elif ".kernel." in name:  # attention kernel state: exported beside the weights
             kernel.append(name)
         elif name not in shapes:
             problems.append(f"unexpected tensor '{name}' (no such parameter in a {cfg['family']} "
@@ -495,19 +517,17 @@ def _model_tensors_of(h5, cfg, where):
     if problems:
         more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
         raise ConversionError(f"{where}: cannot export: " + "; ".join(problems[:8]) + more)
-    if kernel or groups:
-        shown = ", ".join(sorted(kernel)[:4]) + (", ..." if len(kernel) > 4 else "")
-        parts = ([f"{len(kernel)} kernel tensor(s) ({shown})"] if kernel else []) + (
-            [f"group(s) {', '.join(groups)} (trainer state)"] if groups else [])
-        print(f"note: skipping {' and '.join(parts)}: not model weights", file=sys.stderr)
+    if groups:
+        print(f"note: skipping group(s) {', '.join(groups)} (trainer state): not model weights", file=sys.stderr)
     try:
-        return {"model." + name: _read_dataset(ds, dtype_name)
-                for name, (ds, dtype_name) in sorted(found.items())}
+        model = {"model." + name: _read_dataset(ds, dtype_name) for name, (ds, dtype_name) in sorted(found.items())}
+        kernel_tensors = {name: _read_dataset(h5[name], _dataset_dtype(h5[name], name)) for name in sorted(kernel)}
+        return model, kernel_tensors
     except OSError as e:
         raise ConversionError(f"{where}: cannot read a tensor ({_one_line(e)})") from None
 
 
-def h5_to_hf(h5_path, out_dir):
+def h5_to_hf(h5_path, out_dir, run_seed=None):
     from safetensors.torch import save_file
 
     with _open_h5(h5_path) as h5:
@@ -523,13 +543,30 @@ def h5_to_hf(h5_path, out_dir):
             raise ConversionError(f"{h5_path}: no readable config_yaml attribute "
                                   f"({_one_line(e)})") from None
         cfg = normalise_config(cfg, f"{h5_path} (config_yaml)")
-        tensors = _model_tensors_of(h5, cfg, h5_path)
+        tensors, kernel_tensors = _model_tensors_of(h5, cfg, h5_path)
+        attention_yaml = h5.attrs.get("attention_yaml", "")
+    if isinstance(attention_yaml, bytes):
+        attention_yaml = attention_yaml.decode()
     dtypes = {t.dtype for t in tensors.values()}
     hf = hf_config_from_ours(cfg, DTYPE_NAMES[dtypes.pop()] if len(dtypes) == 1 else None)
+    try:
+        block = kstate.block_from_attention_yaml(
+            attention_yaml, cfg["num_hidden_layers"],
+            kstate.run_seed_near(h5_path) if run_seed is None else run_seed)
+        if block is None and kernel_tensors:
+            raise ConversionError(f"{h5_path}: kernel tensors ({', '.join(list(kernel_tensors)[:3])}, ...) but "
+                                  "no attention_yaml naming a kernel: exporting would silently give softmax")
+        if block is not None:
+            kstate.check_tensors(block, kernel_tensors, cfg, h5_path)
+            setattr(hf, kstate.spec.BLOCK_KEY, block)
+            tensors.update({"model." + n: t for n, t in kernel_tensors.items()})
+    except (kstate.spec.KernelStateError, yaml.YAMLError) as e:
+        raise ConversionError(_one_line(e)) from None
     os.makedirs(out_dir, exist_ok=True)
     hf.save_pretrained(out_dir)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    print(f"wrote {out_dir}: {hf.model_type}, {len(tensors)} tensors")
+    print(f"wrote {out_dir}: {hf.model_type}, {len(tensors)} tensors"
+          + (f" (kernel {block['kernel']}: load with darkformer_hf)" if block else ""))
     return hf
 
 
@@ -544,12 +581,15 @@ def main(argv=None):
     p = sub.add_parser("to-hf", help="darkformer HDF5 -> Hugging Face checkpoint directory")
     p.add_argument("in_h5")
     p.add_argument("out_dir")
+    p.add_argument("--run-seed", type=int, default=None,
+                   help="the run's train.seed (default: read from the run's config.yaml, else 0); "
+                        "only the random baseline's draws use it")
     args = parser.parse_args(argv)
     try:
         if args.command == "to-h5":
             hf_to_h5(args.hf_dir, args.out_h5, args.dtype)
         else:
-            h5_to_hf(args.in_h5, args.out_dir)
+            h5_to_hf(args.in_h5, args.out_dir, args.run_seed)
     except (ConversionError, OSError) as e:  # bad input or unwritable output: one line, no traceback
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2

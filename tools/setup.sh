@@ -55,6 +55,8 @@ log "installing nvidia runtime libraries absent from the toolkit, and the Python
 "${PIP[@]}" --no-deps "${NVIDIA_WHEELS[@]}"
 "${PIP[@]}" "${PY_PACKAGES[@]}"
 "${PIP[@]}" --no-deps "${NO_DEPS_PACKAGES[@]}"
+# The transformers plug-in for exported kernel models (docs/python.md), editable: tracks the tree.
+"${PIP[@]}" --no-deps -e "$ROOT/python/darkformer_hf"
 
 if [[ -x "$ROOT/tools/make_demo_corpus.sh" ]]; then
   "$ROOT/tools/make_demo_corpus.sh"

@@ -116,13 +116,19 @@ def roundtrip_fixture(name, tmp):
     check(rc == 0, f"{name}: to-h5 exit code")
     check_h5(name, h5_path, src)
 
-    # Kernel datasets (random-feature attention state) must be skipped on the way back.
+    # Kernel datasets without an attention_yaml naming their kernel are refused: dropping them
+    # would export a different (softmax) model. (Exporting kernel state: test_hf_plugin.py.)
     with h5py.File(h5_path, "a") as h5:
         h5.create_dataset("layers.0.self_attn.kernel.M", data=np.ones((4, 16), np.float32))
         h5["layers.0.self_attn.kernel.M"].attrs["dtype"] = "float32"
     out_dir = os.path.join(tmp, f"{name}_hf")
     rc, log = quiet(conv.main, ["to-hf", h5_path, out_dir])
-    check(rc == 0 and "layers.0.self_attn.kernel.M" in log, f"{name}: to-hf skips kernel datasets with a warning")
+    check(rc == 2 and "layers.0.self_attn.kernel.M" in log and not os.path.exists(out_dir),
+          f"{name}: to-hf refuses kernel datasets of no named kernel, naming one")
+    with h5py.File(h5_path, "a") as h5:
+        del h5["layers.0.self_attn.kernel.M"]
+    rc, log = quiet(conv.main, ["to-hf", h5_path, out_dir])
+    check(rc == 0, f"{name}: to-hf exit code")
     check(same_tensors(load_file(os.path.join(out_dir, "model.safetensors")), src),
           f"{name}: written safetensors bit-identical")
     with open(os.path.join(out_dir, "config.json")) as fh:
@@ -315,20 +321,28 @@ def refusal_case(tmp):
         check(one_error_line(rc, lines) and f"'{tensor}'" in lines[0] and not os.path.exists(out_dir),
               f"refuse {what}: names {tensor}, writes nothing ({lines[-1] if lines else ''})")
 
-    # A training checkpoint: kernel tensors (any dtype) and the trainer/ group are not model weights.
+    # A training checkpoint of an exact model: the trainer/ group is not model weights.
     h5_path = fresh_h5("gemma2", os.path.join(tmp, "ckpt.h5"))
     with h5py.File(h5_path, "a") as h5:
-        for layer in range(4):
-            add_dataset(h5, f"layers.{layer}.self_attn.kernel.M", np.ones((2, 16, 16), np.float32), "float32")
-            add_dataset(h5, f"layers.{layer}.self_attn.kernel.draw_seed", np.array([7], np.int64), "int64")
         add_dataset(h5, "trainer/optimizer", np.arange(100, dtype=np.uint8), "uint8")
         add_dataset(h5, "trainer/rng_cpu", np.arange(50, dtype=np.uint8), "uint8")
     out_dir = os.path.join(tmp, "ckpt_hf")
     rc, lines = run_cli(["to-hf", h5_path, out_dir])
     src = load_file(os.path.join(FIXTURES, "gemma2", "model.safetensors"))
-    check(rc == 0 and len(lines) == 1 and "8 kernel" in lines[0] and "trainer/" in lines[0]
+    check(rc == 0 and len(lines) == 1 and "trainer/" in lines[0]
           and same_tensors(load_file(os.path.join(out_dir, "model.safetensors")), src),
-          f"checkpoint: kernel tensors and trainer/ skipped in one stderr line ({lines})")
+          f"checkpoint: trainer/ skipped in one stderr line ({lines})")
+
+    # Kernel tensors (any dtype) with no attention_yaml naming their kernel: refused, since
+    # dropping them would export softmax attention (exporting kernels: test_hf_plugin.py).
+    with h5py.File(h5_path, "a") as h5:
+        for layer in range(4):
+            add_dataset(h5, f"layers.{layer}.self_attn.kernel.M", np.ones((2, 16, 16), np.float32), "float32")
+            add_dataset(h5, f"layers.{layer}.self_attn.kernel.draw_seed", np.array([7], np.int64), "int64")
+    out_dir = os.path.join(tmp, "ckpt_kernel_hf")
+    rc, lines = run_cli(["to-hf", h5_path, out_dir])
+    check(rc == 2 and lines and "layers.0.self_attn.kernel.M" in lines[-1] and not os.path.exists(out_dir),
+          f"checkpoint: kernel tensors of no named kernel refused ({lines[-1:]})")
 
 
 def bad_input_case(tmp):

@@ -1,0 +1,123 @@
+"""The "darkformer" attention function for transformers' AttentionInterface.
+
+transformers calls it per layer as f(module, query BHTD, key BKSD, value BKSD, attention_mask,
+dropout, scaling, sliding_window, softcap, ...) after RoPE and the KV cache (S >= T: the T queries
+are the last T positions). It returns (out BTHD, None). The layer's kernel is module.kernel
+(loading.py). What each kernel computes is our binary's (src/attention):
+- exact: softmax, sdpa where the binary uses SDPA, fp32 soft-capped logits otherwise;
+- feature kernels: causal, ignoring softcap and the sliding window (as the binary does), features
+  in fp32, KV heads repeated to the query heads, stabilised as positive_features.h says, in the
+  masked quadratic form of one chunk of causal_linear_attention.cpp (the same sums);
+- random / constant: baseline_kernels.cpp.
+"""
+
+import math
+
+import torch
+from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+from . import features
+from .loading import kernel_of
+
+
+def _repeat_kv(t, heads):
+    return t if t.shape[1] == heads else t.repeat_interleave(heads // t.shape[1], dim=1)
+
+
+def _causal_allowed(t, s, device, window=None):
+    """(T, S) bool: query t (position S - T + t) sees key j <= its position (and within the window)."""
+    diff = (torch.arange(t, device=device) + (s - t)).unsqueeze(1) - torch.arange(s, device=device).unsqueeze(0)
+    allowed = diff >= 0
+    return allowed & (diff < window) if window else allowed
+
+
+def _exact(module, query, key, value, attention_mask, scaling, sliding_window, softcap, **kwargs):
+    if not softcap:
+        return sdpa_attention_forward(module, query, key, value, attention_mask, scaling=scaling,
+                                      sliding_window=sliding_window, **kwargs)
+    # Soft-capped logits (Gemma 2), as exact_kernel.cpp: fp32 logits, tanh cap, masked softmax.
+    heads, t, s = query.shape[1], query.shape[2], key.shape[2]
+    k, v = _repeat_kv(key, heads), _repeat_kv(value, heads)
+    logits = (query.float() @ k.float().transpose(-1, -2)) * scaling
+    logits = torch.tanh(logits / softcap) * softcap
+    if attention_mask is None:
+        allowed = _causal_allowed(t, s, query.device, sliding_window)
+    elif attention_mask.dtype == torch.bool:
+        allowed = attention_mask[..., -s:]
+    else:
+        allowed = attention_mask[..., -s:] == 0
+    logits = logits.masked_fill(allowed.logical_not(), float("-inf"))
+    out = torch.softmax(logits, -1).to(v.dtype) @ v
+    return out.transpose(1, 2).contiguous(), None
+
+
+def causal_linear_attention(qf, kf, b, v, signed_floor=0.0):
+    """out_i = sum_{j <= p_i} (qf_i.kf_j) exp(b_j - r_i) v_j / (the same without v), r_i the prefix
+    max of b up to p_i (causal-safe: nothing after p_i enters); the normaliser is floored at the
+    smallest normal (positive features) or, signed, at signed_floor in magnitude with its sign."""
+    t, s = qf.shape[2], kf.shape[2]
+    r = b.cummax(-1).values[..., s - t:]
+    log_w = (b.unsqueeze(-2) - r.unsqueeze(-1)).masked_fill(
+        _causal_allowed(t, s, qf.device).logical_not(), float("-inf"))
+    a = (qf @ kf.transpose(-1, -2)) * log_w.exp()
+    num, den = a @ v, a.sum(-1)
+    if signed_floor > 0:
+        den = torch.where(den >= 0, den.clamp_min(signed_floor), den.clamp_max(-signed_floor))
+    else:
+        den = den.clamp_min(torch.finfo(den.dtype).tiny)
+    return num / den.unsqueeze(-1)
+
+
+def _feature_attention(kernel, query, key, value, scaling):
+    dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
+    heads = query.shape[1]
+    state = kernel.tensors(dtype, query.device)
+    k, v = _repeat_kv(key, heads).to(dtype), _repeat_kv(value, heads).to(dtype)
+    q = query.to(dtype)
+    name, root = kernel.kernel_name, math.sqrt(scaling)
+    if name in features.POSITIVE:
+        lq = features.log_features(name, state, q * root, is_query=True)
+        lk = features.log_features(name, state, k * root, is_query=False)
+        qf = (lq - lq.amax(-1, keepdim=True)).exp()  # per-query shift: cancels
+        b = lk.amax(-1)                               # per-key log-weight: carried exactly
+        return causal_linear_attention(qf, (lk - b.unsqueeze(-1)).exp(), b, v)
+    scale = 1.0 if name == "slay" else root  # slay is a kernel of directions: no scale
+    qf, _ = features.signed_features(name, state, kernel.options, q * scale)
+    kf, c = features.signed_features(name, state, kernel.options, k * scale)
+    b = c if c is not None else torch.zeros(kf.shape[:3], dtype=dtype, device=kf.device)
+    return causal_linear_attention(qf, kf, b, v, float(kernel.options.get("normaliser_floor", 1e-6)))
+
+
+def _random(kernel, query, value):
+    """Fresh U(0, 1) weights over the allowed keys from the layer's own CPU generator."""
+    v = _repeat_kv(value, query.shape[1]).float()
+    bsz, heads, s = v.shape[0], v.shape[1], v.shape[2]
+    t = query.shape[2]
+    u = torch.rand((bsz, heads, t, s), generator=kernel.generator, dtype=torch.float32).to(v.device)
+    u = u.tril(s - t)
+    return (u / u.sum(-1, keepdim=True)) @ v
+
+
+def _constant(query, value):
+    """The running mean of v up to each query's position."""
+    v = _repeat_kv(value, query.shape[1]).float()
+    t, s = query.shape[2], v.shape[2]
+    counts = torch.arange(s - t + 1, s + 1, dtype=v.dtype, device=v.device).unsqueeze(-1)
+    return v.cumsum(2)[..., s - t:, :] / counts
+
+
+def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
+                         sliding_window=None, softcap=None, **kwargs):
+    kernel = kernel_of(module, query.device)
+    if scaling is None:
+        scaling = module.head_dim ** -0.5
+    name = kernel.kernel_name
+    if name == "exact":
+        return _exact(module, query, key, value, attention_mask, scaling, sliding_window, softcap, **kwargs)
+    if name == "random":
+        out = _random(kernel, query, value)
+    elif name == "constant":
+        out = _constant(query, value)
+    else:
+        out = _feature_attention(kernel, query, key, value, scaling)
+    return out.to(value.dtype).transpose(1, 2).contiguous(), None
