@@ -75,6 +75,14 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.keep_last = r.Get<int64_t>("keep_last", t.keep_last);
   t.spikes = ReadSpikes(r.Child("spikes"));
   t.fault_injection = ReadFaultInjection(r.Child("fault_injection"));
+  {
+    const auto p = r.Child("profile");
+    t.profile.start_step = p.Get<int64_t>("start_step", t.profile.start_step);
+    t.profile.steps = p.Get<int64_t>("steps", t.profile.steps);
+    p.RejectUnknown();
+    DF_CHECK(t.profile.start_step >= 1, "config key '" << p.KeyPath("start_step") << "' must be >= 1 (steps count from 1)");
+    DF_CHECK(t.profile.steps >= 0, "config key '" << p.KeyPath("steps") << "' must be >= 0");
+  }
   t.distributed = DistributedConfig::FromConfig(r.Child("distributed"));
   r.RejectUnknown();
   auto key = [&](const char* k) { return r.KeyPath(k); };

@@ -96,6 +96,12 @@ struct TrainConfig {
   int64_t keep_last = 2;             // checkpoints kept
   SpikeConfig spikes;
   FaultInjectionConfig fault_injection;
+  // train.profile: {start_step, steps}: a Chrome trace of those optimizer steps (LibTorch's Kineto
+  // profiler: CPU activities, and CUDA's on a GPU) in the run directory; steps 0 = off.
+  struct ProfileConfig {
+    int64_t start_step = 1;
+    int64_t steps = 0;
+  } profile;
   DistributedConfig distributed;  // used when torchrun starts several ranks (docs/distributed.md)
 
   static TrainConfig FromConfig(const ConfigReader& reader);

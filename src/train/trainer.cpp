@@ -13,6 +13,7 @@
 #include "model/weights_io.h"
 #include "train/model_loading.h"
 #include "train/lr_schedule.h"
+#include "train/step_profiler.h"
 #include "util/mixed_precision.h"
 
 namespace darkformer {
@@ -62,8 +63,11 @@ int Trainer::Run() {
   model_->train();
   const auto run_start = Clock::now();
   const double wall_before = state_.wall_seconds;
+  StepProfiler profiler(t.profile.start_step, log_ ? t.profile.steps : 0, device_, config_.log.dir);
   while (state_.step < t.steps) {
+    profiler.BeforeStep(state_.step + 1);
     const auto step = TrainStep();
+    profiler.AfterStep(state_.step + 1);
     if (!step.finite && t.spikes.on_nonfinite == NonfiniteAction::kStop) {
       ++state_.skipped_updates;  // the stopped step is not logged as done
       WriteNonfinite(step);

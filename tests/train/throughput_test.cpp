@@ -4,6 +4,10 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <set>
+#include <filesystem>
+
+#include <nlohmann/json.hpp>
 
 #include "data/data_test_util.h"
 #include "train/model_flops.h"
@@ -84,6 +88,29 @@ TEST(ThroughputTest, StepRowsCarryFlopsMfuAndAPeakMemoryThatGrowsWithTheBatch) {
   EXPECT_GT(summary->peak_memory_bytes, 0);
   EXPECT_GT(summary->mean_mfu, 0.0);
   EXPECT_EQ(ReadRunSummary(small_dir.path())->mean_mfu, 0.0);
+}
+
+// train.profile: a 3-step run profiling step 2 writes a Chrome trace that parses as JSON and names
+// the model's ops; a bad window is a config error naming the key.
+TEST(ThroughputTest, ProfileWritesAChromeTraceOfTheChosenSteps) {
+  testing::TempDir dir;
+  const std::vector<std::string> overrides = {"train.steps=3", "train.profile.start_step=2", "train.profile.steps=1"};
+  ASSERT_EQ(Trainer(testing::TinyRunConfig(dir.path(), "performer", overrides)).Run(), kExitOk);
+  const auto path = std::filesystem::path(dir.path()) / "trace_steps_2-2.json";
+  ASSERT_TRUE(std::filesystem::exists(path)) << path;
+  std::ifstream in(path);
+  const auto trace = nlohmann::json::parse(in);
+  std::set<std::string> names;
+  for (const auto& e : trace.at("traceEvents")) {
+    if (e.contains("name") && e["name"].is_string()) names.insert(e["name"].get<std::string>());
+  }
+  for (const std::string op : {"aten::embedding", "aten::mm", "aten::rsqrt"}) EXPECT_TRUE(names.count(op)) << op;
+  try {
+    testing::TinyRunConfig(dir.path(), "performer", {"train.profile.start_step=0", "train.profile.steps=1"});
+    ADD_FAILURE() << "start_step 0 accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("train.profile.start_step"), std::string::npos) << e.what();
+  }
 }
 
 }  // namespace
