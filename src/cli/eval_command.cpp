@@ -1,5 +1,6 @@
 // `darkformer eval --config run.yaml [--checkpoint path|run_dir]`: loss, perplexity and
-// next-token accuracy of a checkpoint on the validation split, as one JSON line on stdout.
+// next-token accuracy of a checkpoint on the validation split (labelled shards: on exactly their
+// labelled positions), as one JSON line on stdout.
 #include <fmt/format.h>
 
 #include <iostream>
@@ -20,15 +21,18 @@ void AddEvalCommand(CLI::App& app) {
   cmd->add_option("--config", config_path, "run config YAML")->required();
   cmd->add_option("--checkpoint", checkpoint, "weights .h5 or a run directory (default: the config's log.dir)");
   cmd->add_option("--set", overrides, "override a key: a.b.c=value (repeatable)");
-  cmd->add_option("--batches", batches, "validation batches (default: eval.batches)");
+  cmd->add_option("--batches", batches,
+                  "validation batches (default: eval.batches; labelled records: all of them, once)");
   cmd->add_option("--split", split, "train or val");
   cmd->callback([] {
     auto config = RunConfig::Load(config_path, overrides);
     config.train.init_from = checkpoint.empty() ? config.log.dir : checkpoint;
     Trainer trainer(config);
-    const auto loader = OpenBatchSource(config.data, split);
+    const auto loader = OpenEvalSource(config.data, split);
     DF_CHECK(loader, "--split " << split << ": the data has no such split");
-    const auto r = trainer.EvaluateFrom(*loader, batches > 0 ? batches : config.eval.batches);
+    // A benchmark's labelled records are scored whole (every record once) unless --batches says otherwise.
+    const int64_t default_batches = loader->EvaluatedWhole() ? loader->batches_per_epoch() : config.eval.batches;
+    const auto r = trainer.EvaluateFrom(*loader, batches > 0 ? batches : default_batches);
     // The result alone on stdout (logs go to stderr), so scripts can parse it.
     std::cout << ToJsonLine({{"checkpoint", config.train.init_from}, {"split", split}, {"loss", r.loss},
                              {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}})

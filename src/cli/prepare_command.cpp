@@ -17,12 +17,16 @@ struct PrepareFlags {
   int bos_id = -2;  // -2: not given (use the tokenizer's); -1: none
   int eos_id = -2;
   bool pretokenized = false;
+  bool labelled = false;
 };
 
 void RunPrepareCommand(const PrepareFlags& flags) {
   PrepareOptions options = flags.options;
-  DF_CHECK(flags.pretokenized == (options.pretokenized_vocab_size > 0),
-           "prepare: --pretokenized and --vocab-size N (N > 0) go together; without them, give --tokenizer");
+  // --labelled records are token ids too, so it implies --pretokenized.
+  options.labelled = flags.labelled;
+  DF_CHECK((flags.pretokenized || flags.labelled) == (options.pretokenized_vocab_size > 0),
+           "prepare: --pretokenized (or --labelled) and --vocab-size N (N > 0) go together; without them, give "
+           "--tokenizer");
   if (flags.bos_id != -2) options.bos_id = flags.bos_id;
   if (flags.eos_id != -2) options.eos_id = flags.eos_id;
   PrepareResult result = RunPrepare(options);
@@ -60,8 +64,14 @@ void AddPrepareCommand(CLI::App& app) {
   auto* pretokenized = cmd->add_flag("--pretokenized", flags->pretokenized,
                                      "Inputs are token ids: JSON lines of id arrays (or {\"input_ids\": [...]}) or .npy "
                                      "(1-D: one document, 2-D: one per row); needs --vocab-size and --eos-id");
-  cmd->add_option("--vocab-size", o.pretokenized_vocab_size, "With --pretokenized: ids lie in [0, N)");
+  auto* labelled = cmd->add_flag(
+      "--labelled", flags->labelled,
+      "Inputs are a benchmark's labelled records: JSON lines {\"input_ids\": [...], \"labels\": [...]} (labels "
+      "aligned, -100 not scored) or x.input_ids.npy with x.labels.npy; shards keep the labels, one record per row; "
+      "needs --vocab-size");
+  cmd->add_option("--vocab-size", o.pretokenized_vocab_size, "With --pretokenized or --labelled: ids lie in [0, N)");
   tokenizer->excludes(pretokenized);
+  tokenizer->excludes(labelled);
   cmd->add_option("--output,-o", o.output_dir, "Output directory for shards and manifest.yaml")->required();
   cmd->add_option("--val-fraction", o.val_fraction,
                   "Fraction of --input documents held out for validation, chosen by seed")

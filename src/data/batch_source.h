@@ -2,7 +2,8 @@
 // labels each); this base class owns what every source shares: a per-epoch seeded shuffle of the
 // rows, disjoint slices for data-parallel ranks, and a position (LoaderState) that a checkpoint
 // saves so a resumed run sees the same batches. Sources: token shards (PackedLoader) and the
-// generated MQAR task (MqarSource); OpenBatchSource picks by `data.source`.
+// generated MQAR task (MqarSource); OpenBatchSource picks by `data.source` (and labelled shards,
+// LabelledLoader, by their manifest).
 //
 // Shapes: B = batch_size rows per rank, L = seq_len.
 #pragma once
@@ -66,6 +67,9 @@ class BatchSource {
   virtual int64_t vocab_size() const = 0;
   // What the rows come from, for messages ("token shards in DIR (train split)").
   virtual std::string Describe() const = 0;
+  // True for a benchmark's labelled records: `eval` scores one whole epoch (every record once)
+  // unless told a batch count.
+  virtual bool EvaluatedWhole() const { return false; }
 
  protected:
   BatchSource(const DataConfig& config, std::string split);
@@ -84,5 +88,8 @@ class BatchSource {
 
 // The source `config.source` names, split "train" or "val"; nullptr for an empty "val" split.
 std::unique_ptr<BatchSource> OpenBatchSource(const DataConfig& config, const std::string& split);
+// As OpenBatchSource, for evaluation: labelled records are padded with empty rows (no labels) to
+// whole global batches, so one epoch scores every record exactly once.
+std::unique_ptr<BatchSource> OpenEvalSource(const DataConfig& config, const std::string& split);
 
 }  // namespace darkformer

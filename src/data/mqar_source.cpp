@@ -3,6 +3,7 @@
 
 #include <algorithm>
 
+#include "data/labelled_loader.h"
 #include "data/packed_loader.h"
 #include "util/error.h"
 
@@ -37,8 +38,18 @@ std::unique_ptr<BatchSource> OpenBatchSource(const DataConfig& config, const std
     if (split == "val" && config.mqar.val_examples == 0) return nullptr;
     return std::make_unique<MqarSource>(config, split);
   }
-  if (split == "val" && DatasetManifest::Load(config.shards_dir).TotalDocuments(/*val=*/true) == 0) return nullptr;
+  const DatasetManifest manifest = DatasetManifest::Load(config.shards_dir);
+  if (split == "val" && manifest.TotalDocuments(/*val=*/true) == 0) return nullptr;
+  if (manifest.labelled) return std::make_unique<LabelledLoader>(config, split, /*pad_to_whole_batches=*/false);
   return std::make_unique<PackedLoader>(config, split);
+}
+
+std::unique_ptr<BatchSource> OpenEvalSource(const DataConfig& config, const std::string& split) {
+  if (config.source != DataSource::kShards) return OpenBatchSource(config, split);
+  const DatasetManifest manifest = DatasetManifest::Load(config.shards_dir);
+  if (!manifest.labelled) return OpenBatchSource(config, split);
+  if (split == "val" && manifest.TotalDocuments(/*val=*/true) == 0) return nullptr;
+  return std::make_unique<LabelledLoader>(config, split, /*pad_to_whole_batches=*/true);
 }
 
 }  // namespace darkformer

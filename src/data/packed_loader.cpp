@@ -18,17 +18,22 @@ void CheckTokenizerMatches(const DatasetManifest& manifest, const std::string& s
                                               << "' at the one the shards were made with");
 }
 
-PackedLoader::PackedLoader(const DataConfig& config, const std::string& split)
-    : BatchSource(config, split), manifest_(DatasetManifest::Load(config.shards_dir)) {
+void CheckShardsTokenizer(const DataConfig& config, const DatasetManifest& manifest) {
   if (config.tokenizer.empty()) {
     // Pre-tokenized shards have no tokenizer to compare; tokenized ones need the config to name theirs.
-    DF_CHECK(manifest_.tokenizer.IsPretokenized(),
+    DF_CHECK(manifest.tokenizer.IsPretokenized(),
              "config key '" << config.key_path << ".tokenizer' is required: the shards in " << config.shards_dir
-                            << " were made with " << manifest_.tokenizer.Describe());
+                            << " were made with " << manifest.tokenizer.Describe());
   } else {
-    CheckTokenizerMatches(manifest_, config.shards_dir, Tokenizer(config.tokenizer).identity(),
+    CheckTokenizerMatches(manifest, config.shards_dir, Tokenizer(config.tokenizer).identity(),
                           config.key_path + ".tokenizer");
   }
+}
+
+PackedLoader::PackedLoader(const DataConfig& config, const std::string& split)
+    : BatchSource(config, split), manifest_(DatasetManifest::Load(config.shards_dir)) {
+  CheckShardsTokenizer(config, manifest_);
+  DF_CHECK(!manifest_.labelled, config.shards_dir << " holds labelled records: read it with a LabelledLoader");
   dataset_ = std::make_unique<TokenDataset>(config.shards_dir, manifest_, split, config.bos_per_document);
   pad_id_ = manifest_.pad_id >= 0 ? manifest_.pad_id : manifest_.eos_id;
   const int64_t L = config.seq_len;

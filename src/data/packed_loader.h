@@ -25,6 +25,10 @@ namespace darkformer {
 void CheckTokenizerMatches(const DatasetManifest& manifest, const std::string& shards_dir,
                            const TokenizerIdentity& configured, const std::string& key_path);
 
+// Throws unless config.tokenizer agrees with the shards: it names theirs, or is empty for
+// pre-tokenized shards.
+void CheckShardsTokenizer(const DataConfig& config, const DatasetManifest& manifest);
+
 class PackedLoader : public BatchSource {
  public:
   // Opens split "train" or "val" of config.shards_dir after checking config.tokenizer against it.

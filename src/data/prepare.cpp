@@ -22,6 +22,8 @@
 #include "util/hashing.h"
 #include "data/token_shard_format.h"
 #include "data/token_shard_writer.h"
+#include "data/label_shard.h"
+#include "data/labelled_record_reader.h"
 #include "data/pretokenized_reader.h"
 #include "data/tokenizer.h"
 #include "util/error.h"
@@ -57,15 +59,19 @@ std::string SettingsKey(const PrepareOptions& options, const TokenizerIdentity& 
   std::snprintf(fraction, sizeof(fraction), "%.17g", options.val_fraction);
   return "tokenizer=" + tokenizer.hash + ";vocab=" + std::to_string(tokenizer.vocab_size) +
          ";bytes_per_token=" + std::to_string(bytes_per_token) + ";seed=" + std::to_string(options.seed) +
-         ";val_fraction=" + fraction + ";split=v1";
+         ";val_fraction=" + fraction + ";split=v1" + (options.labelled ? ";labelled=v1" : "");
 }
 
 std::string MarkerPath(const std::string& dir, const std::string& name) {
   return (fs::path(dir) / (name + ".done.yaml")).string();
 }
 
-bool SplitFilesIntact(const std::string& dir, const ShardSplit& split, int bytes_per_token) {
+bool SplitFilesIntact(const std::string& dir, const ShardSplit& split, int bytes_per_token, bool labelled) {
   std::error_code ec;
+  if (labelled) {
+    auto labels_size = fs::file_size(fs::path(dir) / LabelsFileName(split.stem), ec);
+    if (ec || static_cast<int64_t>(labels_size) != kShardHeaderBytes + split.tokens * 4) return false;
+  }
   auto tokens_size = fs::file_size(fs::path(dir) / TokensFileName(split.stem), ec);
   if (ec || static_cast<int64_t>(tokens_size) != kShardHeaderBytes + split.tokens * bytes_per_token) return false;
   auto docs_size = fs::file_size(fs::path(dir) / DocsFileName(split.stem), ec);
@@ -74,14 +80,14 @@ bool SplitFilesIntact(const std::string& dir, const ShardSplit& split, int bytes
 
 // The committed record of `job` if a previous run finished it with the same settings.
 std::optional<ShardRecord> FindCommitted(const std::string& dir, const SourceJob& job, const std::string& settings,
-                                         int bytes_per_token) {
+                                         int bytes_per_token, bool labelled) {
   std::string marker = MarkerPath(dir, job.name);
   if (!fs::exists(marker)) return std::nullopt;
   try {
     ShardRecord r = ShardRecord::FromYaml(YAML::LoadFile(marker), marker);
     if (r.source != job.path || r.source_bytes != job.bytes || r.settings != settings ||
-        r.validation_source != job.validation_source || !SplitFilesIntact(dir, r.train, bytes_per_token) ||
-        !SplitFilesIntact(dir, r.val, bytes_per_token)) {
+        r.validation_source != job.validation_source || !SplitFilesIntact(dir, r.train, bytes_per_token, labelled) ||
+        !SplitFilesIntact(dir, r.val, bytes_per_token, labelled)) {
       return std::nullopt;
     }
     return r;
@@ -109,22 +115,40 @@ ShardRecord PrepareSource(const SourceJob& job, const PrepareOptions& options, c
   TokenShardWriter val((dir / record.val.stem).string(), bytes_per_token);
   const std::string source_name = fs::path(job.path).filename().string();
   std::vector<int> ids;
-  // Each document goes to its split by (seed, source, line) alone.
-  auto add = [&](int64_t line) {
+  // Each document goes to its split by (seed, source, line) alone; returns that split (null: empty).
+  auto add = [&](int64_t line) -> ShardSplit* {
     if (stop.load(std::memory_order_relaxed)) throw Cancelled{};
     if (ids.empty()) {
       ++record.empty_documents;
-      return;
+      return nullptr;
     }
     const bool is_val =
         job.validation_source || IsValidationDocument(options.seed, source_name, line, options.val_fraction);
     (is_val ? val : train).AddDocument(ids);
+    return is_val ? &record.val : &record.train;
   };
   auto finish = [&](const auto& reader) {
     for (const auto& error : reader.first_errors()) spdlog::warn("skipped {}", error);
     record.counts = reader.counts();
   };
-  if (tokenizer) {
+  if (options.labelled) {
+    LabelShardWriter train_labels((dir / record.train.stem).string()), val_labels((dir / record.val.stem).string());
+    LabelledRecordReader reader(job.path, options.pretokenized_vocab_size);
+    LabelledRecord labelled;
+    while (reader.Next(&labelled)) {
+      ids.swap(labelled.input_ids);
+      ShardSplit* split = add(reader.line());
+      if (!split) continue;
+      (split == &record.val ? val_labels : train_labels).AddDocument(labelled.labels);
+      if (static_cast<int64_t>(ids.size()) > split->longest) {
+        split->longest = static_cast<int64_t>(ids.size());
+        split->longest_line = reader.line();
+      }
+    }
+    finish(reader);
+    train_labels.Finish();
+    val_labels.Finish();
+  } else if (tokenizer) {
     C4Reader reader(job.path);
     std::string text;
     while (reader.Next(&text)) {
@@ -189,6 +213,8 @@ void CheckOptions(const PrepareOptions& options) {
 void LoadTokenizer(const PrepareOptions& options, std::optional<Tokenizer>* tokenizer) {
   DF_CHECK(options.tokenizer.empty() != (options.pretokenized_vocab_size == 0),
            "prepare: give either a tokenizer (--tokenizer) or pre-tokenized inputs (--pretokenized --vocab-size N)");
+  DF_CHECK(!options.labelled || options.pretokenized_vocab_size > 0,
+           "prepare --labelled: the records are token ids, so --vocab-size N is required and --tokenizer is not");
   if (options.pretokenized_vocab_size <= 0) tokenizer->emplace(options.tokenizer);
 }
 
@@ -196,9 +222,11 @@ void LoadTokenizer(const PrepareOptions& options, std::optional<Tokenizer>* toke
 void SetPretokenizedIds(const PrepareOptions& options, DatasetManifest* manifest) {
   manifest->tokenizer.hash = TokenizerIdentity::kPretokenizedHash;
   manifest->tokenizer.vocab_size = options.pretokenized_vocab_size;
-  DF_CHECK(options.eos_id, "prepare --pretokenized: --eos-id is required (documents are joined with it)");
+  DF_CHECK(options.eos_id || options.labelled,
+           "prepare --pretokenized: --eos-id is required (documents are joined with it)");
   manifest->bos_id = options.bos_id.value_or(-1);
-  manifest->eos_id = *options.eos_id;
+  manifest->eos_id = options.eos_id.value_or(-1);
+  manifest->labelled = options.labelled;
   manifest->pad_id = -1;
 }
 
@@ -223,7 +251,7 @@ DatasetManifest NewManifest(const PrepareOptions& options, const Tokenizer* toke
   manifest.bytes_per_token = BytesPerTokenForVocab(static_cast<int>(vocab_size));
   manifest.seed = options.seed;
   manifest.val_fraction = options.val_fraction;
-  DF_CHECK(manifest.eos_id >= 0 && manifest.eos_id < vocab_size,
+  DF_CHECK((manifest.labelled && manifest.eos_id == -1) || (manifest.eos_id >= 0 && manifest.eos_id < vocab_size),
            "prepare: EOS id " << manifest.eos_id << " is not in " << vocab_source << " (size " << vocab_size
                               << "): pass --eos-id");
   DF_CHECK(manifest.bos_id < vocab_size, "prepare: BOS id " << manifest.bos_id << " is not in " << vocab_source);
@@ -252,7 +280,8 @@ std::vector<const SourceJob*> FindCommittedSources(const PrepareContext& context
   const std::string& output_dir = context.options.output_dir;
   std::vector<const SourceJob*> todo;
   for (const auto& job : jobs) {
-    (*records)[job.index] = FindCommitted(output_dir, job, context.settings, context.bytes_per_token);
+    (*records)[job.index] =
+        FindCommitted(output_dir, job, context.settings, context.bytes_per_token, context.options.labelled);
     if ((*records)[job.index]) {
       ++*reused;
     } else {

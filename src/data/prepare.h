@@ -22,6 +22,9 @@ struct PrepareOptions {
   // > 0: the inputs are token ids already (data/pretokenized_reader.h), all below this vocabulary
   // size; no tokenizer is used, and an EOS id must be given.
   int64_t pretokenized_vocab_size = 0;
+  // With pretokenized_vocab_size: the inputs are labelled records (data/labelled_record_reader.h)
+  // and every shard gets a labels file; the EOS id becomes optional (records are not joined).
+  bool labelled = false;
   // Directory for shards and manifest.yaml; created if missing.
   std::string output_dir;
   // Fraction in [0, 1) of the documents of `inputs` held out for validation, chosen by hashing

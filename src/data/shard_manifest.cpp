@@ -15,6 +15,10 @@ YAML::Node SplitToYaml(const ShardSplit& split) {
   node["stem"] = split.stem;
   node["documents"] = split.documents;
   node["tokens"] = split.tokens;
+  if (split.longest > 0) {
+    node["longest"] = split.longest;
+    node["longest_line"] = split.longest_line;
+  }
   return node;
 }
 
@@ -23,6 +27,10 @@ ShardSplit SplitFromYaml(const YAML::Node& node, const std::string& where) {
   split.stem = RequiredField<std::string>(node, "stem", where);
   split.documents = RequiredField<int64_t>(node, "documents", where);
   split.tokens = RequiredField<int64_t>(node, "tokens", where);
+  if (node["longest"]) {
+    split.longest = RequiredField<int64_t>(node, "longest", where);
+    split.longest_line = RequiredField<int64_t>(node, "longest_line", where);
+  }
   return split;
 }
 
@@ -99,7 +107,7 @@ int64_t DatasetManifest::TotalDocuments(bool val) const {
 
 YAML::Node DatasetManifest::ToYaml() const {
   YAML::Node node;
-  node["version"] = version;
+  node["version"] = labelled ? kLabelledManifestVersion : kManifestVersion;
   node["tokenizer"]["hash"] = tokenizer.hash;
   node["tokenizer"]["vocab_size"] = tokenizer.vocab_size;
   node["tokenizer"]["path"] = tokenizer.path;
@@ -109,6 +117,7 @@ YAML::Node DatasetManifest::ToYaml() const {
   node["pad_id"] = pad_id;
   node["seed"] = seed;
   node["val_fraction"] = val_fraction;
+  if (labelled) node["labelled"] = true;
   C4ReadCounts total = TotalCounts();
   YAML::Node totals = CountsToYaml(total);
   totals["skipped_lines"] = total.skipped();
@@ -124,8 +133,12 @@ YAML::Node DatasetManifest::ToYaml() const {
 DatasetManifest DatasetManifest::FromYaml(const YAML::Node& node, const std::string& where) {
   DatasetManifest m;
   m.version = RequiredField<int>(node, "version", where);
-  DF_CHECK(m.version == kManifestVersion,
-           where << ": manifest version " << m.version << ", this build reads " << kManifestVersion);
+  DF_CHECK(m.version == kManifestVersion || m.version == kLabelledManifestVersion,
+           where << ": manifest version " << m.version << ", this build reads " << kManifestVersion << " and "
+                 << kLabelledManifestVersion);
+  m.labelled = node["labelled"] && RequiredField<bool>(node, "labelled", where);
+  DF_CHECK(m.labelled == (m.version == kLabelledManifestVersion),
+           where << ": manifest version " << m.version << (m.labelled ? " with" : " without") << " labelled: true");
   m.tokenizer.hash = RequiredField<std::string>(node["tokenizer"], "hash", where + " tokenizer");
   m.tokenizer.vocab_size = RequiredField<int64_t>(node["tokenizer"], "vocab_size", where + " tokenizer");
   m.tokenizer.path = RequiredField<std::string>(node["tokenizer"], "path", where + " tokenizer");

@@ -15,12 +15,19 @@ namespace darkformer {
 
 inline constexpr char kManifestFileName[] = "manifest.yaml";
 inline constexpr int kManifestVersion = 1;
+// Labelled datasets (`prepare --labelled`) are version 2, so a build that cannot read their labels
+// refuses them rather than training on shifted inputs.
+inline constexpr int kLabelledManifestVersion = 2;
 
 // One split ("train" or "val") of one shard.
 struct ShardSplit {
   std::string stem;  // file stem relative to the shards dir, e.g. "shard-00003.train"
   int64_t documents = 0;
   int64_t tokens = 0;
+  // Labelled shards: the longest record's tokens and its source line (or .npy row), so a loader
+  // whose seq_len is too short can name it.
+  int64_t longest = 0;
+  int64_t longest_line = 0;
 };
 
 // What one source file became.
@@ -49,6 +56,8 @@ struct DatasetManifest {
   int pad_id = -1;
   uint64_t seed = 0;
   double val_fraction = 0.0;
+  // Every shard has a labels file (data/label_shard.h): records are rows, not a token stream.
+  bool labelled = false;
   std::vector<ShardRecord> shards;
 
   // Sums over shards.

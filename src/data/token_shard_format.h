@@ -14,6 +14,9 @@ inline constexpr char kTokensMagic[8] = {'D', 'F', 'T', 'O', 'K', 'v', '1', '\0'
 // holds tokens [offset[d], offset[d + 1]).
 inline constexpr char kDocsMagic[8] = {'D', 'F', 'D', 'O', 'C', 'v', '1', '\0'};
 inline constexpr int64_t kShardHeaderBytes = 16;
+// <name>.labels (labelled shards only, `prepare --labelled`): kLabelsMagic, uint32 4, uint32 zero;
+// then one int32 label per token of <name>.tokens, aligned with it (-100: not scored).
+inline constexpr char kLabelsMagic[8] = {'D', 'F', 'L', 'A', 'B', 'v', '1', '\0'};
 
 // uint16 while every id fits, else uint32.
 inline int BytesPerTokenForVocab(int64_t vocab_size) { return vocab_size <= 65536 ? 2 : 4; }
@@ -21,5 +24,6 @@ inline int BytesPerTokenForVocab(int64_t vocab_size) { return vocab_size <= 6553
 // The two files of one split of one shard, e.g. "shard-00003.train".
 inline std::string TokensFileName(const std::string& stem) { return stem + ".tokens"; }
 inline std::string DocsFileName(const std::string& stem) { return stem + ".docs"; }
+inline std::string LabelsFileName(const std::string& stem) { return stem + ".labels"; }
 
 }  // namespace darkformer

@@ -241,6 +241,23 @@ def truncated_gzip(tmp):
 
 
 @case
+def labelled_bad_records(tmp):
+    good = '{"input_ids": [1, 2], "labels": [2, -100]}\n'
+    bad = {"length mismatch": ('{"input_ids": [1, 2, 3], "labels": [2, 3]}', "3 input_ids but 2 labels"),
+           "label beyond the vocabulary": ('{"input_ids": [1, 2], "labels": [2, 50]}', "labels[1] = 50"),
+           "input id beyond the vocabulary": ('{"input_ids": [1, 50], "labels": [2, 3]}', "input_ids[1] = 50"),
+           "non-integer label": ('{"input_ids": [1, 2], "labels": [2, 0.5]}', "not an integer"),
+           "missing labels": ('{"input_ids": [1, 2]}', 'missing field "labels"')}
+    for i, (what, (line, needle)) in enumerate(bad.items()):
+        source = os.path.join(tmp, "bench-%d.jsonl" % i)
+        open(source, "w").write(good + line + "\n")
+        out = os.path.join(tmp, "labelled-%d" % i)
+        res = tk.run(["prepare", "--labelled", "--vocab-size", "50", "--val-input", source, "-o", out, "-j", "1"])
+        expect_bad(res, source + ":2:", needle, what="prepare --labelled, " + what)
+        check(not os.path.exists(os.path.join(out, "manifest.yaml")), what + ": no manifest.yaml written")
+
+
+@case
 def negative_warmup(tmp):
     path, run_dir, _ = setup_run(tmp)
     expect_bad(train(path, "train.warmup_steps=-1"), "train.warmup_steps", run_dir=run_dir,
