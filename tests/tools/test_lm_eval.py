@@ -126,6 +126,22 @@ def command_line_acc(model_dir, task_dir, work):
     return acc
 
 
+def check_padding_refused(model_dir):
+    """A padded batch (lm-eval with --batch_size > 1) is an error for a feature kernel, not a silently
+    different score; equal-length rows with an all-ones mask run."""
+    import torch
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="darkformer").eval()
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    with torch.no_grad():
+        model(ids, attention_mask=torch.ones_like(ids))
+        try:
+            model(ids, attention_mask=torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]))
+            check(False, "a padded batch was accepted by a darkformer model")
+        except ValueError as e:
+            check("padded batch" in str(e), "padding refused with an unclear message: %s" % e)
+
+
 def main():
     sys.path.insert(0, os.path.join(testkit.SOURCE_DIR, "python", "darkformer_hf"))  # the tree's plug-in
     import darkformer_hf  # noqa: F401  registers attn_implementation="darkformer" with transformers
@@ -139,6 +155,7 @@ def main():
         requests, ours, acc = evaluate(dark_dir, "darkformer", task_dir, docs, "darkformer")
         cli_acc = command_line_acc(dark_dir, task_dir, work)
         check(cli_acc == acc, "command line acc %s, in-process %s" % (cli_acc, acc))
+        check_padding_refused(dark_dir)
         softmax = direct_loglikelihoods(dark_dir, "sdpa", requests)  # the same weights, softmax attention
         diff = max(abs(a - b) for a, b in zip(ours, softmax))
         print("[lm-eval] darkformer vs the same weights under softmax attention: max |diff| %.3g" % diff)

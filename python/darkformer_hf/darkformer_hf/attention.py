@@ -106,6 +106,21 @@ def _constant(query, value):
     return v.cumsum(2)[..., s - t:, :] / counts
 
 
+def _refuse_padding(attention_mask, t, s):
+    """Feature kernels, like the binary, attend causally over every token: a padded batch would be
+    silently wrong. Padding shows on the mask's diagonal (a pad token may not attend to itself),
+    which causal and sliding-window masks always allow."""
+    if attention_mask is None or t == 0:
+        return
+    rows = attention_mask[..., -t:, -s:]
+    allowed = rows if rows.dtype == torch.bool else rows == 0
+    diagonal = torch.diagonal(allowed, offset=s - t, dim1=-2, dim2=-1)
+    if not bool(diagonal.all()):
+        raise ValueError("darkformer_hf: a padded batch (the attention mask hides some tokens from themselves): "
+                         "random-feature attention has no padding mask, as in the darkformer binary; use batch "
+                         "size 1 or rows of equal length (lm-eval: --batch_size 1)")
+
+
 def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                          sliding_window=None, softcap=None, **kwargs):
     kernel = kernel_of(module, query.device)
@@ -114,6 +129,7 @@ def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0,
     name = kernel.kernel_name
     if name == "exact":
         return _exact(module, query, key, value, attention_mask, scaling, sliding_window, softcap, **kwargs)
+    _refuse_padding(attention_mask, query.shape[2], key.shape[2])
     if name == "random":
         out = _random(kernel, query, value)
     elif name == "constant":
