@@ -1,6 +1,8 @@
 // Sweep files, grid expansion, run naming, run status and summary tables (see sweep.h).
 #include "train/sweep.h"
 
+#include <algorithm>
+
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
@@ -92,6 +94,26 @@ SweepSpec SweepSpec::FromNode(const YAML::Node& root, const std::string& origin,
     spec.output = reader.Require<std::string>("output");
     spec.parallel = reader.Get<int64_t>("parallel", spec.parallel);
     DF_CHECK(spec.parallel >= 1, "config key 'parallel' must be >= 1, got " << spec.parallel);
+    if (reader.Has("devices")) {
+      const auto node = reader.node()["devices"];
+      reader.Allow("devices");
+      if (node.IsScalar() && node.as<std::string>() == "auto") {
+        spec.devices_auto = true;
+      } else {
+        DF_CHECK(node.IsSequence() && node.size() > 0, "config key 'devices' must be a list of CUDA device indices or auto");
+        for (const auto& d : node) {
+          int64_t index = -1;
+          try {
+            index = d.as<int64_t>();
+          } catch (const YAML::Exception&) {
+          }
+          DF_CHECK(index >= 0, "config key 'devices' has '" << FlowYaml(d) << "': not a CUDA device index");
+          DF_CHECK(std::find(spec.devices.begin(), spec.devices.end(), index) == spec.devices.end(),
+                   "config key 'devices' lists device " << index << " twice");
+          spec.devices.push_back(index);
+        }
+      }
+    }
 
     reader.Allow("grid");
     DF_CHECK(reader.Has("grid") && reader.node()["grid"].IsMap(), "config key 'grid' must be a map of key path -> list");

@@ -9,6 +9,9 @@
 //     train.lr: [1.0e-4, 1.0e-3]
 //   fixed: {train.steps: 100}            # optional overrides applied to every run
 //   parallel: 1                          # runs at a time (child processes)
+//   devices: [0, 1]                      # optional: CUDA devices, one per run (nproc_per_node per
+//                                        #   torchrun run), CUDA_VISIBLE_DEVICES set round-robin;
+//                                        #   `auto`: every visible one (none on a CPU machine)
 //   launcher:                            # optional: each run as a torchrun job of data-parallel ranks
 //     torchrun: .venv/bin/torchrun       #   the launcher (a path, or a name on PATH)
 //     nproc_per_node: 2                  #   ranks per run
@@ -48,6 +51,8 @@ struct SweepSpec {
   std::vector<SweepAxis> grid;     // in file order
   std::vector<std::string> fixed;  // "key=value" overrides applied before the grid's
   int64_t parallel = 1;            // runs at a time
+  std::vector<int64_t> devices;    // CUDA devices to spread the runs over; empty: none pinned
+  bool devices_auto = false;       // `devices: auto`: every CUDA device found when the sweep runs
   SweepLauncher launcher;
 
   // Loads a sweep file; `overrides` ("a.b=value") apply to the sweep file itself, e.g.

@@ -1,6 +1,8 @@
 // Launching a sweep's runs as child processes and keeping its state and tables (see sweep_runner.h).
 #include "train/sweep_runner.h"
 
+#include <torch/cuda.h>
+
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
 #include <sys/wait.h>
@@ -31,7 +33,8 @@ std::vector<std::string> GridKeys(const SweepSpec& spec) {
 }
 
 // fork + exec with stdout/stderr appended to <run dir>/train.log. Returns the child's pid.
-pid_t Launch(const std::vector<std::string>& argv, const std::string& run_dir) {
+// `cuda_visible` non-empty: the child's CUDA_VISIBLE_DEVICES.
+pid_t Launch(const std::vector<std::string>& argv, const std::string& run_dir, const std::string& cuda_visible) {
   fs::create_directories(run_dir);
   const auto log_path = (fs::path(run_dir) / "train.log").string();
   const pid_t pid = fork();
@@ -45,6 +48,7 @@ pid_t Launch(const std::vector<std::string>& argv, const std::string& run_dir) {
     }
     std::signal(SIGINT, SIG_DFL);
     std::signal(SIGTERM, SIG_DFL);
+    if (!cuda_visible.empty()) setenv("CUDA_VISIBLE_DEVICES", cuda_visible.c_str(), 1);
     std::vector<char*> args;
     for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
     args.push_back(nullptr);
@@ -97,20 +101,54 @@ struct ActiveSweep {
   size_t next = 0;                  // the next entry of todo to launch
   std::map<pid_t, size_t> running;  // child pid -> index into records
   bool forwarded = false;           // whether a stop request was passed on to the children
+  // Device slots (CUDA_VISIBLE_DEVICES values, disjoint), the free ones, and each child's slot.
+  std::vector<std::string> slots;
+  std::vector<bool> slot_busy;
+  std::map<pid_t, size_t> slot_of;
 };
+
+// The device sets of a sweep's runs: `devices` (or every CUDA device for `auto`) cut into groups of
+// one run's ranks. None without devices, or on a machine without CUDA for `auto`.
+std::vector<std::string> DeviceSlots(const SweepSpec& spec) {
+  std::vector<int64_t> devices = spec.devices;
+  if (spec.devices_auto) {
+    for (int64_t d = 0; d < static_cast<int64_t>(torch::cuda::device_count()); ++d) devices.push_back(d);
+  }
+  const size_t group = static_cast<size_t>(std::max<int64_t>(1, spec.launcher.nproc_per_node));
+  DF_CHECK(devices.empty() || devices.size() >= group, "config key 'devices' lists " << devices.size()
+                                                            << " devices, fewer than one run's " << group << " ranks");
+  std::vector<std::string> slots;
+  for (size_t first = 0; first + group <= devices.size(); first += group) {
+    std::string set;
+    for (size_t i = first; i < first + group; ++i) set += (set.empty() ? "" : ",") + std::to_string(devices[i]);
+    slots.push_back(set);
+  }
+  return slots;
+}
 
 // Starts the next pending run and records it as running in the state file.
 void LaunchNext(ActiveSweep* sweep) {
   const size_t index = sweep->todo[sweep->next++];
   auto& r = sweep->records[index];
   const auto argv = RunCommand(sweep->spec, r.point, sweep->options.program);
-  const pid_t pid = Launch(argv, r.dir);
+  std::string devices;
+  size_t slot = 0;
+  if (!sweep->slots.empty()) {  // the first free slot: round-robin as runs finish
+    while (sweep->slot_busy[slot]) ++slot;
+    devices = sweep->slots[slot];
+  }
+  const pid_t pid = Launch(argv, r.dir, devices);
   sweep->running[pid] = index;
+  if (!sweep->slots.empty()) {
+    sweep->slot_busy[slot] = true;
+    sweep->slot_of[pid] = slot;
+  }
   auto& entry = sweep->state.runs[r.point.name];
   entry.status = "running";
   ++entry.attempts;
   sweep->state.Save(StatePath(sweep->spec));
-  spdlog::info("sweep: started {} (pid {}, log {}/train.log)", r.point.name, pid, r.dir);
+  spdlog::info("sweep: started {} (pid {}, log {}/train.log{})", r.point.name, pid, r.dir,
+               devices.empty() ? "" : ", CUDA_VISIBLE_DEVICES=" + devices);
 }
 
 // Starts pending runs until `parallel` are running or none is left.
@@ -165,6 +203,10 @@ void ReapOne(ActiveSweep* sweep) {
   }
   const size_t index = sweep->running[done];
   sweep->running.erase(done);
+  if (const auto it = sweep->slot_of.find(done); it != sweep->slot_of.end()) {
+    sweep->slot_busy[it->second] = false;
+    sweep->slot_of.erase(it);
+  }
   FinishRun(sweep, index, wait_status);
 }
 
@@ -243,7 +285,12 @@ void WriteSweepSummaries(const SweepSpec& spec, const std::vector<SweepRecord>& 
 
 int RunSweep(const SweepSpec& spec, const SweepOptions& options) {
   auto records = InspectSweep(spec);
-  const int64_t parallel = options.parallel > 0 ? options.parallel : spec.parallel;
+  int64_t parallel = options.parallel > 0 ? options.parallel : spec.parallel;
+  const auto slots = DeviceSlots(spec);
+  if (!slots.empty() && parallel > static_cast<int64_t>(slots.size())) {
+    spdlog::warn("sweep: parallel {} > {} device set(s): {} at a time", parallel, slots.size(), slots.size());
+    parallel = static_cast<int64_t>(slots.size());
+  }
   std::vector<size_t> todo = ListPendingRuns(records);
   spdlog::info("sweep: {} runs, {} to run ({} at a time), output {}", records.size(), todo.size(), parallel,
                spec.output);
@@ -253,6 +300,8 @@ int RunSweep(const SweepSpec& spec, const SweepOptions& options) {
   }
   fs::create_directories(spec.output);
   ActiveSweep sweep(spec, options, parallel, &records, SweepState::Load(StatePath(spec)), std::move(todo));
+  sweep.slots = slots;
+  sweep.slot_busy.assign(slots.size(), false);
   WriteSweepSummaries(spec, records);
 
   InstallStopSignalHandlers();

@@ -4,6 +4,8 @@
 #include "train/sweep.h"
 
 #include <gtest/gtest.h>
+
+#include <set>
 #include <sys/stat.h>
 
 #include <filesystem>
@@ -280,6 +282,52 @@ TEST(RunSweep, SkipsFinishedResumesPartialRetriesFailedKeepsDiverged) {
   const auto csv = Read(dir.File("out/summary.csv"));
   EXPECT_NE(csv.find("lr-0.1,0.1,finished,0,3,"), std::string::npos) << csv;
   EXPECT_NE(csv.find("lr-0.9,0.9,diverged,3,2,"), std::string::npos) << csv;
+}
+
+// devices: [0, 1] with parallel 2: each child starts with its own CUDA_VISIBLE_DEVICES (a stand-in
+// records it; no GPU needed); torchrun runs of 2 ranks get disjoint pairs; `auto` finds none here.
+const char* kRecordDevices = R"(#!/bin/sh
+for a in "$@"; do case "$a" in log.dir=*) dir="${a#log.dir=}";; esac; done
+mkdir -p "$dir"; echo "${CUDA_VISIBLE_DEVICES:-unset}" > "$dir/devices"; sleep 0.3
+echo '{"steps":3,"diverged":false}' > "$dir/summary.json"
+)";
+
+TEST(RunSweep, EachRunGetsItsOwnDevices) {
+  TempDir dir;
+  Write(dir.File("record.sh"), kRecordDevices);
+  chmod(dir.File("record.sh").c_str(), 0755);
+  SweepOptions options;
+  options.program = dir.File("record.sh");
+  auto spec = SpecIn(dir, "grid: {train.lr: [0.1, 0.3]}\nparallel: 2\ndevices: [0, 1]\n");
+  EXPECT_EQ(RunSweep(spec, options), 0);
+  std::multiset<std::string> seen;
+  for (const auto& r : InspectSweep(spec)) seen.insert(Read(r.dir + "/devices"));
+  EXPECT_EQ(seen, (std::multiset<std::string>{"0\n", "1\n"}));
+
+  // Two ranks per run (the stand-in takes torchrun's place): disjoint pairs.
+  spec = SpecIn(dir, "grid: {train.lr: [0.1, 0.3]}\nparallel: 2\ndevices: [0, 1, 2, 3]\n"
+                     "launcher: {torchrun: " + dir.File("record_torchrun.sh") + ", nproc_per_node: 2}\n");
+  spec.output = dir.File("out2");
+  Write(dir.File("record_torchrun.sh"), kRecordDevices);
+  chmod(dir.File("record_torchrun.sh").c_str(), 0755);
+  EXPECT_EQ(RunSweep(spec, options), 0);
+  seen.clear();
+  for (const auto& r : InspectSweep(spec)) seen.insert(Read(r.dir + "/devices"));
+  EXPECT_EQ(seen, (std::multiset<std::string>{"0,1\n", "2,3\n"}));
+
+  // No CUDA here: `auto` pins nothing (a CPU machine runs as before).
+  spec = SpecIn(dir, "grid: {train.lr: [0.1]}\ndevices: auto\n");
+  spec.output = dir.File("out3");
+  EXPECT_EQ(RunSweep(spec, options), 0);
+  EXPECT_EQ(Read(InspectSweep(spec)[0].dir + "/devices"), "unset\n");
+  for (const std::string bad : {"devices: [0, 0]", "devices: [x]", "devices: []"}) {
+    try {
+      SpecIn(dir, "grid: {train.lr: [0.1]}\n" + bad + "\n");
+      ADD_FAILURE() << bad << " accepted";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find("devices"), std::string::npos) << e.what();
+    }
+  }
 }
 
 TEST(RunSweep, InvalidRunConfigFailsBeforeLaunchingAnything) {
