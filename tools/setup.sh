@@ -11,7 +11,7 @@ TORCH_VERSION=2.11.0
 NVIDIA_WHEELS=(nvidia-cusparselt-cu13==0.8.0 nvidia-nvshmem-cu13==3.4.5 nvidia-cufile==1.15.1.6)
 PY_PACKAGES=(numpy typing_extensions filelock sympy networkx jinja2 fsspec "setuptools<82"
              transformers==5.23.0 safetensors h5py pyyaml matplotlib sentencepiece protobuf psutil
-             lm-eval==0.4.13)
+             lm-eval==0.4.13 tensorboard==2.21.0)
 # accelerate (lm-eval's `--model hf` needs it) without its dependency on torch's nvidia-* wheels.
 NO_DEPS_PACKAGES=(accelerate==1.15.0)
 APT_PACKAGES=(cmake ninja-build g++ git pkg-config python3-venv
