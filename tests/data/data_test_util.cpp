@@ -95,6 +95,19 @@ void WritePlain(const std::string& path, const std::string& content) {
   std::ofstream(path, std::ios::binary) << content;
 }
 
+void WriteNpy(const std::string& path, const std::vector<int32_t>& values, int64_t rows, int64_t cols) {
+  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (" +
+                       (rows ? std::to_string(rows) + ", " + std::to_string(cols) : std::to_string(cols) + ",") + "), }";
+  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
+  header += '\n';
+  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
+  const uint16_t length = static_cast<uint16_t>(header.size());
+  bytes.append(reinterpret_cast<const char*>(&length), 2);
+  bytes += header;
+  bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int32_t));
+  WritePlain(path, bytes);
+}
+
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   std::stringstream ss;

@@ -30,6 +30,8 @@ std::vector<std::string> MakeDocuments(int count, uint64_t seed);
 
 void WriteGzip(const std::string& path, const std::string& content);
 void WritePlain(const std::string& path, const std::string& content);
+// A .npy file of int32 values with shape rows x cols (1-D of cols when rows == 0).
+void WriteNpy(const std::string& path, const std::vector<int32_t>& values, int64_t rows, int64_t cols);
 std::string ReadFile(const std::string& path);
 
 // Joins records as C4 lines, each ending in '\n'.

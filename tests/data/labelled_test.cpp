@@ -16,20 +16,6 @@ namespace {
 
 using testing::TempDir;
 
-// A 2-D .npy file of int32 values (rows x cols).
-void WriteNpy(const std::string& path, const std::vector<int32_t>& values, int64_t rows, int64_t cols) {
-  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (" + std::to_string(rows) + ", " +
-                       std::to_string(cols) + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
-  const uint16_t length = static_cast<uint16_t>(header.size());
-  bytes.append(reinterpret_cast<const char*>(&length), 2);
-  bytes += header;
-  bytes.append(reinterpret_cast<const char*>(values.data()), values.size() * sizeof(int32_t));
-  testing::WritePlain(path, bytes);
-}
-
 PrepareOptions Options(const TempDir& dir, std::vector<std::string> val_inputs) {
   PrepareOptions o;
   o.val_inputs = std::move(val_inputs);
@@ -64,8 +50,8 @@ TEST(LabelledTest, RecordsBecomeOneRowEachWithTheirOwnLabels) {
   testing::WritePlain(dir.File("a.jsonl"),
                       "{\"input_ids\": [5, 6, 7], \"labels\": [-100, -100, 9]}\n\n"
                       "{\"labels\": [4, -100], \"input_ids\": [8, 9], \"meta\": \"x\"}\n");
-  WriteNpy(dir.File("b.input_ids.npy"), {10, 11, 12, 13}, 2, 2);
-  WriteNpy(dir.File("b.labels.npy"), {-100, 20, 21, -100}, 2, 2);
+  testing::WriteNpy(dir.File("b.input_ids.npy"), {10, 11, 12, 13}, 2, 2);
+  testing::WriteNpy(dir.File("b.labels.npy"), {-100, 20, 21, -100}, 2, 2);
   const auto result = RunPrepare(Options(dir, {dir.File("a.jsonl"), dir.File("b.input_ids.npy")}));
   EXPECT_TRUE(result.manifest.labelled);
   EXPECT_EQ(result.manifest.TotalDocuments(true), 4);
@@ -159,8 +145,8 @@ TEST(LabelledTest, BadRecordsAreRefusedNamingFileAndLine) {
 
 TEST(LabelledTest, BadNpyRowsAreRefusedNamingFileAndRow) {
   TempDir dir;
-  WriteNpy(dir.File("x.input_ids.npy"), {1, 2, 3, 4}, 2, 2);
-  WriteNpy(dir.File("x.labels.npy"), {2, -100, 3, 99}, 2, 2);
+  testing::WriteNpy(dir.File("x.input_ids.npy"), {1, 2, 3, 4}, 2, 2);
+  testing::WriteNpy(dir.File("x.labels.npy"), {2, -100, 3, 99}, 2, 2);
   try {
     RunPrepare(Options(dir, {dir.File("x.input_ids.npy")}));
     FAIL() << "label 99 with --vocab-size 50 must be refused";
@@ -168,9 +154,9 @@ TEST(LabelledTest, BadNpyRowsAreRefusedNamingFileAndRow) {
     EXPECT_NE(std::string(e.what()).find(dir.File("x.input_ids.npy") + ":2: labels[1] = 99"), std::string::npos)
         << e.what();
   }
-  WriteNpy(dir.File("x.labels.npy"), {2, -100, 3, 4, 5, 6}, 2, 3);
+  testing::WriteNpy(dir.File("x.labels.npy"), {2, -100, 3, 4, 5, 6}, 2, 3);
   EXPECT_THROW(RunPrepare(Options(dir, {dir.File("x.input_ids.npy")})), Error);  // shapes differ
-  WriteNpy(dir.File("plain.npy"), {1, 2}, 1, 2);
+  testing::WriteNpy(dir.File("plain.npy"), {1, 2}, 1, 2);
   try {
     RunPrepare(Options(dir, {dir.File("plain.npy")}));
     FAIL() << "an .npy without input_ids in its name has no paired labels";

@@ -17,20 +17,6 @@ namespace {
 
 using testing::TempDir;
 
-// A .npy file of int32 ids with the given shape (rows x cols, or 1-D when rows == 0).
-void WriteNpy(const std::string& path, const std::vector<int32_t>& ids, int64_t rows, int64_t cols) {
-  std::string header = "{'descr': '<i4', 'fortran_order': False, 'shape': (" +
-                       (rows ? std::to_string(rows) + ", " + std::to_string(cols) : std::to_string(cols) + ",") + "), }";
-  while ((10 + header.size() + 1) % 64 != 0) header += ' ';
-  header += '\n';
-  std::string bytes = std::string("\x93NUMPY\x01\x00", 8);
-  const uint16_t length = static_cast<uint16_t>(header.size());
-  bytes.append(reinterpret_cast<const char*>(&length), 2);
-  bytes += header;
-  bytes.append(reinterpret_cast<const char*>(ids.data()), ids.size() * sizeof(int32_t));
-  testing::WritePlain(path, bytes);
-}
-
 PrepareOptions Options(const TempDir& dir, std::vector<std::string> inputs) {
   PrepareOptions o;
   o.inputs = std::move(inputs);
@@ -44,8 +30,8 @@ PrepareOptions Options(const TempDir& dir, std::vector<std::string> inputs) {
 TEST(PretokenizedTest, JsonLinesAndNpyBecomeShardsWhoseRowsAreTheIds) {
   TempDir dir;
   testing::WriteGzip(dir.File("a.jsonl.gz"), "[5, 6, 7]\n\n{\"input_ids\": [8, 9], \"meta\": 1}\nnot json\n[1.5]\n");
-  WriteNpy(dir.File("b.npy"), {10, 11, 12, 13, 14, 15}, 2, 3);
-  WriteNpy(dir.File("c.npy"), {20, 21, 22, 23}, 0, 4);
+  testing::WriteNpy(dir.File("b.npy"), {10, 11, 12, 13, 14, 15}, 2, 3);
+  testing::WriteNpy(dir.File("c.npy"), {20, 21, 22, 23}, 0, 4);
   const auto result = RunPrepare(Options(dir, {dir.File("a.jsonl.gz"), dir.File("b.npy"), dir.File("c.npy")}));
   const auto& m = result.manifest;
   EXPECT_TRUE(m.tokenizer.IsPretokenized());
