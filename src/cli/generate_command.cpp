@@ -5,6 +5,7 @@
 // tokens/s to stderr. A prompt file holds one prompt per line; they run one after another.
 #include <spdlog/spdlog.h>
 
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <optional>
@@ -31,11 +32,14 @@ struct GenerateArgs {
 std::vector<std::string> ReadPrompts(const GenerateArgs& a) {
   DF_CHECK(a.prompt.has_value() != !a.prompt_file.empty(), "generate: give exactly one of --prompt and --prompt-file");
   if (!a.prompt_file.empty()) {
+    DF_CHECK(std::filesystem::exists(a.prompt_file), "--prompt-file " << a.prompt_file << ": no such file");
+    DF_CHECK(!std::filesystem::is_directory(a.prompt_file), "--prompt-file " << a.prompt_file << ": is a directory");
     std::ifstream in(a.prompt_file);
     DF_CHECK(in, "--prompt-file " << a.prompt_file << ": cannot be read");
     std::vector<std::string> prompts;
     std::string line;
     for (int64_t number = 1; std::getline(in, line); ++number) {
+      if (!line.empty() && line.back() == '\r') line.pop_back();  // a CRLF file gives the same prompts as LF
       DF_CHECK(!line.empty(), "--prompt-file " << a.prompt_file << ":" << number << ": empty prompt line");
       prompts.push_back(line);
     }
@@ -81,6 +85,14 @@ void RunGenerate(const GenerateArgs& a) {
     DF_CHECK(static_cast<int64_t>(prompt.size()) < max_positions,
              "generate: prompt " << n + 1 << " has " << prompt.size()
                                  << " tokens; the model's max_position_embeddings is " << max_positions);
+    // As documented, the model's positions end a generation too; said once, with the option named
+    // (subtracting, never adding: --max-new-tokens may be near int64's maximum).
+    const int64_t room = max_positions - static_cast<int64_t>(prompt.size());
+    if (sampling.max_new_tokens > room) {
+      spdlog::warn("prompt {}: --max-new-tokens {} does not fit the model's max_position_embeddings {} after {} prompt "
+                   "tokens; at most {} new tokens",
+                   n + 1, sampling.max_new_tokens, max_positions, prompt.size(), room);
+    }
     encoded.push_back(std::move(prompt));
   }
 

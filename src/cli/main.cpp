@@ -18,9 +18,26 @@ namespace {
 constexpr int kExitBadInput = 2;
 constexpr int kExitPeerFailed = 4;  // a data-parallel rank died, hung or could not be reached
 
-int Report(const std::string& message) {
-  spdlog::error("{}", message);
-  return kExitBadInput;
+// One line per error: LibTorch's messages (c10::Error, gloo) carry C++ stack frames ("Exception
+// raised from ...", "frame #0 ...") after the first line; they are debug output, not the error.
+std::string FirstLineLoggingTheRest(const std::string& message) {
+  const auto end = message.find_first_of("\r\n");
+  if (end == std::string::npos) return message;
+  spdlog::debug("the error's further lines:\n{}", message.substr(end + 1));
+  return message.substr(0, end);
+}
+
+int Report(const std::string& message, int exit_code = kExitBadInput) {
+  spdlog::error("{}", FirstLineLoggingTheRest(message));
+  return exit_code;
+}
+
+// A command-line parse error (unknown flag or subcommand, a flag without its value, a value that is
+// not a number) is bad input like any other: one error line, exit 2, not CLI11's codes 104-114.
+// --help (and --version) still print their text and exit 0 through CLI11.
+int ReportParseError(const CLI::App& app, const CLI::ParseError& e) {
+  if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+  return Report(std::string("command line: ") + e.what() + " (see --help)");
 }
 
 }  // namespace
@@ -43,10 +60,9 @@ int main(int argc, char** argv) {
   } catch (const CLI::RuntimeError& e) {  // a command's own non-zero exit (interrupted, diverged)
     return e.get_exit_code();
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    return ReportParseError(app, e);
   } catch (const darkformer::DistributedError& e) {
-    spdlog::error("{}", e.what());
-    return kExitPeerFailed;
+    return Report(e.what(), kExitPeerFailed);
   } catch (const darkformer::Error& e) {
     return Report(e.what());
   } catch (const c10::Error& e) {

@@ -2,6 +2,7 @@
 #include "model/generation.h"
 
 #include <chrono>
+#include <cmath>
 #include <limits>
 
 #include "util/error.h"
@@ -10,15 +11,20 @@ namespace darkformer {
 
 void ValidateSampling(const SamplingOptions& o) {
   DF_CHECK(o.max_new_tokens > 0, "--max-new-tokens must be positive, got " << o.max_new_tokens);
-  DF_CHECK(o.temperature > 0, "--temperature must be positive, got " << o.temperature);
+  // As transformers' TemperatureLogitsWarper: 0 is refused; greedy decoding is its own option.
+  DF_CHECK(std::isfinite(o.temperature) && o.temperature > 0,
+           "--temperature must be a positive finite number, got " << o.temperature << " (for greedy decoding: --greedy)");
   DF_CHECK(o.top_k >= 0, "--top-k must be >= 0 (0 = off), got " << o.top_k);
   DF_CHECK(o.top_p > 0 && o.top_p <= 1, "--top-p must be in (0, 1], got " << o.top_p);
 }
 
 int64_t SampleToken(const torch::Tensor& logits_V, const SamplingOptions& o, at::Generator& generator) {
-  const auto logits = logits_V.to(torch::kFloat32).cpu();
+  const auto logits = logits_V.to(torch::kFloat64).cpu();
   if (o.greedy) return logits.argmax().item<int64_t>();
-  auto scaled = logits / o.temperature;
+  // Shifted so the largest logit is 0 before dividing, in fp64: a tiny temperature (down to the
+  // smallest positive double) sends every other logit to -inf and never overflows, so sampling
+  // reaches its limit, greedy, instead of a softmax of inf - inf.
+  auto scaled = (logits - logits.max()) / o.temperature;
   if (o.top_k > 0 && o.top_k < scaled.size(0)) {
     const auto kth = std::get<0>(scaled.topk(o.top_k)).min();
     scaled = scaled.masked_fill(scaled < kth, -std::numeric_limits<float>::infinity());
@@ -42,7 +48,9 @@ GenerationResult Generate(GemmaModel& model, const std::vector<int64_t>& prompt,
            "generate: the prompt has " << prompt.size() << " tokens; the model's max_position_embeddings is " << limit);
   torch::NoGradGuard no_grad;
   const auto device = model->embed_tokens->weight.device();
-  const int64_t capacity = std::min<int64_t>(limit, static_cast<int64_t>(prompt.size()) + o.max_new_tokens);
+  // Checked: prompt + max_new_tokens may not fit int64 (--max-new-tokens near its maximum).
+  const int64_t room = limit - static_cast<int64_t>(prompt.size());
+  const int64_t capacity = static_cast<int64_t>(prompt.size()) + std::min(room, o.max_new_tokens);
   auto cache = model->NewDecodeCache(capacity, device);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(o.seed);
   using Clock = std::chrono::steady_clock;
