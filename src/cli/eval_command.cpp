@@ -2,6 +2,7 @@
 // next-token accuracy of a checkpoint on the validation split (labelled shards: on exactly their
 // labelled positions), as one JSON line on stdout.
 #include <fmt/format.h>
+#include <spdlog/spdlog.h>
 
 #include <iostream>
 
@@ -32,7 +33,15 @@ void AddEvalCommand(CLI::App& app) {
     DF_CHECK(loader, "--split " << split << ": the data has no such split");
     // A benchmark's labelled records are scored whole (every record once) unless --batches says otherwise.
     const int64_t default_batches = loader->EvaluatedWhole() ? loader->batches_per_epoch() : config.eval.batches;
-    const auto r = trainer.EvaluateFrom(*loader, batches > 0 ? batches : default_batches);
+    DF_CHECK(batches >= 0, "--batches must be >= 1 (or left out), got " << batches);
+    int64_t requested = batches > 0 ? batches : default_batches;
+    // As lm-eval's --limit and torchtitan's validation steps: more than the split holds is one pass.
+    if (requested > loader->batches_per_epoch()) {
+      spdlog::info("{} asks for {} batches; the {} split holds {}: evaluating one pass over it",
+                   batches > 0 ? "--batches" : "eval.batches", requested, split, loader->batches_per_epoch());
+      requested = loader->batches_per_epoch();
+    }
+    const auto r = trainer.EvaluateFrom(*loader, requested);
     // The result alone on stdout (logs go to stderr), so scripts can parse it.
     std::cout << ToJsonLine({{"checkpoint", config.train.init_from}, {"split", split}, {"loss", r.loss},
                              {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}})

@@ -6,6 +6,7 @@
 
 #include "cli/commands.h"
 #include "train/sweep_runner.h"
+#include "util/error.h"
 
 namespace darkformer {
 
@@ -20,7 +21,10 @@ void AddSweepCommand(CLI::App& app) {
   cmd->add_option("--parallel", options.parallel, "runs at a time (default: the sweep file's `parallel`)");
   cmd->add_flag("--dry-run", options.dry_run, "list the runs and the commands that would run, launch nothing");
   cmd->add_flag("--status", status_only, "write the summary tables from the run directories, launch nothing");
-  cmd->callback([] {
+  cmd->callback([cmd] {
+    // 0 inside SweepOptions means "the file's value"; given on the command line it must be a count.
+    DF_CHECK(cmd->count("--parallel") == 0 || options.parallel >= 1,
+             "--parallel must be >= 1, got " << options.parallel);
     const auto spec = SweepSpec::Load(config_path, overrides);
     options.program = std::filesystem::read_symlink("/proc/self/exe").string();  // shown in logs, exec'd per run
     if (status_only) {

@@ -116,10 +116,14 @@ EvalConfig EvalConfig::FromConfig(const ConfigReader& r) {
 
 LogConfig LogConfig::FromConfig(const ConfigReader& r) {
   LogConfig l;
+  // A present but empty value (`dir:` or `--set log.dir=`) is not the default run directory.
+  DF_CHECK(!(r.node().IsMap() && r.node()["dir"] && r.node()["dir"].IsNull()),
+           "config key '" << r.KeyPath("dir") << "' must not be empty");
   l.dir = r.Get<std::string>("dir", l.dir);
   l.every = r.Get<int64_t>("every", l.every);
   r.RejectUnknown();
-  DF_CHECK(!l.dir.empty(), "config key '" << r.KeyPath("dir") << "' must not be empty");
+  DF_CHECK(l.dir.find_first_not_of(" \t\r\n") != std::string::npos,
+           "config key '" << r.KeyPath("dir") << "' must not be empty or only whitespace");
   DF_CHECK(l.every >= 0, "config key '" << r.KeyPath("every") << "' must be >= 0 (0 = no progress lines)");
   return l;
 }

@@ -122,7 +122,8 @@ void Trainer::Resume() {
       state_ = LoadCheckpoint(it->second, *model_, *optimizer_);
     } catch (const std::exception& e) {
       spdlog::warn("checkpoint {} is unreadable, trying an older one: {}", it->second, e.what());
-      failures += "\n  " + it->second + ": " + e.what();
+      const std::string why = e.what();
+      failures += (failures.empty() ? " " : "; ") + it->second + ": " + why.substr(0, why.find('\n'));  // one line
       continue;
     }
     train_loader_->Restore(state_.loader);
