@@ -7,6 +7,7 @@
 
 #include "model/weights_io.h"
 #include "train/checkpoint.h"
+#include "train/fit_check.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -41,6 +42,8 @@ std::string ResolveWeightsPath(const std::string& path, const std::string& what)
 }
 
 GemmaModel BuildModelFrom(const RunConfig& config, const std::string& weights, const std::string& what) {
+  // Before anything is allocated: sizes that cannot fit are refused with the key that makes them.
+  CheckRunFits(config, Workload::kForward, ResolveDevice(config));
   torch::manual_seed(config.train.seed);
   GemmaModel model(config.model, config.attention);
   if (weights.empty()) {

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "attention/kernel_registry.h"
+#include "train/fit_check.h"
 
 namespace darkformer {
 
@@ -99,6 +100,7 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
     for (const auto& name : KernelNames()) {
       if (c.attention.options.IsMap() && c.attention.options[name]) names.insert(name);
     }
+    CheckKernelDrawsFit(c.attention, c.model);
     for (const auto& name : names) {
       MakeAttentionKernel(name, KernelShape{c.model.num_attention_heads, c.model.head_dim, 0},
                           c.attention.OptionsFor(name));

@@ -56,6 +56,7 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
                                                     << "' must be >= 0 (0 = the full-logit loss), got "
                                                     << t.loss_chunk_tokens);
   t.frozen_weights_bf16 = r.Get<bool>("frozen_weights_bf16", t.frozen_weights_bf16);
+  t.memory_check = r.Get<bool>("memory_check", t.memory_check);
   t.deterministic = r.Get<bool>("deterministic", t.deterministic);
   t.threads = r.Get<int64_t>("threads", t.threads);
   t.lr = r.Get<double>("lr", t.lr);

@@ -75,6 +75,9 @@ struct TrainConfig {
   // Gemma-2B's q/k/v-only finetune). Needs bf16_autocast; the embedding (the tied LM head), norms
   // and kernel parameters stay fp32, as does every trainable weight.
   bool frozen_weights_bf16 = false;
+  // Refuse to start when the memory estimate (train/memory_estimate.h, within ~15 %) exceeds the
+  // device's free memory (train/fit_check.h). Sizes that cannot fit at all are refused regardless.
+  bool memory_check = true;
   bool deterministic = false;        // CPU: deterministic algorithms, single thread, bit-exact resume
   int64_t threads = 0;               // CPU intra-op threads; 0 = LibTorch's default
   // Optimizer: AdamW. Parameters matching no_decay globs get no weight decay.

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "model/weights_io.h"
+#include "train/fit_check.h"
 #include "train/model_loading.h"
 #include "train/lr_schedule.h"
 #include "train/step_profiler.h"
@@ -53,6 +54,12 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
 
 int Trainer::Run() {
   JoinDataParallelGroup();
+  {
+    // Before the run directory is touched. CPU ranks of one host share its memory; GPUs have their own.
+    const char* local = std::getenv("LOCAL_WORLD_SIZE");
+    const int64_t sharing = device_.is_cuda() || !local ? 1 : std::max(1L, std::atol(local));
+    CheckRunFits(config_, Workload::kTrain, device_, parallel_ ? parallel_->world_size() : 1, sharing);
+  }
   if (is_rank_zero()) log_ = std::make_unique<RunLog>(config_.log.dir);  // locks the run directory
   if (AnyRank(log_ && AlreadyFinished(), "checking for a finished run")) return kExitOk;
   if (log_) log_->WriteConfig(config_.resolved);
