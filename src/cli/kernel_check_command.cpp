@@ -44,6 +44,17 @@ struct KernelCheckArgs {
   std::string json;  // JSON lines file for (a) or (b)
 };
 
+// --options is parsed in several places below: checked once here, so any mistake names the flag.
+void CheckOptionsText(const std::string& text) {
+  YAML::Node node;
+  try {
+    node = YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    Fail("--options: not YAML (" + e.msg + "): " + text);
+  }
+  DF_CHECK(node.IsNull() || node.IsMap(), "--options must be a YAML map such as '{num_features: 256}', got: " << text);
+}
+
 AttentionKernel Build(const KernelCheckArgs& a, const std::string& name, const std::string& options, int64_t head_dim,
                       int64_t seed_offset = 0) {
   KernelShape shape;
@@ -299,6 +310,7 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--batch", args.batch, "(b) rows from the shards")->capture_default_str();
   cmd->add_option("--json", args.json, "(a)/(b) write one JSON object per line to this file");
   cmd->callback([] {
+    CheckOptionsText(args.options);
     if (args.bench) {
       auto options = args.bench_options;
       options.kernel = args.kernel;

@@ -1,0 +1,135 @@
+"""Bad inputs, round three: sizes that cannot fit, command-line parse errors, generation's numeric
+edges, eval's batch count, an empty log.dir and sweep --parallel. Same contract as
+test_bad_inputs.py (badkit.py): exit 2, one error line naming the culprit, nothing on stdout.
+
+    python test_bad_sizes_cli.py CASE | --list
+"""
+
+import json
+import os
+import resource
+import subprocess
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import testkit as tk  # noqa: E402
+from badkit import CASES, case, check, expect_bad, expect_ok, failures, setup_run, train  # noqa: E402
+
+# A size check that failed would make LibTorch try to allocate terabytes: cap the address space so
+# such a failure is a quick error here, never a machine driven into swap.
+ADDRESS_SPACE_LIMIT = 6 << 30
+
+
+def run_capped(args, timeout=120):
+    def cap():
+        resource.setrlimit(resource.RLIMIT_AS, (ADDRESS_SPACE_LIMIT, ADDRESS_SPACE_LIMIT))
+    return subprocess.run([tk.BINARY, *map(str, args)], capture_output=True, text=True, timeout=timeout,
+                          preexec_fn=cap)
+
+
+@case
+def sizes_that_cannot_fit(tmp):
+    path, run_dir, _ = setup_run(tmp)
+    too_large = [("model.hidden_size", 10 ** 9), ("model.hidden_size", 2 ** 63 - 1), ("model.vocab_size", 10 ** 12),
+                 ("model.num_hidden_layers", 10 ** 6), ("model.num_attention_heads", 10 ** 6),
+                 ("model.head_dim", 10 ** 8), ("data.seq_len", 10 ** 9)]
+    for key, value in too_large:
+        res = run_capped(["train", "--config", path, "--set", "%s=%d" % (key, value)])
+        expect_bad(res, key, str(value), "too large", run_dir=run_dir, what="%s = %d" % (key, value))
+        check(not os.path.exists(run_dir), "%s = %d: the run directory is not created" % (key, value))
+    res = run_capped(["train", "--config", path, "--set", "model.intermediate_size=" + "2" + "0" * 40])
+    expect_bad(res, "model.intermediate_size", run_dir=run_dir, what="intermediate_size 2e40")
+    for kernel in ("performer", "darkformer"):
+        res = run_capped(["train", "--config", path, "--set", "attention.kernel=" + kernel,
+                          "--set", "attention.%s.num_features=1000000000" % kernel])
+        expect_bad(res, "attention.%s.num_features" % kernel, "too large", run_dir=run_dir,
+                   what="%s num_features 1e9" % kernel)
+    # The same checks guard the forward-only commands.
+    res = run_capped(["eval", "--config", path, "--set", "model.hidden_size=1000000000"])
+    expect_bad(res, "model.hidden_size", "too large", what="eval with hidden_size 1e9")
+    res = run_capped(["generate", "--config", path, "--prompt", "the", "--set", "model.vocab_size=1000000000000"])
+    expect_bad(res, "model.vocab_size", "too large", what="generate with vocab_size 1e12")
+    # A run that fits still starts (the estimate is not a false alarm for the tiny model).
+    expect_ok(run_capped(["train", "--config", path, "--set", "train.steps=1"]), "the tiny run itself")
+
+
+@case
+def command_line_errors(tmp):
+    path, _, _ = setup_run(tmp)
+    for args, needle in ((["train", "--config", path, "--bogus"], "--bogus"),
+                         (["train", "--config"], "--config"),
+                         (["eval", "--config", path, "--batches"], "--batches"),
+                         (["generate", "--config", path, "--prompt", "the", "--max-new-tokens", "abc"],
+                          "--max-new-tokens"),
+                         (["sweep", "--config", path, "--parallel", "0"], "--parallel"),
+                         (["sweep", "--config", path, "--parallel", "-1"], "--parallel"),
+                         (["kernel-check", "--kernel", "performer", "--options", "{num_features: ["], "--options"),
+                         (["kernel-check", "--kernel", "performer", "--options", "just text"], "--options"),
+                         (["kernel-check", "--kernel", "performer", "--options", "[1, 2]"], "--options")):
+        expect_bad(tk.run(args), needle, what=" ".join(args[:1] + args[2:]))
+    for sub in ("train", "eval", "generate", "prepare", "sweep", "kernel-check", "inspect"):
+        res = tk.run([sub, "--help"])
+        check(res.returncode == 0 and "--" in res.stdout, "%s --help exits 0 with its text" % sub)
+
+
+@case
+def generation_edges(tmp):
+    path, run_dir, _ = setup_run(tmp, train={"steps": 2})
+    if not expect_ok(train(path), "2-step run"):
+        return
+    greedy = tk.run(["generate", "--config", path, "--prompt", "the", "--max-new-tokens", "8", "--greedy"])
+    expect_ok(greedy, "greedy generation")
+    for temperature in ("1e-30", "1e-45", "4.9e-324"):
+        res = tk.run(["generate", "--config", path, "--prompt", "the", "--max-new-tokens", "8",
+                      "--temperature", temperature, "--seed", "3"])
+        expect_ok(res, "--temperature " + temperature)
+        check(res.stdout == greedy.stdout, "--temperature %s gives greedy's text" % temperature,
+              "%r vs %r" % (res.stdout[:80], greedy.stdout[:80]))
+    for temperature in ("0", "-1", "nan", "inf"):
+        expect_bad(tk.run(["generate", "--config", path, "--prompt", "the", "--temperature", temperature]),
+                   "--temperature", what="--temperature " + temperature)
+    big = tk.run(["generate", "--config", path, "--prompt", "the", "--max-new-tokens", str(2 ** 63 - 1), "--greedy"])
+    expect_ok(big, "--max-new-tokens near int64's maximum")
+    check(not any(c in big.stderr for c in ("-9223", "overflow")), "no negative count in the messages",
+          big.stderr[-300:])
+    check(any("--max-new-tokens" in l for l in big.stderr.splitlines()), "the warning names --max-new-tokens")
+    lf, crlf = os.path.join(tmp, "lf.txt"), os.path.join(tmp, "crlf.txt")
+    open(lf, "wb").write(b"the\nthe data\n")
+    open(crlf, "wb").write(b"the\r\nthe data\r\n")
+    outs = [tk.run(["generate", "--config", path, "--prompt-file", f, "--max-new-tokens", "4", "--greedy"])
+            for f in (lf, crlf)]
+    check(all(o.returncode == 0 for o in outs) and outs[0].stdout == outs[1].stdout and "\r" not in outs[1].stdout,
+          "a CRLF prompt file gives the same prompts as LF", repr(outs[1].stdout[:120]))
+    expect_bad(tk.run(["generate", "--config", path, "--prompt-file", os.path.join(tmp, "none.txt")]),
+               "--prompt-file", what="missing prompt file")
+
+
+@case
+def eval_batches_capped(tmp):
+    path, _, _ = setup_run(tmp, train={"steps": 2})
+    if not expect_ok(train(path), "2-step run"):
+        return
+    one = tk.run(["eval", "--config", path, "--batches", "1000000"], timeout=60)
+    huge = tk.run(["eval", "--config", path, "--batches", "1000000000000"], timeout=60)
+    for res, what in ((one, "10^6"), (huge, "10^12")):
+        expect_ok(res, "eval --batches " + what + " ends (one pass)")
+    check(one.stdout and json.loads(one.stdout)["tokens"] == json.loads(huge.stdout)["tokens"],
+          "both evaluate the split once (same token count)")
+    expect_bad(tk.run(["eval", "--config", path, "--batches", "-3"]), "--batches", what="--batches -3")
+
+
+@case
+def empty_log_dir(tmp):
+    path, _, _ = setup_run(tmp)
+    for value in ("", "'  '"):
+        res = train(path, "log.dir=" + value)
+        expect_bad(res, "log.dir", what="log.dir=%r" % value)
+    check(not os.path.exists(os.path.join(os.getcwd(), "runs", "run", "summary.json")), "nothing under runs/run")
+
+
+def main(argv):
+    return tk.run_case_main(argv, CASES, failures, "df-bad-sizes")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
