@@ -1,13 +1,14 @@
 #!/usr/bin/env bash
 # Data pipeline benchmark (not a test): prepare throughput in MB of text per second per core and
-# loader batches per second, on the C4 sample in ../shared/data/c4 with the Gemma tokenizer.
-# Usage: tools/bench_data.sh [build-dir]   (the build dir must have the data_bench target built)
+# loader batches per second, on C4 json.gz files with the Gemma tokenizer.
+# Usage: [C4_DIR=dir] [TOKENIZER=gemma.model] tools/bench_data.sh [build-dir]
+#   C4_DIR defaults to data/c4 and TOKENIZER to data/tokenizers/gemma-256k.model (docs/data.md says
+#   where to get both); the build dir must have the data_bench target built.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 BUILD="${1:-$ROOT/build}"
-SHARED="${DARKFORMER_SHARED:-$ROOT/../shared}"
-C4="$SHARED/data/c4"
-TOKENIZER="$SHARED/tokenizers/gemma-256k.model"
+C4="${C4_DIR:-$ROOT/data/c4}"
+TOKENIZER="${TOKENIZER:-$ROOT/data/tokenizers/gemma-256k.model}"
 for need in "$BUILD/data_bench" "$TOKENIZER"; do
   [[ -e "$need" ]] || { echo "bench_data: $need is missing (cmake --build $BUILD --target data_bench)" >&2; exit 1; }
 done

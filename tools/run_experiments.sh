@@ -18,7 +18,7 @@ CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
 DF="${DF:-build/darkformer}"
 PYTHON="${PYTHON:-.venv/bin/python}"
-C4_GLOB="${C4_GLOB:-/work/shared/data/c4/*.json.gz}"
+C4_GLOB="${C4_GLOB:-$ROOT/data/c4/*.json.gz}"  # docs/data.md: where to get C4
 start=$(date +%s)
 [[ "${SKIP_BUILD:-0}" == 1 ]] || tools/build.sh --target darkformer
 
