@@ -1,6 +1,8 @@
 // Reading and checking the `data` config section (see data_config.h).
 #include "data/data_config.h"
 
+#include <spdlog/spdlog.h>
+
 #include "util/error.h"
 
 namespace darkformer {
@@ -30,6 +32,14 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   if (c.source == DataSource::kShards) {
     c.shards_dir = reader.Require<std::string>("shards_dir");
     c.tokenizer = reader.Get<std::string>("tokenizer", c.tokenizer);
+  } else {
+    // docs/data.md: MQAR makes its own tokens, so a C4 config switched with --set data.source=mqar
+    // keeps its shards_dir and tokenizer, unread.
+    for (const char* unread : {"shards_dir", "tokenizer"}) {
+      if (!reader.Has(unread)) continue;
+      (void)reader.Get<std::string>(unread, "");
+      spdlog::info("config key '{}' is not read with data.source: mqar", reader.KeyPath(unread));
+    }
   }
   c.mqar = ReadMqar(reader.Child("mqar"));
   c.seq_len = reader.Get<int64_t>("seq_len", c.seq_len);
@@ -40,7 +50,7 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   reader.RejectUnknown();
   if (c.source == DataSource::kMqar) {
     c.mqar.task.seq_len = c.seq_len;
-    c.mqar.task.Check(reader.KeyPath("mqar"));
+    c.mqar.task.Check(reader.KeyPath("mqar"), reader.KeyPath("seq_len"));
   }
 
   DF_CHECK(c.seq_len > 0, "config key '" << reader.KeyPath("seq_len") << "' must be positive, got " << c.seq_len);

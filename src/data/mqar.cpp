@@ -59,14 +59,16 @@ std::vector<int64_t> DistinctWeighted(std::mt19937_64& rng, std::vector<double> 
 
 }  // namespace
 
-void MqarOptions::Check(const std::string& key_path) const {
+void MqarOptions::Check(const std::string& key_path, const std::string& seq_len_key) const {
   auto key = [&](const char* k) { return key_path + "." + k; };
-  DF_CHECK(seq_len > 0 && seq_len % 2 == 0, "config key '" << key("seq_len") << "' must be positive and even, got " << seq_len);
-  DF_CHECK(num_kv_pairs > 0 && 4 * num_kv_pairs <= seq_len,
-           "config key '" << key("num_kv_pairs") << "' must be in [1, seq_len / 4 = " << seq_len / 4 << "], got "
-                          << num_kv_pairs);
+  const std::string length = seq_len_key.empty() ? key("seq_len") : seq_len_key;
+  DF_CHECK(seq_len > 0 && seq_len % 2 == 0, "config key '" << length << "' must be positive and even for MQAR, got " << seq_len);
+  // Divided, not multiplied: 4 * num_kv_pairs may overflow.
+  DF_CHECK(num_kv_pairs > 0 && num_kv_pairs <= seq_len / 4,
+           "config key '" << key("num_kv_pairs") << "' (" << num_kv_pairs << ") must be in [1, " << length
+                          << " / 4 = " << seq_len / 4 << "]: the pairs and their queries must fit the length");
   DF_CHECK(vocab_size > seq_len && vocab_size / 2 - 1 >= num_kv_pairs,
-           "config key '" << key("vocab_size") << "' must exceed seq_len (" << seq_len << ") and hold "
+           "config key '" << key("vocab_size") << "' must exceed " << length << " (" << seq_len << ") and hold "
                           << num_kv_pairs << " distinct keys, got " << vocab_size);
   DF_CHECK(power_a > 0, "config key '" << key("power_a") << "' must be positive, got " << power_a);
 }

@@ -27,8 +27,9 @@ struct MqarOptions {
   bool random_non_queries = false;   // replace the filler 0s after the pairs by random tokens
   uint64_t seed = 0;                 // example i is a function of (seed, i) alone
 
-  // Throws naming `key_path`.<key> when the options cannot make a valid example.
-  void Check(const std::string& key_path) const;
+  // Throws naming `key_path`.<key> when the options cannot make a valid example. The length is the
+  // run's data.seq_len: `seq_len_key` names it (default `key_path`.seq_len).
+  void Check(const std::string& key_path, const std::string& seq_len_key = "") const;
 };
 
 struct MqarExamples {

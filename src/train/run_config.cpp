@@ -106,6 +106,10 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
                           c.attention.OptionsFor(name));
     }
     c.data = DataConfig::FromConfig(reader.Child("data"));
+    // RoPE could compute later positions, but the model declares it does not support them.
+    DF_CHECK(c.data.seq_len <= c.model.max_position_embeddings,
+             "config key '" << c.data.key_path << ".seq_len' (" << c.data.seq_len << ") exceeds 'model.max_position_embeddings' ("
+                            << c.model.max_position_embeddings << "): raise the model's positions or shorten the sequences");
     c.train = TrainConfig::FromConfig(reader.Child("train"));
     // train.seed is the run's seed (as in HF's and torchtitan's trainers): besides model init it
     // offsets the data order and every kernel's draws, so a sweep over train.seed varies all of a

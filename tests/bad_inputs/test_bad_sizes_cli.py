@@ -34,7 +34,9 @@ def sizes_that_cannot_fit(tmp):
                  ("model.num_hidden_layers", 10 ** 6), ("model.num_attention_heads", 10 ** 6),
                  ("model.head_dim", 10 ** 8), ("data.seq_len", 10 ** 9)]
     for key, value in too_large:
-        res = run_capped(["train", "--config", path, "--set", "%s=%d" % (key, value)])
+        # A length beyond the model's positions is refused first (test_bad_configs.py): raise them too.
+        positions = ["--set", "model.max_position_embeddings=%d" % value] if key == "data.seq_len" else []
+        res = run_capped(["train", "--config", path, "--set", "%s=%d" % (key, value), *positions])
         expect_bad(res, key, str(value), "too large", run_dir=run_dir, what="%s = %d" % (key, value))
         check(not os.path.exists(run_dir), "%s = %d: the run directory is not created" % (key, value))
     res = run_capped(["train", "--config", path, "--set", "model.intermediate_size=" + "2" + "0" * 40])

@@ -105,15 +105,17 @@ TEST(MqarTest, RandomFillerReplacesOnlyTheZeros) {
 TEST(MqarTest, BadOptionsNameTheirKey) {
   auto message = [](MqarOptions o) {
     try {
-      o.Check("data.mqar");
+      o.Check("data.mqar", "data.seq_len");
     } catch (const Error& e) {
       return std::string(e.what());
     }
     return std::string();
   };
   EXPECT_NE(message(Options(128, 64, 17)).find("data.mqar.num_kv_pairs"), std::string::npos);
+  EXPECT_NE(message(Options(128, 64, 17)).find("data.seq_len"), std::string::npos);  // both keys of the clash
+  EXPECT_NE(message(Options(128, 64, int64_t{1} << 62)).find("data.mqar.num_kv_pairs"), std::string::npos);
   EXPECT_NE(message(Options(32, 64, 8)).find("data.mqar.vocab_size"), std::string::npos);
-  EXPECT_NE(message(Options(128, 63, 8)).find("data.mqar.seq_len"), std::string::npos);
+  EXPECT_NE(message(Options(128, 63, 8)).find("data.seq_len"), std::string::npos);  // the key the user wrote
   EXPECT_NE(message(Options(128, 64, 8, 0.0)).find("data.mqar.power_a"), std::string::npos);
 }
 

@@ -1,0 +1,52 @@
+"""Bad inputs, round three: configs that contradict themselves. Same contract as
+test_bad_inputs.py (badkit.py): exit 2, one error line naming the culprit, nothing on stdout.
+
+    python test_bad_configs.py CASE | --list
+"""
+
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "tools"))
+import testkit as tk  # noqa: E402
+from badkit import CASES, case, check, expect_bad, expect_ok, failures, setup_run, train, train_steps  # noqa: E402
+
+MQAR = {"source": "mqar", "seq_len": 32, "batch_size": 4,
+        "mqar": {"vocab_size": 64, "num_kv_pairs": 4, "train_examples": 64, "val_examples": 8}}
+
+
+@case
+def seq_len_beyond_positions(tmp):
+    path, run_dir, _ = setup_run(tmp)  # the tiny model has 64 positions
+    expect_bad(train(path, "data.seq_len=128"), "data.seq_len", "model.max_position_embeddings", run_dir=run_dir,
+               what="data.seq_len 128 > max_position_embeddings 64")
+    expect_ok(train(path, "data.seq_len=64", "train.steps=1"), "data.seq_len equal to the positions")
+
+
+@case
+def mqar_keys_as_written(tmp):
+    path, run_dir, config = setup_run(tmp)
+    mqar = dict(config, data=MQAR, model=dict(config["model"], vocab_size=64))
+    tk.write_yaml(path, mqar)
+    res = train(path, "data.seq_len=31")
+    expect_bad(res, "data.seq_len", run_dir=run_dir, what="MQAR with an odd data.seq_len")
+    check("data.mqar.seq_len" not in res.stderr, "the error names data.seq_len, the key the user wrote")
+    expect_bad(train(path, "data.mqar.num_kv_pairs=9"), "data.mqar.num_kv_pairs", "data.seq_len", run_dir=run_dir,
+               what="9 pairs do not fit 32 tokens")
+    # A C4 config switched to MQAR keeps its shards_dir and tokenizer, unread (docs/data.md).
+    c4_path, c4_dir, c4 = setup_run(tmp, name="c4")
+    tk.write_yaml(c4_path, dict(c4, model=dict(c4["model"], vocab_size=64)))
+    res = train(c4_path, "data.source=mqar", "data.mqar.vocab_size=64", "data.mqar.num_kv_pairs=4",
+                "data.mqar.train_examples=64", "data.mqar.val_examples=8", "train.steps=2")
+    expect_ok(res, "--set data.source=mqar on a C4 config")
+    check(train_steps(c4_dir) == [1, 2], "it trained steps 1..2")
+    check(any("data.shards_dir" in l and "not read" in l for l in res.stderr.splitlines()),
+          "a note says data.shards_dir is not read")
+
+
+def main(argv):
+    return tk.run_case_main(argv, CASES, failures, "df-bad-configs")
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv))
