@@ -81,35 +81,41 @@ std::vector<double> MqarGapProbabilities(double power_a, int64_t space) {
   return p;
 }
 
+std::vector<double> MqarGapProbabilities(const MqarOptions& o) {
+  return MqarGapProbabilities(o.power_a, (o.seq_len - 2 * o.num_kv_pairs) / 2);
+}
+
+void WriteMqarExample(const MqarOptions& o, const std::vector<double>& gap_p, int64_t index, int64_t* in,
+                      int64_t* lab) {
+  const int64_t L = o.seq_len, n = o.num_kv_pairs, context = 2 * n;
+  const int64_t key_vocab = o.vocab_size / 2;
+  std::vector<int64_t> example(L + 1, 0), answer(L + 1, kIgnoreIndex);
+  std::mt19937_64 rng(SplitMix64(o.seed + kSplitMix64Gamma * static_cast<uint64_t>(index)));
+  const auto keys = DistinctUniform(rng, 1, key_vocab, n);
+  const auto values = DistinctUniform(rng, key_vocab, o.vocab_size, n);
+  const auto gaps = DistinctWeighted(rng, gap_p, n);
+  for (int64_t j = 0; j < n; ++j) {
+    example[2 * j] = keys[j];
+    example[2 * j + 1] = values[j];
+    example[context + 2 * gaps[j]] = keys[j];           // the query
+    answer[context + 2 * gaps[j] + 1] = values[j];      // its answer, one position later
+  }
+  for (int64_t t = 0; t < L; ++t) {
+    int64_t token = example[t];
+    if (o.random_non_queries && t >= context && token == 0) token = UniformIndex(rng, o.vocab_size);
+    in[t] = token;
+    lab[t] = answer[t + 1];  // labels[t] is the target of position t
+  }
+}
+
 MqarExamples GenerateMqar(const MqarOptions& o, int64_t first, int64_t count) {
   o.Check("mqar");
-  const int64_t L = o.seq_len, n = o.num_kv_pairs, context = 2 * n, space = (L - context) / 2;
-  const int64_t key_vocab = o.vocab_size / 2;
-  const auto gap_p = MqarGapProbabilities(o.power_a, space);
+  const int64_t L = o.seq_len;
+  const auto gap_p = MqarGapProbabilities(o);
   auto inputs = torch::zeros({count, L}, torch::kInt64);
   auto labels = torch::full({count, L}, kIgnoreIndex, torch::kInt64);
-  auto* in = inputs.data_ptr<int64_t>();
-  auto* lab = labels.data_ptr<int64_t>();
-  std::vector<int64_t> example(L + 1), answer(L + 1);
   for (int64_t e = 0; e < count; ++e) {
-    std::mt19937_64 rng(SplitMix64(o.seed + kSplitMix64Gamma * static_cast<uint64_t>(first + e)));
-    const auto keys = DistinctUniform(rng, 1, key_vocab, n);
-    const auto values = DistinctUniform(rng, key_vocab, o.vocab_size, n);
-    const auto gaps = DistinctWeighted(rng, gap_p, n);
-    std::fill(example.begin(), example.end(), 0);
-    std::fill(answer.begin(), answer.end(), kIgnoreIndex);
-    for (int64_t j = 0; j < n; ++j) {
-      example[2 * j] = keys[j];
-      example[2 * j + 1] = values[j];
-      example[context + 2 * gaps[j]] = keys[j];           // the query
-      answer[context + 2 * gaps[j] + 1] = values[j];      // its answer, one position later
-    }
-    for (int64_t t = 0; t < L; ++t) {
-      int64_t token = example[t];
-      if (o.random_non_queries && t >= context && token == 0) token = UniformIndex(rng, o.vocab_size);
-      in[e * L + t] = token;
-      lab[e * L + t] = answer[t + 1];  // labels[t] is the target of position t
-    }
+    WriteMqarExample(o, gap_p, first + e, inputs.data_ptr<int64_t>() + e * L, labels.data_ptr<int64_t>() + e * L);
   }
   return {inputs, labels};
 }

@@ -41,7 +41,13 @@ struct MqarExamples {
 // is the same bytes whichever way it is generated.
 MqarExamples GenerateMqar(const MqarOptions& options, int64_t first, int64_t count);
 
-// P(g) of the gap law over [0, space), normalised.
+// P(g) of the gap law over [0, space), normalised; the second form for a task's own space.
 std::vector<double> MqarGapProbabilities(double power_a, int64_t space);
+std::vector<double> MqarGapProbabilities(const MqarOptions& options);
+
+// Example `index` of the stream (a function of (seed, index) alone) into seq_len inputs and
+// labels: what GenerateMqar writes for that row, without holding any other example.
+void WriteMqarExample(const MqarOptions& options, const std::vector<double>& gap_p, int64_t index, int64_t* inputs,
+                      int64_t* labels);
 
 }  // namespace darkformer

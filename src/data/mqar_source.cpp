@@ -13,17 +13,15 @@ MqarSource::MqarSource(const DataConfig& config, const std::string& split) : Bat
   auto task = config.mqar.task;
   task.seq_len = config.seq_len;
   if (split == "val") task.seed = config.mqar.val_seed;
-  const int64_t count = split == "val" ? config.mqar.val_examples : config.mqar.train_examples;
-  examples_ = GenerateMqar(task, 0, count);
-  SetNumRows(count);
+  task.Check("mqar");
+  task_ = task;
+  gap_p_ = MqarGapProbabilities(task_);
+  // Rows are made when a batch asks for them: the set is never held, whatever train_examples says.
+  SetNumRows(split == "val" ? config.mqar.val_examples : config.mqar.train_examples);
 }
 
 void MqarSource::FillRow(int64_t row, int64_t* inputs, int64_t* labels) const {
-  const int64_t L = config_.seq_len;
-  const int64_t* in = examples_.input_ids_NL.data_ptr<int64_t>() + row * L;
-  const int64_t* lab = examples_.labels_NL.data_ptr<int64_t>() + row * L;
-  std::copy(in, in + L, inputs);
-  std::copy(lab, lab + L, labels);
+  WriteMqarExample(task_, gap_p_, row, inputs, labels);
 }
 
 std::string MqarSource::Describe() const {

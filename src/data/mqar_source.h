@@ -1,6 +1,7 @@
 // Batches of the generated MQAR task (data/mqar.h): the train split is examples
 // [0, train_examples) of the stream of seed `data.mqar.seed`, the val split those of `val_seed`,
-// generated once in memory. Only answer positions carry labels, so loss and accuracy count recall.
+// each made when a batch asks for its row (example i is a function of (seed, i)), so memory does not
+// grow with train_examples. Only answer positions carry labels, so loss and accuracy count recall.
 #pragma once
 
 #include "data/batch_source.h"
@@ -17,7 +18,8 @@ class MqarSource : public BatchSource {
   std::string Describe() const override;
 
  private:
-  MqarExamples examples_;
+  MqarOptions task_;            // with this split's seed and the run's seq_len
+  std::vector<double> gap_p_;   // the query-gap law, computed once
 };
 
 }  // namespace darkformer

@@ -144,3 +144,38 @@ TEST(MqarSourceTest, TrainAndValidationAreDifferentExamplesAndBatchesAreDetermin
 
 }  // namespace
 }  // namespace darkformer
+
+namespace darkformer {
+
+// Rows are made on demand: each equals the materialised stream's row, and a set of 10^12 examples
+// (256 TB if it were held) opens and yields batches at once.
+TEST(MqarSourceTest, RowsOnDemandEqualTheStreamAndMemoryDoesNotGrowWithTheSetSize) {
+  DataConfig config;
+  config.source = DataSource::kMqar;
+  config.seq_len = 32;
+  config.batch_size = 4;
+  config.mqar.task = Options(64, 32, 4);
+  config.mqar.train_examples = 40;
+  config.mqar.val_examples = 8;
+  config.mqar.val_seed = 99;
+  MqarSource source(config, "train");
+  auto task = config.mqar.task;
+  task.seq_len = config.seq_len;
+  const auto stream = GenerateMqar(task, 0, 40);
+  std::vector<int64_t> inputs(32), labels(32);
+  for (int64_t row = 0; row < 40; ++row) {
+    source.FillRow(row, inputs.data(), labels.data());
+    EXPECT_TRUE(torch::equal(torch::tensor(inputs), stream.input_ids_NL[row])) << "row " << row;
+    EXPECT_TRUE(torch::equal(torch::tensor(labels), stream.labels_NL[row])) << "row " << row;
+  }
+  config.mqar.train_examples = 1'000'000'000'000;
+  auto huge = OpenBatchSource(config, "train");
+  EXPECT_EQ(huge->batches_per_epoch(), 250'000'000'000);
+  for (int i = 0; i < 3; ++i) {
+    const auto batch = huge->Next();
+    EXPECT_EQ(batch.input_ids_BL.size(0), 4);
+    EXPECT_EQ(batch.labels_BL.ne(kIgnoreIndex).sum().item<int64_t>(), 4 * 4);  // every example has its 4 answers
+  }
+}
+
+}  // namespace darkformer
