@@ -119,7 +119,8 @@ TEST(MqarTest, BadOptionsNameTheirKey) {
   EXPECT_NE(message(Options(128, 64, 8, 0.0)).find("data.mqar.power_a"), std::string::npos);
 }
 
-TEST(MqarSourceTest, TrainAndValidationAreDifferentExamplesAndBatchesAreDeterministic) {
+// A small MQAR run: 32 tokens, 4 pairs, 40 training and 8 validation examples, 4 rows a batch.
+DataConfig SmallMqarConfig() {
   DataConfig config;
   config.source = DataSource::kMqar;
   config.seq_len = 32;
@@ -128,6 +129,11 @@ TEST(MqarSourceTest, TrainAndValidationAreDifferentExamplesAndBatchesAreDetermin
   config.mqar.train_examples = 40;
   config.mqar.val_examples = 8;
   config.mqar.val_seed = 99;
+  return config;
+}
+
+TEST(MqarSourceTest, TrainAndValidationAreDifferentExamplesAndBatchesAreDeterministic) {
+  auto config = SmallMqarConfig();
   auto train = OpenBatchSource(config, "train"), again = OpenBatchSource(config, "train");
   auto val = OpenBatchSource(config, "val");
   ASSERT_TRUE(val);
@@ -150,14 +156,7 @@ namespace darkformer {
 // Rows are made on demand: each equals the materialised stream's row, and a set of 10^12 examples
 // (256 TB if it were held) opens and yields batches at once.
 TEST(MqarSourceTest, RowsOnDemandEqualTheStreamAndMemoryDoesNotGrowWithTheSetSize) {
-  DataConfig config;
-  config.source = DataSource::kMqar;
-  config.seq_len = 32;
-  config.batch_size = 4;
-  config.mqar.task = Options(64, 32, 4);
-  config.mqar.train_examples = 40;
-  config.mqar.val_examples = 8;
-  config.mqar.val_seed = 99;
+  auto config = SmallMqarConfig();
   MqarSource source(config, "train");
   auto task = config.mqar.task;
   task.seq_len = config.seq_len;
