@@ -35,8 +35,23 @@ int Report(const std::string& message, int exit_code = kExitBadInput) {
 // A command-line parse error (unknown flag or subcommand, a flag without its value, a value that is
 // not a number) is bad input like any other: one error line, exit 2, not CLI11's codes 104-114.
 // --help (and --version) still print their text and exit 0 through CLI11.
+// CLI11 checks required options and subcommands before it reports arguments it did not
+// recognise, so a mistyped command or flag would be reported as what is missing: name it first.
 int ReportParseError(const CLI::App& app, const CLI::ParseError& e) {
   if (e.get_exit_code() == static_cast<int>(CLI::ExitCodes::Success)) return app.exit(e);
+  const auto unrecognised = app.remaining(/*recurse=*/true);
+  if (!unrecognised.empty() && e.get_name() != "ExtrasError") {
+    const auto chosen = app.get_subcommands();
+    std::string commands;
+    for (const auto* command : app.get_subcommands({})) commands += (commands.empty() ? "" : ", ") + command->get_name();
+    if (chosen.empty()) {
+      const bool flag = unrecognised.front().rfind('-', 0) == 0;
+      return Report(std::string("command line: unknown ") + (flag ? "option '" : "command '") + unrecognised.front() +
+                    "' (commands: " + commands + "; see --help)");
+    }
+    return Report("command line: unknown argument '" + unrecognised.front() + "' for '" + chosen.front()->get_name() +
+                  "' (see " + chosen.front()->get_name() + " --help)");
+  }
   return Report(std::string("command line: ") + e.what() + " (see --help)");
 }
 

@@ -13,6 +13,7 @@
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <cstring>
@@ -173,6 +174,27 @@ std::vector<int64_t> DataParallel::AllGather(int64_t value, const std::string& w
   }
   const auto result = tensors[0].to(torch::kCPU).contiguous();
   return std::vector<int64_t>(result.data_ptr<int64_t>(), result.data_ptr<int64_t>() + world_size_);
+}
+
+std::vector<std::string> DataParallel::AllGatherText(const std::string& text, const std::string& what) {
+  const auto lengths = AllGather(static_cast<int64_t>(text.size()), what);
+  const int64_t longest = *std::max_element(lengths.begin(), lengths.end());
+  // As AllGather: each rank fills its own row of a zero matrix, and the sum gathers the rows.
+  auto rows = torch::zeros({world_size_, std::max<int64_t>(longest, 1)}, torch::kUInt8);
+  if (!text.empty()) std::memcpy(rows[rank_].data_ptr(), text.data(), text.size());
+  std::vector<at::Tensor> tensors{rows.to(device_)};
+  try {
+    group_->process_group->allreduce(tensors)->wait(std::chrono::milliseconds(timeout_s_ * 1000));
+  } catch (const std::exception& e) {
+    Fail(what, CauseOf(e));
+  }
+  const auto result = tensors[0].to(torch::kCPU).contiguous();
+  std::vector<std::string> texts;
+  for (int64_t r = 0; r < world_size_; ++r) {
+    const auto* row = result[r].data_ptr<uint8_t>();
+    texts.emplace_back(reinterpret_cast<const char*>(row), static_cast<size_t>(lengths[r]));
+  }
+  return texts;
 }
 
 void DataParallel::BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what) {

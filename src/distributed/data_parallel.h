@@ -46,6 +46,8 @@ class DataParallel {
   std::vector<double> Max(const std::vector<double>& values, const std::string& what);
   // Every rank's `value`, in rank order.
   std::vector<int64_t> AllGather(int64_t value, const std::string& what);
+  // Every rank's `text`, in rank order (for the rare exchange of configs; not for bulk data).
+  std::vector<std::string> AllGatherText(const std::string& text, const std::string& what);
   // Overwrites `tensors` on every rank with rank 0's (in place, without autograd).
   void BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what);
 

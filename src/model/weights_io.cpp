@@ -59,7 +59,7 @@ torch::Tensor ReadTensorH5(const std::string& path, const std::string& dataset) 
 
 void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
                     const std::map<std::string, std::string>& string_attributes,
-                    const std::map<std::string, int64_t>& int_attributes) {
+                    const std::map<std::string, int64_t>& int_attributes, const H5WriteOptions& options) {
   H5SizeEstimate size;
   for (const auto& [name, tensor] : tensors) size.AddTensor(tensor);
   for (const auto& [name, value] : string_attributes) size.AddAttribute(value);
@@ -68,7 +68,7 @@ void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::
     for (const auto& [key, value] : int_attributes) file.WriteIntAttribute("", key, value);
     // "group/name" datasets (checkpoint extras) live in groups, which loaders of weights skip.
     for (const auto& [name, tensor] : tensors) file.WriteTensor(name, tensor);
-  });
+  }, options);
 }
 
 void SaveWeights(const std::string& path, GemmaModelImpl& model, const std::string& attention_yaml) {
@@ -116,7 +116,9 @@ void LoadWeights(const std::string& path, GemmaModelImpl& model, const WeightsLo
     skipped.push_back(name);
   }
   for (auto& [name, target] : state) {
-    if (in_file.count(name)) file.ReadInto(name, target);
+    if (!in_file.count(name)) continue;
+    file.ReadInto(name, target);
+    CheckFinite(target, path, name);  // a NaN or Inf weight is refused, never loaded
   }
   if (!kept_init.empty())
     spdlog::info("{}: {} kernel tensor(s) not in the file keep their initialisation (first: {})", path,

@@ -8,6 +8,7 @@
 #include <string>
 
 #include "model/gemma_model.h"
+#include "model/h5_tensor_io.h"
 
 namespace darkformer {
 
@@ -33,7 +34,8 @@ void SaveWeights(const std::string& path, GemmaModelImpl& model, const std::stri
 // Low-level pieces, shared with checkpoints: named tensors to/from one HDF5 file.
 void WriteTensorsH5(const std::string& path, const std::map<std::string, torch::Tensor>& tensors,
                     const std::map<std::string, std::string>& string_attributes,
-                    const std::map<std::string, int64_t>& int_attributes = {});
+                    const std::map<std::string, int64_t>& int_attributes = {},
+                    const H5WriteOptions& options = {});
 std::map<std::string, torch::Tensor> ReadTensorsH5(const std::string& path);
 std::string ReadStringAttributeH5(const std::string& path, const std::string& name);
 // One dataset by its path inside the file (e.g. "grad/embed_tokens.weight").

@@ -77,6 +77,7 @@ torch::Tensor ReadMoment(const H5Reader& file, const std::string& dataset, const
                      existing.scalar_type() == info.dtype && existing.device() == param.device();
   const auto target = reuse ? existing : torch::empty(info.shape, torch::TensorOptions(info.dtype).device(param.device()));
   file.ReadInto(dataset, target);
+  CheckFinite(target, file.path(), dataset);
   return target;
 }
 

@@ -120,6 +120,7 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
     c.log = LogConfig::FromConfig(reader.Child("log"));
     reader.RejectUnknown();
     c.resolved = root;
+    c.defaults = reader.defaults_used();
     return c;
   } catch (const Error& e) {
     Fail(origin + ": " + e.what());

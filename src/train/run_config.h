@@ -5,6 +5,7 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <map>
 #include <string>
 #include <vector>
 
@@ -23,6 +24,8 @@ struct RunConfig {
   EvalConfig eval;
   LogConfig log;
   YAML::Node resolved;  // the merged document, written into the run directory
+  // The defaults used for keys the document leaves out (key path -> YAML text); see config_diff.h.
+  std::map<std::string, std::string> defaults;
 
   // Loads `path` (following `base:` chains), applies overrides, validates every section.
   static RunConfig Load(const std::string& path, const std::vector<std::string>& overrides = {});

@@ -11,6 +11,7 @@
 #include <limits>
 
 #include "model/weights_io.h"
+#include "train/config_diff.h"
 #include "train/fit_check.h"
 #include "train/model_loading.h"
 #include "train/lr_schedule.h"
@@ -60,6 +61,7 @@ int Trainer::Run() {
     const int64_t sharing = device_.is_cuda() || !local ? 1 : std::max(1L, std::atol(local));
     CheckRunFits(config_, Workload::kTrain, device_, parallel_ ? parallel_->world_size() : 1, sharing);
   }
+  CheckResumedConfig(config_);  // before the run directory is touched, so a refusal leaves it as it was
   if (is_rank_zero()) log_ = std::make_unique<RunLog>(config_.log.dir);  // locks the run directory
   if (AnyRank(log_ && AlreadyFinished(), "checking for a finished run")) return kExitOk;
   if (log_) log_->WriteConfig(config_.resolved);
@@ -151,6 +153,7 @@ void Trainer::Resume() {
                                            << " but rank 0 at step " << steps[0]
                                            << ": every rank must see the same run directory (a shared filesystem)");
   }
+  CheckRanksBuiltTheSameModel();
   // As torch DDP: rank 0's parameters and buffers (kernel draws, calibration) on every rank, then
   // the gradient hooks.
   std::vector<torch::Tensor> state;

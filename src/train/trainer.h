@@ -99,6 +99,10 @@ class Trainer {
   double MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
                             bool last_micro, bool inject_nan);
   void CheckReplicasAgree();
+  // Every rank's `text` when some rank's differs from rank 0's (compared by digest), else none.
+  std::optional<std::vector<std::string>> DifferingRanks(const std::string& text, const std::string& what);
+  // Before rank 0's parameters are broadcast: the same names, dtypes and shapes on every rank.
+  void CheckRanksBuiltTheSameModel();
   // Losses of one micro-batch under the caller's autocast scope: the mean over its labelled
   // tokens, and the sum (data parallelism), through the full logits or the chunked loss.
   torch::Tensor MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels);

@@ -3,8 +3,13 @@
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
+#include <sstream>
+
 #include "distributed/launch_environment.h"
+#include "train/config_diff.h"
 #include "train/trainer.h"
+#include "util/hashing.h"
 #include "util/labels.h"
 #include "util/mixed_precision.h"
 
@@ -17,7 +22,6 @@ void Trainer::JoinDataParallelGroup() {
   if (!env || env->world_size <= 1) return;
   config_.data.rank = env->rank;
   config_.data.world_size = env->world_size;
-  config_.data.LocalBatchSize();  // a global batch the ranks cannot split fails here, before joining
   if (device_.is_cuda()) {
     device_ = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(env->local_rank));
     // Before any CUDA allocation (NCCL's communicator, the model): otherwise every rank's
@@ -28,6 +32,48 @@ void Trainer::JoinDataParallelGroup() {
   if (!is_rank_zero()) {
     // Every rank logs its setup (prefixed); step, eval and spike lines come from rank 0 alone.
     spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env->rank));
+  }
+  // Before anything else the ranks do together: every rank must run the same config, or they
+  // would wait on collectives the others never start.
+  const auto mine = FlattenConfig(config_);
+  if (const auto texts = DifferingRanks(SerializeFlatConfig(mine), "comparing the ranks' configs")) {
+    for (int64_t r = 1; r < parallel_->world_size(); ++r) {
+      const auto difference = FirstDifference(ParseFlatConfig((*texts)[0]), ParseFlatConfig((*texts)[r]));
+      if (!difference) continue;
+      Fail("data parallel: config key '" + difference->key + "' differs between ranks: rank 0 has " +
+           difference->first + ", rank " + std::to_string(r) + " has " + difference->second +
+           "; every rank must run the same config");
+    }
+  }
+  config_.data.LocalBatchSize();  // a global batch the ranks cannot split fails here, on every rank
+}
+
+std::optional<std::vector<std::string>> Trainer::DifferingRanks(const std::string& text, const std::string& what) {
+  const auto digests = parallel_->AllGather(static_cast<int64_t>(Fnv1a64(text)), what);
+  if (std::all_of(digests.begin(), digests.end(), [&](int64_t d) { return d == digests[0]; })) return std::nullopt;
+  return parallel_->AllGatherText(text, what);
+}
+
+void Trainer::CheckRanksBuiltTheSameModel() {
+  std::string shapes;
+  for (const auto& item : model_->named_parameters()) {
+    shapes += item.key() + " " + c10::toString(item.value().scalar_type()) + " " + c10::str(item.value().sizes()) + "\n";
+  }
+  for (const auto& item : model_->named_buffers()) shapes += item.key() + " " + c10::str(item.value().sizes()) + "\n";
+  const auto texts = DifferingRanks(shapes, "comparing the ranks' parameter shapes");
+  if (!texts) return;
+  for (int64_t r = 1; r < parallel_->world_size(); ++r) {
+    std::istringstream zero((*texts)[0]), other((*texts)[r]);
+    for (std::string a, b;;) {
+      const bool more_a = static_cast<bool>(std::getline(zero, a)), more_b = static_cast<bool>(std::getline(other, b));
+      if (!more_a && !more_b) break;
+      if (!more_a) a.clear();
+      if (!more_b) b.clear();
+      if (a == b) continue;
+      Fail("data parallel: rank " + std::to_string(r) + "'s model differs from rank 0's: rank 0 has '" +
+           (a.empty() ? "(nothing)" : a) + "', rank " + std::to_string(r) + " has '" + (b.empty() ? "(nothing)" : b) +
+           "'");
+    }
   }
 }
 

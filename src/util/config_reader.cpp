@@ -4,7 +4,10 @@
 namespace darkformer {
 
 ConfigReader::ConfigReader(YAML::Node node, std::string path)
-    : node_(std::move(node)), path_(std::move(path)), seen_(std::make_shared<std::set<std::string>>()) {
+    : node_(std::move(node)),
+      path_(std::move(path)),
+      seen_(std::make_shared<std::set<std::string>>()),
+      defaults_(std::make_shared<std::map<std::string, std::string>>()) {
   if (node_ && !node_.IsNull() && !node_.IsMap()) {
     Fail("config section '" + (path_.empty() ? std::string("<root>") : path_) + "' must be a map, got " +
          YamlTypeName(node_) + " (line " + std::to_string(node_.Mark().line + 1) + ")");
@@ -27,8 +30,9 @@ bool ConfigReader::Has(const std::string& key) const {
 
 ConfigReader ConfigReader::Child(const std::string& key) const {
   seen_->insert(key);
-  if (!Has(key)) return ConfigReader(YAML::Node(YAML::NodeType::Map), KeyPath(key));
-  return ConfigReader(node_[key], KeyPath(key));
+  ConfigReader child(Has(key) ? node_[key] : YAML::Node(YAML::NodeType::Map), KeyPath(key));
+  child.defaults_ = defaults_;
+  return child;
 }
 
 void ConfigReader::Allow(const std::string& key) const { seen_->insert(key); }

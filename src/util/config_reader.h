@@ -39,6 +39,9 @@ class ConfigReader {
   void RejectUnknown() const;
 
   std::string KeyPath(const std::string& key) const;
+  // The defaults this reader and its children used for absent keys: full key path -> the value
+  // as YAML text. With the document, they make the config as the run saw it (train/config_diff.h).
+  const std::map<std::string, std::string>& defaults_used() const { return *defaults_; }
   const std::string& path() const { return path_; }
   const YAML::Node& node() const { return node_; }
   std::vector<std::string> Keys() const;
@@ -46,10 +49,13 @@ class ConfigReader {
  private:
   template <typename T>
   T Convert(const YAML::Node& value, const std::string& key) const;
+  template <typename T>
+  void RecordDefault(const std::string& key, const T& fallback) const;
 
   YAML::Node node_;
   std::string path_;
   std::shared_ptr<std::set<std::string>> seen_;
+  std::shared_ptr<std::map<std::string, std::string>> defaults_;  // shared with every child
 };
 
 std::string YamlTypeName(const YAML::Node& node);
@@ -85,9 +91,19 @@ T ConfigReader::Convert(const YAML::Node& value, const std::string& key) const {
 }
 
 template <typename T>
+void ConfigReader::RecordDefault(const std::string& key, const T& fallback) const {
+  YAML::Emitter text;
+  text << YAML::Flow << fallback;
+  (*defaults_)[KeyPath(key)] = text.c_str();
+}
+
+template <typename T>
 T ConfigReader::Get(const std::string& key, const T& fallback) const {
   seen_->insert(key);
-  if (!node_.IsMap() || !node_[key] || node_[key].IsNull()) return fallback;
+  if (!node_.IsMap() || !node_[key] || node_[key].IsNull()) {
+    RecordDefault(key, fallback);
+    return fallback;
+  }
   return Convert<T>(node_[key], key);
 }
 
@@ -103,6 +119,12 @@ template <typename E>
 E ConfigReader::GetEnum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& names) const {
   if (!Has(key)) {
     seen_->insert(key);
+    for (const auto& [name, value] : names) {
+      if (value == fallback) {
+        RecordDefault(key, name);  // its first spelling
+        break;
+      }
+    }
     return fallback;
   }
   const auto text = Get<std::string>(key, "");

@@ -67,7 +67,11 @@ def command_line_errors(tmp):
                          (["sweep", "--config", path, "--parallel", "-1"], "--parallel"),
                          (["kernel-check", "--kernel", "performer", "--options", "{num_features: ["], "--options"),
                          (["kernel-check", "--kernel", "performer", "--options", "just text"], "--options"),
-                         (["kernel-check", "--kernel", "performer", "--options", "[1, 2]"], "--options")):
+                         (["kernel-check", "--kernel", "performer", "--options", "[1, 2]"], "--options"),
+                         (["bogus"], ("unknown command 'bogus'",)),
+                         (["trian", "--config", path], "'trian'"),
+                         (["train", "--bogus"], "--bogus"),
+                         (["--bogus"], "--bogus")):
         expect_bad(tk.run(args), needle, what=" ".join(args[:1] + args[2:]))
     for sub in ("train", "eval", "generate", "prepare", "sweep", "kernel-check", "inspect"):
         res = tk.run([sub, "--help"])

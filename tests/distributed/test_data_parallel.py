@@ -272,6 +272,27 @@ def indivisible_global_batch(tmp):
 
 
 @case
+def ranks_with_different_configs(tmp):
+    """Each rank exits 2 at once naming the first key that differs, never a Gloo abort or a timeout."""
+    cfg, _ = write_config(tmp, "run")
+    for key, zero, one in (("train.steps", "10", "6"), ("model.hidden_size", "32", "48"),
+                           ("attention.kernel", "exact", "performer")):
+        port = free_port()
+        procs = [subprocess.Popen([tk.BINARY, "train", "--config", cfg, *([] if r == 0 else ["--set", key + "=" + one])],
+                                  env=rank_env(r, 2, port), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                 for r in range(2)]
+        start = time.time()
+        results = finish(procs, timeout=60)
+        took = time.time() - start
+        for r, (rc, err) in enumerate(results):
+            errors = [l for l in err.splitlines() if "[error]" in l]
+            named = errors and "config key '%s' differs between ranks: rank 0 has %s, rank 1 has %s" % (key, zero, one) in errors[0]
+            check(rc == 2 and len(errors) == 1 and named and "EnforceNotMet" not in err and "terminate" not in err,
+                  "%s differs: rank %d exits 2 with one line naming it" % (key, r), tail(err))
+        check(took < 20, "%s differs: the ranks stop at once (%.1f s), without waiting for a timeout" % (key, took))
+
+
+@case
 def sweep_runs_under_torchrun(tmp):
     cfg, _ = write_config(tmp, "base", train={"steps": 4})
     sweep = os.path.join(tmp, "sweep.yaml")

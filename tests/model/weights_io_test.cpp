@@ -1,8 +1,10 @@
-// The strict weights loader: missing, mis-shaped and unexpected tensors and config mismatches are
-// errors that name the culprit; our own save/load round-trips exactly in fp32 and bf16.
+// The strict weights loader: missing, mis-shaped and unexpected tensors, config mismatches,
+// non-finite values and bytes changed on disk are errors that name the culprit; our own save/load
+// round-trips exactly in fp32 and bf16.
 #include <gtest/gtest.h>
 
 #include "model/gemma_model.h"
+#include "model/h5_corruption.h"
 #include "model/weights_io.h"
 #include "test_support.h"
 
@@ -144,6 +146,81 @@ TEST(WeightsIoTest, NotAWeightsFileIsAClearError) {
     FAIL();
   } catch (const Error& e) {
     EXPECT_NE(std::string(e.what()).find("absent.h5"), std::string::npos) << e.what();
+  }
+}
+
+TEST(WeightsIoTest, NonFiniteWeightIsRefusedNamingTensorAndFile) {
+  TempDir dir("nonfinite");
+  auto model = RandomModel(1);
+  const std::string good = dir.File("good.h5");
+  SaveWeights(good, *model);
+  for (const double bad : {std::nan(""), HUGE_VAL, -HUGE_VAL}) {
+    const auto path = EditedCopy(good, dir, "nonfinite.h5", [&](auto& t) {
+      t["layers.1.self_attn.v_proj.weight"][3][5] = bad;
+    });
+    const auto message = ExpectLoadError(path);
+    EXPECT_NE(message.find(path), std::string::npos) << message;
+    EXPECT_NE(message.find("tensor 'layers.1.self_attn.v_proj.weight' holds non-finite values"), std::string::npos)
+        << message;
+    EXPECT_NE(message.find(std::isnan(bad) ? "1 NaN, 0 Inf" : "0 NaN, 1 Inf"), std::string::npos) << message;
+  }
+}
+
+TEST(WeightsIoTest, EveryTensorIsStoredWithAChecksum) {
+  TempDir dir("fletcher");
+  auto model = RandomModel(1);
+  const std::string path = dir.File("w.h5");
+  SaveWeights(path, *model);
+  for (const auto& item : model->named_parameters()) EXPECT_TRUE(testing::HasFletcher32(path, item.key())) << item.key();
+}
+
+TEST(WeightsIoTest, AFlippedByteInATensorIsAChecksumMismatchNamingIt) {
+  TempDir dir("flipped");
+  auto model = RandomModel(1);
+  const std::string path = dir.File("w.h5");
+  SaveWeights(path, *model);
+  for (const std::string name : {"layers.0.mlp.up_proj.weight", "norm.weight", "embed_tokens.weight"}) {
+    const std::string copy = dir.File("flipped.h5");
+    std::filesystem::copy_file(path, copy, std::filesystem::copy_options::overwrite_existing);
+    testing::FlipByteInTensor(copy, name);
+    const auto message = ExpectLoadError(copy);
+    EXPECT_NE(message.find(copy + ": checksum mismatch in tensor '" + name + "'"), std::string::npos) << message;
+  }
+}
+
+TEST(WeightsIoTest, AnAttributeChangedWithoutItsChecksumIsAMismatchNamingIt) {
+  TempDir dir("attribute");
+  auto model = RandomModel(1);
+  const std::string path = dir.File("w.h5");
+  SaveWeights(path, *model);
+  auto yaml = ReadStringAttributeH5(path, "config_yaml");
+  yaml[yaml.find("hidden_size: 32") + 14] = '1';  // still a valid config: hidden_size 31
+  testing::RewriteRootAttribute(path, "config_yaml", yaml);
+  try {
+    ReadWeightsConfig(path);
+    FAIL() << "an edited config_yaml was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(path + ": checksum mismatch in attribute 'config_yaml'"), std::string::npos)
+        << e.what();
+  }
+}
+
+TEST(WeightsIoTest, AFileWrittenBeforeChecksumsStillLoads) {
+  TempDir dir("legacy");
+  auto model = RandomModel(3);
+  const std::string path = dir.File("legacy.h5");
+  std::map<std::string, torch::Tensor> state;
+  for (const auto& item : model->named_parameters()) state[item.key()] = item.value();
+  for (const auto& item : model->named_buffers()) state[item.key()] = item.value();
+  WriteTensorsH5(path, state,
+                 {{"format", "darkformer-weights"}, {"config_yaml", model->config().ToYamlText()}},
+                 {{"format_version", 1}}, H5WriteOptions{.checksums = false});
+  EXPECT_FALSE(H5Reader(path).has_checksums());
+  EXPECT_FALSE(testing::HasFletcher32(path, "norm.weight"));
+  GemmaModel loaded(ReadWeightsConfig(path));
+  LoadWeights(path, *loaded);
+  for (const auto& item : model->named_parameters()) {
+    EXPECT_TRUE(torch::equal(item.value(), loaded->named_parameters()[item.key()])) << item.key();
   }
 }
 

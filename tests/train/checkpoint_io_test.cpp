@@ -7,9 +7,11 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <sstream>
 
 #include "data/data_test_util.h"
+#include "model/h5_corruption.h"
 #include "model/weights_io.h"
 #include "train/checkpoint.h"
 #include "util/peak_memory.h"
@@ -156,6 +158,42 @@ TEST(CheckpointIoTest, OtherParamGroupsAreAnErrorNamingTheParameter) {
   }
   EXPECT_EQ(b.State("norm.weight")->step(), 1);
   EXPECT_TRUE(torch::equal(b.State("norm.weight")->exp_avg(), before));
+}
+
+// A checkpoint is verified as it loads: a non-finite AdamW moment, a byte changed inside one, or in
+// the trainer state, is an error naming the file and the dataset or attribute.
+TEST(CheckpointIoTest, NonFiniteOrCorruptStateIsAnErrorNamingIt) {
+  testing::TempDir dir;
+  Training a(8);
+  a.Step(80);
+  const std::string moment = "trainer/adamw/state/layers.1.mlp.down_proj.weight/exp_avg_sq";
+  const std::string good = dir.File("good.h5");
+  SaveCheckpoint(good, *a.model, *a.optimizer, SomeTrainerState(), "");
+  auto expect_refused = [&](const std::string& path, const std::string& wanted) {
+    Training b(9);
+    try {
+      LoadCheckpoint(path, *b.model, *b.optimizer);
+      ADD_FAILURE() << path << " loaded";
+    } catch (const Error& e) {
+      EXPECT_NE(std::string(e.what()).find(path + ": " + wanted), std::string::npos) << e.what();
+    }
+  };
+  const std::string flipped = dir.File("flipped.h5");
+  std::filesystem::copy_file(good, flipped);
+  testing::FlipByteInTensor(flipped, moment);
+  expect_refused(flipped, "checksum mismatch in tensor '" + moment + "'");
+
+  const std::string state = dir.File("state.h5");
+  std::filesystem::copy_file(good, state);
+  auto meta = ReadStringAttributeH5(state, "trainer_state");
+  meta[meta.find("step: 2") + 6] = '9';
+  testing::RewriteRootAttribute(state, "trainer_state", meta);
+  expect_refused(state, "checksum mismatch in attribute 'trainer_state'");
+
+  a.State("layers.1.mlp.down_proj.weight")->exp_avg_sq()[0][0] = std::nan("");
+  const std::string nonfinite = dir.File("nonfinite.h5");
+  SaveCheckpoint(nonfinite, *a.model, *a.optimizer, SomeTrainerState(), "");
+  expect_refused(nonfinite, "tensor '" + moment + "' holds non-finite values (1 NaN, 0 Inf");
 }
 
 // The layout before streaming: model datasets plus "trainer/optimizer", the bytes of a
