@@ -10,6 +10,8 @@ import numpy as np
 import torch
 import yaml
 
+import h5_checksums as h5sum
+import hf_config_fields as cfields
 import hf_kernel_state as kstate
 
 FORMAT_NAME = "darkformer-weights"
@@ -349,7 +351,7 @@ class _TensorReader:
 
 # ----------------------------------------------------------------------------- to-h5 / to-hf
 
-def _write_dataset(h5, name, tensor):
+def _write_dataset(writer, name, tensor):
     tensor = tensor.contiguous()
     # Kernel state may be integer (draw seeds and counts): kept as our binary writes it.
     dtype_name = DTYPE_NAMES.get(tensor.dtype) or {torch.int64: "int64", torch.uint8: "uint8"}.get(tensor.dtype)
@@ -357,17 +359,14 @@ def _write_dataset(h5, name, tensor):
         raise ConversionError(f"tensor '{name}' has unsupported dtype {tensor.dtype}")
     # 16-bit floats are stored as their raw bits so nothing is rounded.
     array = tensor.view(torch.uint16).numpy() if dtype_name in BITS16 else tensor.numpy()
-    ds = h5.create_dataset(name, data=array)
-    ds.attrs["dtype"] = dtype_name
+    writer.dataset(name, array, dtype_name)
 
 
-def _dataset_dtype(ds, name):
+def _dataset_dtype(reader, ds, name):
     """The dtype a dataset holds: its `dtype` attribute (inferred from the HDF5 type when absent, as
     our binary does), checked against how it is stored. Errors name the tensor."""
     stored = ds.dtype
-    dtype_name = ds.attrs.get("dtype")
-    if isinstance(dtype_name, bytes):
-        dtype_name = dtype_name.decode()
+    dtype_name = reader.string_attr(ds, "dtype")
     if dtype_name is None:
         dtype_name = {("f", 8): "float64", ("f", 4): "float32", ("u", 1): "uint8"}.get(
             (stored.kind, stored.itemsize), "int64" if stored.kind in "iu" else None)
@@ -380,15 +379,20 @@ def _dataset_dtype(ds, name):
     return dtype_name
 
 
-def _read_dataset(ds, dtype_name):
-    array = ds[()]
+def _read_dataset(reader, name, dtype_name):
+    """A tensor of the file, verified (Fletcher32 by HDF5) and checked finite."""
+    array = reader.read(reader.get(name), name)
     if dtype_name in BITS16:
-        return torch.from_numpy(np.ascontiguousarray(array, dtype=np.uint16)).view(TORCH_DTYPES[dtype_name])
-    return torch.from_numpy(np.ascontiguousarray(array, dtype=np.dtype(dtype_name)))
+        tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.uint16)).view(TORCH_DTYPES[dtype_name])
+    else:
+        tensor = torch.from_numpy(np.ascontiguousarray(array, dtype=np.dtype(dtype_name)))
+    h5sum.check_finite(tensor, reader.path, name)
+    return tensor
 
 
 def _load_hf_config(hf_dir):
-    """The transformers config of a local checkpoint directory (never a Hub download)."""
+    """The transformers config of a local checkpoint directory (never a Hub download), its fields
+    checked first (hf_config_fields.py), and the note to print on success (None if none)."""
     import transformers
 
     if not os.path.isdir(hf_dir):
@@ -398,16 +402,18 @@ def _load_hf_config(hf_dir):
     config_json = os.path.join(hf_dir, "config.json")
     if not os.path.isfile(config_json):
         raise ConversionError(f"{hf_dir} has no config.json (not a Hugging Face checkpoint directory)")
+    defaulted = cfields.check(config_json)
     try:
-        return transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
-    except (OSError, ValueError, KeyError, TypeError) as e:
+        hf = transformers.AutoConfig.from_pretrained(hf_dir, local_files_only=True)
+    except Exception as e:  # transformers' validation raises errors of many types, all about the file
         raise ConversionError(f"{config_json}: unusable config ({_one_line(e)})") from None
+    return hf, cfields.check_defaults(hf, defaulted, config_json)
 
 
 def hf_to_h5(hf_dir, out_path, dtype="keep"):
-    cfg = our_config_from_hf(_load_hf_config(hf_dir))
+    hf_config, note = _load_hf_config(hf_dir)
+    cfg = our_config_from_hf(hf_config)
     files = _checkpoint_files(hf_dir)
-    hf_config = _load_hf_config(hf_dir)
     block = getattr(hf_config, kstate.spec.BLOCK_KEY, None)
     names, kernel_names, head_name, skipped = {}, {}, None, 0
     for hf_name in files:
@@ -428,7 +434,13 @@ def hf_to_h5(hf_dir, out_path, dtype="keep"):
         raise ConversionError(f"checkpoint does not match its config: missing {missing[:8]}, "
                               f"unexpected {unexpected[:8]}")
     reader = _TensorReader()
-    kernel_tensors = {ours: reader.get(files[n], n) for ours, n in sorted(kernel_names.items())}
+
+    def read(hf_name):  # every tensor is checked finite once, as it is read
+        tensor = reader.get(files[hf_name], hf_name)
+        h5sum.check_finite(tensor, files[hf_name], hf_name)
+        return tensor
+
+    kernel_tensors = {ours: read(n) for ours, n in sorted(kernel_names.items())}
     if kernel_tensors and not block:
         raise ConversionError(f"{hf_dir}: kernel tensors ({', '.join(list(kernel_tensors)[:3])}, ...) but no "
                               f"'{kstate.spec.BLOCK_KEY}' block in config.json: cannot tell which kernel")
@@ -439,8 +451,7 @@ def hf_to_h5(hf_dir, out_path, dtype="keep"):
             raise ConversionError(str(e)) from None
     if head_name is not None:
         # Only a tied head is representable: an identical copy is dropped, anything else refused.
-        head = reader.get(files[head_name], head_name)
-        embed = reader.get(files[names["embed_tokens.weight"]], names["embed_tokens.weight"])
+        head, embed = read(head_name), read(names["embed_tokens.weight"])
         if head.shape != embed.shape or not torch.equal(head, embed):
             raise ConversionError(f"untied lm_head.weight ('{head_name}' differs from the "
                                   "embedding); only tied output heads are supported")
@@ -449,27 +460,31 @@ def hf_to_h5(hf_dir, out_path, dtype="keep"):
     target = None if dtype == "keep" else TORCH_DTYPES[dtype]
     tmp_path = out_path + ".partial"  # a failed run must not leave a plausible-looking file
     try:
-        with h5py.File(tmp_path, "w") as h5:
-            h5.attrs["format"] = FORMAT_NAME
-            h5.attrs["format_version"] = FORMAT_VERSION
-            h5.attrs["source"] = os.path.abspath(hf_dir)
-            h5.attrs["config_yaml"] = config_yaml(cfg)
+        with h5py.File(tmp_path, "w", libver=h5sum.LIBVER) as h5:  # the checksummed layout: h5_checksums.py
+            writer = h5sum.Writer(h5)
+            writer.string_attr(h5, "format", FORMAT_NAME)
+            h5.attrs["format_version"] = FORMAT_VERSION  # an int: in the checksummed object header
+            writer.string_attr(h5, "source", os.path.abspath(hf_dir))
+            writer.string_attr(h5, "config_yaml", config_yaml(cfg))
             if block:
-                h5.attrs["attention_yaml"] = block["attention_yaml"]
+                writer.string_attr(h5, "attention_yaml", block["attention_yaml"])
             for ours, tensor in kernel_tensors.items():  # as stored: never cast (bit-identical round trip)
-                _write_dataset(h5, ours, tensor)
+                _write_dataset(writer, ours, tensor)
             for ours in sorted(names):
-                tensor = reader.get(files[names[ours]], names[ours])
+                tensor = read(names[ours])
                 if tuple(tensor.shape) != shapes[ours]:
                     raise ConversionError(f"'{ours}' has shape {tuple(tensor.shape)}, "
                                           f"expected {shapes[ours]}")
                 if target is not None:
                     tensor = tensor.to(target)
-                _write_dataset(h5, ours, tensor)
+                _write_dataset(writer, ours, tensor)
+            writer.finish()
         os.replace(tmp_path, out_path)
     finally:
         if os.path.exists(tmp_path):
             os.remove(tmp_path)
+    if note:
+        print(note, file=sys.stderr)
     print(f"wrote {out_path}: {cfg['family']}, {len(names)} tensors"
           + (f", {len(kernel_tensors)} kernel tensors ({block['kernel']})" if block else "")
           + (f", skipped {skipped} vision/projector tensors" if skipped else ""))
@@ -484,17 +499,20 @@ def _open_h5(path):
     try:
         return h5py.File(path, "r")
     except OSError as e:
-        raise ConversionError(f"{path}: not a readable HDF5 file ({_one_line(e)})") from None
+        what = "checksum mismatch in the file's HDF5 metadata" if "checksum" in str(e) else "not a readable HDF5 file"
+        raise ConversionError(f"{path}: {what} ({_one_line(e)})") from None
 
 
-def _model_tensors_of(h5, cfg, where):
+def _model_tensors_of(reader, cfg, where):
     """Reads the model weights of an open file after checking them against `cfg`: every parameter
     present, none extra, shapes right, floating point. Kernel tensors (".kernel.") come back
     separately; groups (a checkpoint's trainer/ state) are skipped, and said so on stderr.
     Returns (model tensors by HF name, kernel tensors by our name)."""
     shapes = expected_shapes(cfg)
     found, kernel, groups, problems = {}, [], [], []
-    for name, obj in h5.items():
+    names = reader.names()
+    for name in names:
+        obj = reader.get(name)
         if not isinstance(obj, h5py.Dataset):
             groups.append(name + "/")
         elif ".kernel." in name:  # attention kernel state: exported beside the weights
@@ -506,47 +524,47 @@ def _model_tensors_of(h5, cfg, where):
             problems.append(f"tensor '{name}' has shape {tuple(obj.shape)}, expected {shapes[name]}")
         else:
             try:
-                dtype_name = _dataset_dtype(obj, name)
+                dtype_name = _dataset_dtype(reader, obj, name)
             except ConversionError as e:
                 problems.append(str(e))
                 continue
             if dtype_name not in TORCH_DTYPES:
                 problems.append(f"tensor '{name}' is {dtype_name}, not floating point")
             found[name] = (obj, dtype_name)
-    problems = [f"missing tensor '{n}'" for n in sorted(set(shapes) - set(h5.keys()))] + problems
+    problems = [f"missing tensor '{n}'" for n in sorted(set(shapes) - set(names))] + problems
     if problems:
         more = f" (and {len(problems) - 8} more)" if len(problems) > 8 else ""
         raise ConversionError(f"{where}: cannot export: " + "; ".join(problems[:8]) + more)
     if groups:
         print(f"note: skipping group(s) {', '.join(groups)} (trainer state): not model weights", file=sys.stderr)
-    try:
-        model = {"model." + name: _read_dataset(ds, dtype_name) for name, (ds, dtype_name) in sorted(found.items())}
-        kernel_tensors = {name: _read_dataset(h5[name], _dataset_dtype(h5[name], name)) for name in sorted(kernel)}
-        return model, kernel_tensors
-    except OSError as e:
-        raise ConversionError(f"{where}: cannot read a tensor ({_one_line(e)})") from None
+    model = {"model." + name: _read_dataset(reader, name, dtype_name) for name, (_, dtype_name) in sorted(found.items())}
+    kernel_tensors = {name: _read_dataset(reader, name, _dataset_dtype(reader, reader.get(name), name))
+                      for name in sorted(kernel)}
+    return model, kernel_tensors
 
 
 def h5_to_hf(h5_path, out_dir, run_seed=None):
     from safetensors.torch import save_file
 
     with _open_h5(h5_path) as h5:
-        if h5.attrs.get("format") != FORMAT_NAME:
+        reader = h5sum.Reader(h5, h5_path)  # every string attribute and tensor read is verified
+        if reader.string_attr(h5, "format") != FORMAT_NAME:
             raise ConversionError(f"{h5_path} is not a {FORMAT_NAME} file (no format attribute "
                                   f"'{FORMAT_NAME}')")
-        if h5.attrs.get("format_version") != FORMAT_VERSION:
-            raise ConversionError(f"{h5_path}: unsupported format_version "
-                                  f"{h5.attrs.get('format_version')}")
+        version = reader.attr(h5, "format_version")
+        if version != FORMAT_VERSION:
+            raise ConversionError(f"{h5_path}: unsupported format_version {version}")
+        text = reader.string_attr(h5, "config_yaml")
         try:
-            cfg = yaml.safe_load(h5.attrs["config_yaml"])
+            if not isinstance(text, str):
+                raise KeyError("no string attribute of that name")
+            cfg = yaml.safe_load(text)
         except (KeyError, yaml.YAMLError) as e:
             raise ConversionError(f"{h5_path}: no readable config_yaml attribute "
                                   f"({_one_line(e)})") from None
         cfg = normalise_config(cfg, f"{h5_path} (config_yaml)")
-        tensors, kernel_tensors = _model_tensors_of(h5, cfg, h5_path)
-        attention_yaml = h5.attrs.get("attention_yaml", "")
-    if isinstance(attention_yaml, bytes):
-        attention_yaml = attention_yaml.decode()
+        tensors, kernel_tensors = _model_tensors_of(reader, cfg, h5_path)
+        attention_yaml = reader.string_attr(h5, "attention_yaml") or ""
     dtypes = {t.dtype for t in tensors.values()}
     hf = hf_config_from_ours(cfg, DTYPE_NAMES[dtypes.pop()] if len(dtypes) == 1 else None)
     try:
@@ -565,6 +583,8 @@ def h5_to_hf(h5_path, out_dir, run_seed=None):
     os.makedirs(out_dir, exist_ok=True)
     hf.save_pretrained(out_dir)
     save_file(tensors, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    if not reader.verified:  # said once all went well, so that an error stays one line
+        print(f"note: {h5_path}: {h5sum.UNVERIFIED}", file=sys.stderr)
     print(f"wrote {out_dir}: {hf.model_type}, {len(tensors)} tensors"
           + (f" (kernel {block['kernel']}: load with darkformer_hf)" if block else ""))
     return hf
@@ -590,7 +610,8 @@ def main(argv=None):
             hf_to_h5(args.hf_dir, args.out_h5, args.dtype)
         else:
             h5_to_hf(args.in_h5, args.out_dir, args.run_seed)
-    except (ConversionError, OSError) as e:  # bad input or unwritable output: one line, no traceback
+    except (ConversionError, h5sum.IntegrityError, cfields.ConfigFieldError, OSError) as e:
+        # bad input or unwritable output: one line, no traceback
         print(f"error: {_one_line(e)}", file=sys.stderr)
         return 2
     return 0

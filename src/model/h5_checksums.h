@@ -7,9 +7,11 @@
 //   - the file is written in the 1.10 format, whose superblock, object headers and chunk indexes
 //     carry HDF5's own metadata checksums (the 1.8 format still indexes chunks with B-trees that
 //     have none);
-//   - string attributes live in HDF5's global heap, which has no checksum: the root attribute
-//     "checksums" holds an FNV-1a 64 hash of each, one line "<16 hex digits> <key>" per attribute
-//     (key: "name" for the file's own, "group@name" for a group's).
+//   - string attributes are fixed-length, so they sit in those checksummed object headers, never
+//     in HDF5's global heap (no checksum there, and a damaged one makes HDF5 loop forever); and
+//     the root attribute "checksums" holds an FNV-1a 64 hash of each, one line
+//     "<16 hex digits> <key>" per attribute (key: "name" for the file's own, "object@name" for a
+//     dataset's or group's), an end-to-end check of the text that does not depend on HDF5.
 // Files written before this have none of it and still load, with a note (see H5Reader).
 #pragma once
 

@@ -5,6 +5,7 @@
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <filesystem>
 #include <mutex>
@@ -83,10 +84,14 @@ std::string ReadString(const H5::Attribute& attribute) {
   return value;
 }
 
-// UTF-8 variable-length strings: what h5py reads back as str (tools/convert_hf_gemma.py does).
-void WriteString(H5::H5Object& object, const std::string& name, const std::string& value) {
-  const H5::StrType type(H5::PredType::C_S1, H5T_VARIABLE);
+// UTF-8 strings. Checksummed files hold them fixed-length, so their bytes sit in the attribute's
+// (checksummed) object header; variable-length ones live in HDF5's global heap, which has no
+// checksum and whose damaged object sizes make HDF5's decoder loop forever. The layout from before
+// checksums wrote variable-length ones. Readers (ours, h5py) take either.
+void WriteString(H5::H5Object& object, const std::string& name, const std::string& value, bool fixed_length) {
+  const H5::StrType type(H5::PredType::C_S1, fixed_length ? std::max<size_t>(value.size(), 1) : H5T_VARIABLE);
   type.setCset(H5T_CSET_UTF8);
+  if (fixed_length) type.setStrpad(H5T_STR_NULLPAD);
   object.createAttribute(name, type, H5::DataSpace(H5S_SCALAR)).write(type, value);
 }
 
@@ -134,7 +139,7 @@ void H5Writer::WriteTensor(const std::string& name, const torch::Tensor& tensor)
     }
     auto dataset = file_.createDataSet(name, *type.file_type, space, create);
     if (cpu.numel() > 0) dataset.write(cpu.data_ptr(), *type.memory_type);
-    WriteString(dataset, "dtype", type.name);
+    WriteString(dataset, "dtype", type.name, options_.checksums);
     return 0;
   });
   attribute_hashes_[AttributeKey(name, "dtype")] = Fnv1a64(type.name);
@@ -150,7 +155,7 @@ void H5Writer::CreateGroup(const std::string& name) {
 void H5Writer::WriteStringAttribute(const std::string& object, const std::string& name, const std::string& value) {
   WithHdf5Errors(path_, AttributeWhat(object, name), [&] {
     auto group = OpenObjectGroup(file_, object);
-    WriteString(group, name, value);
+    WriteString(group, name, value, options_.checksums);
     return 0;
   });
   attribute_hashes_[AttributeKey(object, name)] = Fnv1a64(value);
@@ -187,7 +192,7 @@ void WriteH5Atomically(const std::string& path, const H5SizeEstimate& size,
       write(writer);
       if (options.checksums) {
         auto root = file.openGroup("/");
-        WriteString(root, kH5ChecksumsAttribute, FormatAttributeChecksums(writer.attribute_hashes_));
+        WriteString(root, kH5ChecksumsAttribute, FormatAttributeChecksums(writer.attribute_hashes_), true);
       }
       file.close();
       return 0;

@@ -27,6 +27,7 @@ SOURCE_DIR = os.environ.get("DARKFORMER_SOURCE_DIR") or os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
 import convert_hf_gemma as conv  # noqa: E402
+from h5_checksums import rehash, text_bytes  # noqa: E402  (edits below re-hash, so the check they aim at is reached)
 import transformers  # noqa: E402
 
 FIXTURES = os.path.join(SOURCE_DIR, "tests", "fixtures")
@@ -85,12 +86,18 @@ def model_tensors(model):
     return {k: v for k, v in model.state_dict().items() if not k.startswith("lm_head.")}
 
 
+def attr(obj, name):
+    """A string attribute as str (ours are fixed-length, which h5py returns as bytes), else as is."""
+    value = obj.attrs[name]
+    return text_bytes(value).decode("utf-8") if isinstance(value, (bytes, np.bytes_)) else value
+
+
 def check_h5(name, h5_path, src):
     with h5py.File(h5_path, "r") as h5:
-        check(h5.attrs["format"] == "darkformer-weights" and int(h5.attrs["format_version"]) == 1,
+        check(attr(h5, "format") == "darkformer-weights" and int(attr(h5, "format_version")) == 1,
               f"{name}: format attributes")
-        check(h5.attrs["source"] == os.path.abspath(os.path.join(FIXTURES, name)), f"{name}: source")
-        cfg_text = h5.attrs["config_yaml"]
+        check(attr(h5, "source") == os.path.abspath(os.path.join(FIXTURES, name)), f"{name}: source")
+        cfg_text = attr(h5, "config_yaml")
         cfg = yaml.safe_load(cfg_text)
         check(list(cfg) == conv.CONFIG_KEYS, f"{name}: config_yaml keys in order")
         want = dict(SIZES, **EXPECTED[name])
@@ -102,7 +109,7 @@ def check_h5(name, h5_path, src):
         check(set(h5.keys()) == expected_names and "lm_head.weight" not in h5,
               f"{name}: {len(expected_names)} datasets named as our parameters, no lm_head")
         stored = {k: h5[k] for k in h5.keys()}
-        check(all(ds.attrs["dtype"] == "float32" and ds.dtype == np.float32 for ds in stored.values()),
+        check(all(attr(ds, "dtype") == "float32" and ds.dtype == np.float32 for ds in stored.values()),
               f"{name}: float32 datasets with dtype attribute")
         check(all(torch.equal(torch.from_numpy(stored[k[len('model.'):]][()]), v) for k, v in src.items()),
               f"{name}: dataset values equal the checkpoint")
@@ -119,14 +126,14 @@ def roundtrip_fixture(name, tmp):
     # Kernel datasets without an attention_yaml naming their kernel are refused: dropping them
     # would export a different (softmax) model. (Exporting kernel state: test_hf_plugin.py.)
     with h5py.File(h5_path, "a") as h5:
-        h5.create_dataset("layers.0.self_attn.kernel.M", data=np.ones((4, 16), np.float32))
-        h5["layers.0.self_attn.kernel.M"].attrs["dtype"] = "float32"
+        add_dataset(h5, "layers.0.self_attn.kernel.M", np.ones((4, 16), np.float32), "float32")
     out_dir = os.path.join(tmp, f"{name}_hf")
     rc, log = quiet(conv.main, ["to-hf", h5_path, out_dir])
     check(rc == 2 and "layers.0.self_attn.kernel.M" in log and not os.path.exists(out_dir),
           f"{name}: to-hf refuses kernel datasets of no named kernel, naming one")
     with h5py.File(h5_path, "a") as h5:
         del h5["layers.0.self_attn.kernel.M"]
+        rehash(h5)
     rc, log = quiet(conv.main, ["to-hf", h5_path, out_dir])
     check(rc == 0, f"{name}: to-hf exit code")
     check(same_tensors(load_file(os.path.join(out_dir, "model.safetensors")), src),
@@ -162,7 +169,7 @@ def bf16_case(tmp):
     h5_path = os.path.join(tmp, "bf16.h5")
     rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path, "--dtype", "keep"])
     with h5py.File(h5_path, "r") as h5:
-        ok = all(h5[k].dtype == np.uint16 and h5[k].attrs["dtype"] == "bfloat16" for k in h5.keys())
+        ok = all(h5[k].dtype == np.uint16 and attr(h5[k], "dtype") == "bfloat16" for k in h5.keys())
         emb = h5["embed_tokens.weight"][()]
     check(rc == 0 and ok, "bf16: datasets stored as uint16 with dtype attr bfloat16")
     check(np.array_equal(emb, src["model.embed_tokens.weight"].view(torch.uint16).numpy()),
@@ -178,7 +185,7 @@ def bf16_case(tmp):
     rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path, "--dtype", "float32"])
     with h5py.File(h5_path, "r") as h5:
         emb = torch.from_numpy(h5["embed_tokens.weight"][()])
-        ok = h5["embed_tokens.weight"].attrs["dtype"] == "float32"
+        ok = attr(h5["embed_tokens.weight"], "dtype") == "float32"
     check(rc == 0 and ok and torch.equal(emb, src["model.embed_tokens.weight"].float()),
           "bf16: --dtype float32 widens exactly")
 
@@ -200,7 +207,7 @@ def multimodal_case(tmp):
     rc, _ = quiet(conv.main, ["to-h5", src_dir, h5_path])
     want = model.model.language_model.state_dict()
     with h5py.File(h5_path, "r") as h5:
-        cfg_ours = yaml.safe_load(h5.attrs["config_yaml"])
+        cfg_ours = yaml.safe_load(attr(h5, "config_yaml"))
         ok = set(h5.keys()) == set(want) and all(
             torch.equal(torch.from_numpy(h5[k][()]), v) for k, v in want.items())
     check(rc == 0 and ok and cfg_ours["family"] == "gemma3" and cfg_ours["rope_scaling_factor"] == 8.0,
@@ -243,9 +250,10 @@ def fresh_h5(name, path):
 
 def set_config(path, **changes):
     with h5py.File(path, "a") as h5:
-        cfg = yaml.safe_load(h5.attrs["config_yaml"])
+        cfg = yaml.safe_load(attr(h5, "config_yaml"))
         cfg.update(changes)
         h5.attrs["config_yaml"] = yaml.safe_dump(cfg, sort_keys=False)
+        rehash(h5)
 
 
 def add_dataset(h5, name, array, dtype_attr):
@@ -253,6 +261,7 @@ def add_dataset(h5, name, array, dtype_attr):
         del h5[name]
     h5.create_dataset(name, data=array)
     h5[name].attrs["dtype"] = dtype_attr
+    rehash(h5)
 
 
 def one_error_line(rc, lines):
@@ -262,7 +271,7 @@ def one_error_line(rc, lines):
 def query_scalar_case(tmp):
     """0 means head_dim: Gemma 1 exports 0 or head_dim (and nothing else), Gemma 2/3 get the number."""
     with h5py.File(fresh_h5("gemma2", os.path.join(tmp, "q.h5")), "r") as h5:
-        cfg = yaml.safe_load(h5.attrs["config_yaml"])
+        cfg = yaml.safe_load(attr(h5, "config_yaml"))
     cfg["query_pre_attn_scalar"] = 0
     norm = conv.normalise_config(cfg)
     check(norm["query_pre_attn_scalar"] == 16.0 and conv.normalise_config(norm) == norm and cfg["query_pre_attn_scalar"] == 0,
@@ -316,6 +325,7 @@ def refusal_case(tmp):
         h5_path = fresh_h5("gemma2", os.path.join(tmp, "refuse.h5"))
         with h5py.File(h5_path, "a") as h5:
             edit(h5)
+            rehash(h5)
         out_dir = os.path.join(tmp, "refuse_hf_" + what.replace(" ", "_"))
         rc, lines = run_cli(["to-hf", h5_path, out_dir])
         check(one_error_line(rc, lines) and f"'{tensor}'" in lines[0] and not os.path.exists(out_dir),
@@ -365,6 +375,7 @@ def bad_input_case(tmp):
     bad_yaml = fresh_h5("gemma", os.path.join(tmp, "bad_yaml.h5"))
     with h5py.File(bad_yaml, "a") as h5:
         h5.attrs["config_yaml"] = "family: [gemma"
+        rehash(h5)
     cases = [
         (["to-hf", os.path.join(tmp, "missing.h5")], "missing.h5"),
         (["to-hf", text], text),
