@@ -2,16 +2,21 @@
 // checksummed (chunked, Fletcher32, FNV-1a of string attributes) and in the layout from before
 // checksums, then alternates LoadWeights of the two and reports the medians and their ratio. Both
 // files are read from the page cache after the first pass, so the ratio is the CPU cost of the
-// verification against a load's own. A benchmark, not a test.
+// verification against a load's own; --drop-caches times loads from disk instead. A benchmark,
+// not a test.
 #include <CLI/CLI.hpp>
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
+#include <fstream>
+#include <functional>
 #include <map>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "model/gemma_model.h"
 #include "model/weights_io.h"
@@ -43,6 +48,8 @@ int main(int argc, char** argv) {
   app.add_option("--vocab", vocab, "model.vocab_size");
   app.add_option("--repeat", repeat, "timed loads of each file");
   app.add_option("--dir", dir, "where the two files are written (removed at the end)");
+  bool cold = false;
+  app.add_flag("--drop-caches", cold, "drop the page cache before each timed load (root): loads from disk");
   CLI11_PARSE(app, argc, argv);
 
   GemmaConfig c;
@@ -80,8 +87,15 @@ int main(int argc, char** argv) {
   std::vector<double> with, without;
   darkformer::LoadWeights(legacy, *target);  // warm the page cache and the note
   darkformer::LoadWeights(checked, *target);
+  auto drop = [&] {
+    if (!cold) return;
+    std::ofstream("/proc/sys/vm/drop_caches") << "3\n";  // after sync, so the files are on disk
+  };
+  ::sync();
   for (int64_t r = 0; r < repeat; ++r) {  // alternate, so drift hits both alike
+    drop();
     without.push_back(Seconds([&] { darkformer::LoadWeights(legacy, *target); }));
+    drop();
     with.push_back(Seconds([&] { darkformer::LoadWeights(checked, *target); }));
     std::printf("pass %lld: checksummed %.3f s, without %.3f s\n", static_cast<long long>(r), with.back(), without.back());
   }
