@@ -1,19 +1,25 @@
 #!/usr/bin/env bash
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
-# performer and darkformer) and the plots. Usage: tools/run_experiments.sh micro|cpu|gpu
+# performer and darkformer) and the plots. Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
 #   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
 #        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
 #        seven learning rates, three seeds each) and C4 at 256 tokens (kernels, three seeds).
+#   cpu-kernels: the other seeds' kernels on cpu's MQAR task (gerf, saderf, trig, slay, flexformer;
+#        mqar_seed_kernels.yaml), from cpu's MQAR pretrain (run here when it is not there yet).
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu}"
-[[ "$SIZE" == micro || "$SIZE" == cpu || "$SIZE" == gpu ]] || { echo "size must be micro, cpu or gpu, got '$SIZE'" >&2; exit 2; }
+SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels}"
+case "$SIZE" in
+  micro|cpu|gpu) PART="$SIZE" ;;
+  cpu-kernels) PART="$SIZE"; SIZE=cpu ;;
+  *) echo "the part must be micro, cpu, gpu or cpu-kernels, got '$SIZE'" >&2; exit 2 ;;
+esac
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
 DF="${DF:-build/darkformer}"
@@ -21,6 +27,27 @@ PYTHON="${PYTHON:-.venv/bin/python}"
 C4_GLOB="${C4_GLOB:-$ROOT/data/c4/*.json.gz}"  # docs/data.md: where to get C4
 start=$(date +%s)
 [[ "${SKIP_BUILD:-0}" == 1 ]] || tools/build.sh --target darkformer
+
+# A sweep exits 1 when some run failed (recorded in its summary); go on with the rest.
+status=0
+sweep() {  # sweep NAME [--set ...]
+  echo "== sweep $1"
+  local name="$1"
+  shift
+  "$DF" sweep --config "$CONF/$name.yaml" "$@" || status=$?
+  [[ $status == 130 ]] && exit 130
+  return 0
+}
+
+if [[ "$PART" == cpu-kernels ]]; then  # MQAR only: no C4 needed
+  echo "== MQAR step 1: pretrain (exact attention; nothing to do when it has finished)"
+  "$DF" train --config "$CONF/mqar_pretrain.yaml"
+  sweep mqar_seed_kernels
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/mqar_seed_kernels" --md "$RUNS/mqar_seed_kernels/aggregate.md" \
+    --json "$RUNS/mqar_seed_kernels/aggregate.json"
+  echo "done in $(( $(date +%s) - start )) s; table: $RUNS/mqar_seed_kernels/aggregate.md"
+  exit $status
+fi
 
 # Data: C4 shards with the demo tokenizer; without a C4 sample, the demo corpus stands in.
 SHARDS=data/c4/shards
@@ -33,16 +60,6 @@ else
   SHARDS=data/demo/shards
 fi
 
-# A sweep exits 1 when some run failed (recorded in its summary); go on with the rest.
-status=0
-sweep() {  # sweep NAME [--set ...]
-  echo "== sweep $1"
-  local name="$1"
-  shift
-  "$DF" sweep --config "$CONF/$name.yaml" "$@" || status=$?
-  [[ $status == 130 ]] && exit 130
-  return 0
-}
 if [[ "$SIZE" == cpu ]]; then
   echo "== MQAR step 1: pretrain (exact attention)"
   "$DF" train --config "$CONF/mqar_pretrain.yaml"
