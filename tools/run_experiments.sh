@@ -1,24 +1,26 @@
 #!/usr/bin/env bash
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
-# performer and darkformer) and the plots. Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels
+# performer and darkformer) and the plots. Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
 #   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
 #        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
 #        seven learning rates, three seeds each) and C4 at 256 tokens (kernels, three seeds).
 #   cpu-kernels: the other seeds' kernels on cpu's MQAR task (gerf, saderf, trig, slay, flexformer;
 #        mqar_seed_kernels.yaml), from cpu's MQAR pretrain (run here when it is not there yet).
+#   cpu-seeds: five seeds where three left a paired interval straddling 0 (mqar_five_seeds.yaml),
+#        and the seven learning rates with five seeds for the fig. 5 spread (mqar_lr_stability.yaml).
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels}"
+SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds}"
 case "$SIZE" in
   micro|cpu|gpu) PART="$SIZE" ;;
-  cpu-kernels) PART="$SIZE"; SIZE=cpu ;;
-  *) echo "the part must be micro, cpu, gpu or cpu-kernels, got '$SIZE'" >&2; exit 2 ;;
+  cpu-kernels|cpu-seeds) PART="$SIZE"; SIZE=cpu ;;
+  *) echo "the part must be micro, cpu, gpu, cpu-kernels or cpu-seeds, got '$SIZE'" >&2; exit 2 ;;
 esac
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
@@ -39,13 +41,19 @@ sweep() {  # sweep NAME [--set ...]
   return 0
 }
 
-if [[ "$PART" == cpu-kernels ]]; then  # MQAR only: no C4 needed
+if [[ "$PART" == cpu-kernels || "$PART" == cpu-seeds ]]; then  # MQAR only: no C4 needed
   echo "== MQAR step 1: pretrain (exact attention; nothing to do when it has finished)"
   "$DF" train --config "$CONF/mqar_pretrain.yaml"
-  sweep mqar_seed_kernels
-  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/mqar_seed_kernels" --md "$RUNS/mqar_seed_kernels/aggregate.md" \
-    --json "$RUNS/mqar_seed_kernels/aggregate.json"
-  echo "done in $(( $(date +%s) - start )) s; table: $RUNS/mqar_seed_kernels/aggregate.md"
+  if [[ "$PART" == cpu-kernels ]]; then names=(mqar_seed_kernels); else names=(mqar_five_seeds mqar_lr_stability); fi
+  for name in "${names[@]}"; do
+    sweep "$name"
+    "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
+  done
+  if [[ "$PART" == cpu-seeds ]]; then
+    "$PYTHON" tools/lr_stability.py --sweep "$RUNS/mqar_lr_stability" --pair "darkformer m=64 identity" "performer m=64" \
+      --json "$RUNS/mqar_lr_stability/stability.json" | tee "$RUNS/mqar_lr_stability/stability.md"
+  fi
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/{${names[*]// /,}}/aggregate.md"
   exit $status
 fi
 

@@ -166,6 +166,22 @@ TEST(WeightsIoTest, NonFiniteWeightIsRefusedNamingTensorAndFile) {
   }
 }
 
+// The check sums each slice first; finite values whose sum overflows take the exact test and load.
+TEST(WeightsIoTest, HugeFiniteWeightsLoad) {
+  TempDir dir("hugefinite");
+  auto model = RandomModel(2);
+  {
+    torch::NoGradGuard no_grad;
+    model->named_parameters()["layers.0.mlp.up_proj.weight"].fill_(3.0e38f);  // sums to inf in fp32
+  }
+  const std::string path = dir.File("huge.h5");
+  SaveWeights(path, *model);
+  GemmaModel loaded(TinyConfig());
+  LoadWeights(path, *loaded);
+  EXPECT_TRUE(torch::equal(loaded->named_parameters()["layers.0.mlp.up_proj.weight"],
+                           model->named_parameters()["layers.0.mlp.up_proj.weight"]));
+}
+
 TEST(WeightsIoTest, EveryTensorIsStoredWithAChecksum) {
   TempDir dir("fletcher");
   auto model = RandomModel(1);

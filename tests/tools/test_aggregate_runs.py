@@ -62,9 +62,10 @@ BASE_CONFIG = {
 
 
 def write_run(folder, name, kernel="exact", options=None, seed=0, lr=1.0e-3, accuracy=(0.3, 0.4, 0.5),
-              loss=None, spikes=0, diverged=False, steps=150, finished=True, trainable=None):
+              loss=None, spikes=0, diverged=False, steps=150, finished=True, trainable=None, train_loss=None):
     """One run dir: eval rows at 50/100/150 with the given accuracies (loss = 2 - accuracy unless
-    given), train rows every 10 steps, summary.json when finished."""
+    given), train rows every 10 steps (loss train_loss(step), default 3 - step / 100), summary.json
+    when finished."""
     path = os.path.join(folder, name)
     os.makedirs(path)
     config = copy.deepcopy(BASE_CONFIG)
@@ -81,7 +82,8 @@ def write_run(folder, name, kernel="exact", options=None, seed=0, lr=1.0e-3, acc
     losses = loss or [2.0 - a for a in accuracy]
     with open(os.path.join(path, "metrics.jsonl"), "w") as f:
         for step in range(10, steps + 1, 10):
-            f.write(json.dumps({"type": "train", "step": step, "loss": 3.0 - step / 100.0, "lr": lr}) + "\n")
+            value = train_loss(step) if train_loss else 3.0 - step / 100.0
+            f.write(json.dumps({"type": "train", "step": step, "loss": value, "lr": lr}) + "\n")
             if step % 50 == 0 and step // 50 <= len(accuracy):
                 i = step // 50 - 1
                 f.write(json.dumps({"type": "eval", "step": step, "loss": losses[i], "perplexity": 1.0,

@@ -25,6 +25,7 @@ from safetensors.torch import load_file, save_file
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from test_convert_roundtrip import FIXTURES, attr, conv, fresh_h5, one_error_line, run_cli, same_tensors  # noqa: E402
 from h5_checksums import chunk_dims, rehash  # noqa: E402
+import testkit as tk  # noqa: E402
 import transformers  # noqa: E402
 
 NOTE = "carries no checksums (written before they were added); read unverified"
@@ -337,11 +338,7 @@ def main():
         config_case(tmp)
         fuzz_case(tmp)
     faulthandler.cancel_dump_traceback_later()
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return tk.report(failures)
 
 
 if __name__ == "__main__":

@@ -27,6 +27,7 @@ SOURCE_DIR = os.environ.get("DARKFORMER_SOURCE_DIR") or os.path.normpath(
     os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", ".."))
 sys.path.insert(0, os.path.join(SOURCE_DIR, "tools"))
 import convert_hf_gemma as conv  # noqa: E402
+import testkit as tk  # noqa: E402  (beside this file)
 from h5_checksums import rehash, text_bytes  # noqa: E402  (edits below re-hash, so the check they aim at is reached)
 import transformers  # noqa: E402
 
@@ -412,11 +413,7 @@ def main():
         query_scalar_case(tmp)
         refusal_case(tmp)
         bad_input_case(tmp)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return tk.report(failures)
 
 
 if __name__ == "__main__":

@@ -167,11 +167,7 @@ def main():
         print(f"validation split: {inputs.shape[0]} rows of {SEQ_LEN} tokens")
         for family in ("gemma", "gemma2", "gemma3"):
             family_case(family, work, shards, inputs, labels)
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return tk.report(failures)
 
 
 if __name__ == "__main__":

@@ -194,11 +194,7 @@ def main():
         if not only:
             exact_case(work, shards)
     print("max relative loss difference per case: " + ", ".join(f"{k} {v:.1e}" for k, v in measured.items()))
-    if failures:
-        print(f"{len(failures)} check(s) failed")
-        return 1
-    print("all checks passed")
-    return 0
+    return tk.report(failures)
 
 
 if __name__ == "__main__":

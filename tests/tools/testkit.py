@@ -134,6 +134,15 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def report(failures):
+    """The exit status of a whole-file check script: 0 when no check failed, with a last line saying so."""
+    if failures:
+        print(f"{len(failures)} check(s) failed")
+        return 1
+    print("all checks passed")
+    return 0
+
+
 def run_case_main(argv, cases, failures, tmp_prefix):
     """The `main` of a case-per-invocation test script (one ctest per case): `SCRIPT CASE` runs
     one case in a fresh temporary directory (kept with DARKFORMER_KEEP_TMP) and returns 0 when it
