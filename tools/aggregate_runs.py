@@ -44,8 +44,12 @@ try:  # the C loader, when PyYAML was built with it, reads configs several times
 except AttributeError:  # pragma: no cover
     _YAML_LOADER = yaml.SafeLoader
 
-KERNEL_ORDER = ["exact", "darkformer", "performer", "lfk", "random", "constant"]
-FEATURE_KERNELS = ("performer", "darkformer", "lfk")  # kernels with attention.<kernel>.num_features
+KERNEL_ORDER = ["exact", "darkformer", "performer", "lfk", "gerf", "saderf", "trig", "slay", "flexformer", "random",
+                "constant"]
+# Kernels with attention.<kernel>.num_features (the m of the labels).
+FEATURE_KERNELS = ("performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay", "flexformer")
+# Options that name a kernel's form, with their defaults: part of the label ("flexformer m=64 stationary").
+FORM_OPTIONS = {"darkformer": ("init", None), "flexformer": ("variant", "stationary")}
 # Sweep folders in the order the tables are printed; other folders with run directories follow.
 SWEEP_ORDER = ["mqar_kernels", "mqar_qkv", "mqar_lr_sweep", "c4_kernels", "kernels", "qkv", "lr_sweep"]
 METRICS = ["final_eval_accuracy", "final_eval_loss", "best_eval_accuracy", "spikes", "skipped_updates",
@@ -243,12 +247,13 @@ def point_key(run):
 
 
 def kernel_options(run):
-    """(num_features, init) of the run's kernel from its own options in config.yaml (None when the
-    kernel has no such option)."""
+    """(num_features, form) of the run's kernel from its own options in config.yaml (None when the
+    kernel has no such option): form is darkformer's init or flexformer's variant."""
     attention = run["config"].get("attention") or {}
     options = attention.get(run["kernel"]) or {}
     m = options.get("num_features") if run["kernel"] in FEATURE_KERNELS else None
-    init = options.get("init") if run["kernel"] == "darkformer" else None
+    form, default = FORM_OPTIONS.get(run["kernel"], (None, None))
+    init = options.get(form, default) if form else None
     return (int(m) if m is not None else None), init
 
 

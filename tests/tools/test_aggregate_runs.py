@@ -136,7 +136,7 @@ def build_cpu_tree(root):
 
 def build_micro_tree(root):
     write_run(root, "pretrain", accuracy=(0.1, 0.11, 0.12))
-    for kernel in agg.KERNEL_ORDER:
+    for kernel in ("exact", "darkformer", "performer", "lfk", "random", "constant"):  # the micro sweep's kernels
         write_run(os.path.join(root, "kernels"), f"kernel-{kernel}", kernel, accuracy=(0.1, 0.105, 0.11))
     for kernel in ("exact", "performer", "darkformer"):
         write_run(os.path.join(root, "qkv"), f"kernel-{kernel}", kernel, accuracy=(0.1, 0.105, 0.11))
@@ -144,6 +144,19 @@ def build_micro_tree(root):
         for lr in (1e-4, 1e-3, 1e-1):
             write_run(os.path.join(root, "lr_sweep"), f"kernel-{kernel}_lr-{lr}", kernel, lr=lr,
                       accuracy=(0.1, 0.1, 0.09), spikes=1 if lr > 0.01 else 0)
+
+
+def test_seed_kernel_labels(root):
+    """The other seeds' kernels are labelled with their m, flexformer with its variant (default stationary)."""
+    folder = os.path.join(root, "seed_kernels")
+    for kernel, options in (("gerf", {"num_features": 16, "a": "optimal"}), ("saderf", {"num_features": 64}),
+                            ("trig", {"num_features": 64}), ("slay", {"num_features": 16}),
+                            ("flexformer", {"num_features": 64}),
+                            ("flexformer", {"num_features": 64, "variant": "nonstationary"})):
+        write_run(folder, f"{kernel}-{options.get('variant', '')}", kernel, options)
+    labels = [g["label"] for g in agg.group_runs(agg.load_sweep(folder))]
+    check(labels == ["gerf m=16", "saderf m=64", "trig m=64", "slay m=16", "flexformer m=64 nonstationary",
+                     "flexformer m=64 stationary"], f"seed kernels labelled with m and form ({labels})")
 
 
 def groups_by_label(result, sweep):
@@ -282,6 +295,7 @@ def main():
         build_cpu_tree(cpu)
         build_micro_tree(micro)
         test_aggregate(cpu)
+        test_seed_kernel_labels(tmp)
         test_cli(cpu, os.path.join(tmp, "out"))
         test_plots(cpu, os.path.join(tmp, "plots-cpu"),
                    ["mqar_pretrain_accuracy.png", "mqar_kernels_accuracy.png", "mqar_qkv_accuracy.png",
