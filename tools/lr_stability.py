@@ -11,7 +11,8 @@ is not finite (a diverged or skipped update) are left out and counted. Spike cou
 spike monitor, summed over the learning rates) are reported the same way.
 
 Usage: lr_stability.py --sweep runs/experiments/cpu/mqar_lr_stability \
-           --pair "darkformer m=64 identity" "performer m=64" [--json FILE]
+           --pair "darkformer m=64 identity" "performer m=64" [--lr 3e-4 --lr 1e-3 ...] [--json FILE]
+--lr keeps only those learning rates (e.g. without the extremes, to see what dominates the spread).
 Labels are aggregate_runs.py's without the lr (e.g. "performer m=64").
 """
 import argparse
@@ -95,9 +96,10 @@ def main(argv=None):
     parser.add_argument("--sweep", required=True, help="one sweep folder whose points differ in train.lr")
     parser.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"),
                         help="kernel labels: reports A - B per seed")
+    parser.add_argument("--lr", type=float, action="append", help="keep only this learning rate (repeatable)")
     parser.add_argument("--json", help="write the numbers to this file")
     args = parser.parse_args(argv)
-    runs = load_sweep(args.sweep)
+    runs = [r for r in load_sweep(args.sweep) if not args.lr or any(math.isclose(r["lr"], lr) for lr in args.lr)]
     if not runs:
         raise SystemExit(f"lr_stability.py: no run directories in {args.sweep}")
     per_kernel, paired = analyse(runs, args.pair)

@@ -17,6 +17,8 @@ tools/aggregate_runs.py (one group = one config point without its seed), and it 
   mqar_qkv_accuracy.png      fig. 4: the same, only q/k/v (and kernel parameters) trained
   c4_kernels_accuracy.png    fig. 2 on C4
   mqar_lr_sweep.png          fig. 5: final eval accuracy and loss spikes vs peak lr per kernel
+  mqar_lr_sweep_loss_spread.png  fig. 5's shading: train loss, mean and std across the lrs per kernel
+  (any other mqar_*/c4_* sweep gets the same figures: an lr axis the last two, else accuracy bands)
 where each line is the mean over seeds and the band (error bars) the 95 % Student-t interval.
 Usage: plot_runs.py --runs runs/experiments/micro --out docs/img/micro --label micro
        plot_runs.py --runs runs/experiments/cpu --out docs/img/cpu --label cpu
@@ -38,7 +40,8 @@ from aggregate_runs import CONFIDENCE, KERNEL_ORDER, aggregate, base_label, curv
 # The paper's colours where it names them (fig. 2): DARKFormer green, Performer orange, LFK blue,
 # random yellow, constant lime; exact attention black.
 COLORS = {"exact": "black", "darkformer": "tab:green", "performer": "tab:orange", "lfk": "tab:blue",
-          "random": "gold", "constant": "limegreen"}
+          "random": "gold", "constant": "limegreen", "gerf": "tab:red", "saderf": "tab:purple", "trig": "tab:brown",
+          "slay": "tab:pink", "flexformer": "tab:gray"}
 
 
 def kernel_key(run):
@@ -85,17 +88,25 @@ def plot_lr_loss(runs, out, title):
         if not steps:
             continue
         index = {s: i for i, s in enumerate(steps)}
-        losses = np.full((len(group), len(steps)), np.nan)
-        for j, r in enumerate(group):
-            for row in r["train"]:
-                loss = row.get("loss")
-                if loss is not None and math.isfinite(loss):
-                    losses[j, index[row["step"]]] = loss
+        group_lrs = sorted({r["lr"] for r in group})
+        # One curve per learning rate (the mean over its seeds), then mean and std across the lrs.
+        losses = np.full((len(group_lrs), len(steps)), np.nan)
+        for j, lr in enumerate(group_lrs):
+            per_seed = np.full((sum(r["lr"] == lr for r in group), len(steps)), np.nan)
+            for k, r in enumerate(r for r in group if r["lr"] == lr):
+                for row in r["train"]:
+                    loss = row.get("loss")
+                    if loss is not None and math.isfinite(loss):
+                        per_seed[k, index[row["step"]]] = loss
+            with np.errstate(all="ignore"):
+                losses[j] = np.nanmean(per_seed, axis=0)
         with np.errstate(all="ignore"):
             mean = np.nanmean(losses, axis=0)
             std = np.nanstd(losses, axis=0)
         color = COLORS.get(kernel)
-        ax.plot(steps, mean, color=color, label=f"{kernel}: mean over {len(group)} learning rates")
+        seeds = len(group) // max(len(group_lrs), 1)
+        ax.plot(steps, mean, color=color, label=f"{kernel}: mean over {len(group_lrs)} learning rates"
+                + (f" (each the mean of {seeds} seeds)" if seeds > 1 else ""))
         ax.fill_between(steps, mean - std, mean + std, color=color, alpha=0.25, linewidth=0)
     ax.set_xscale("log")
     ax.set_xlabel("training step (log scale)")
@@ -156,6 +167,9 @@ CPU_TITLES = {
     "mqar_qkv": "MQAR: finetuning only q/k/v (+ kernel parameters) (fig. 4)",
     "mqar_lr_sweep": "MQAR: finetuning across learning rates (fig. 5)",
     "c4_kernels": "C4: full finetuning from the exact model, per kernel (fig. 2)",
+    "mqar_seed_kernels": "MQAR: full finetuning, the other seeds' kernels (fig. 2)",
+    "mqar_five_seeds": "MQAR: full finetuning, five seeds (fig. 2-3)",
+    "mqar_lr_stability": "MQAR: finetuning across learning rates, five seeds (fig. 5)",
 }
 # darkformer's init by line style (other kernels solid).
 INIT_STYLES = {None: "-", "whitening": "-", "identity": "--", "scaled_identity": ":"}
@@ -258,6 +272,8 @@ def plot_cpu(runs_dir, out_dir, tag, confidence=CONFIDENCE):
         title = CPU_TITLES.get(name, name) + tag
         if len({g["lr"] for g in sweep["groups"]}) > 1:
             written.append(plot_lr_sweep(sweep, os.path.join(out_dir, f"{name}.png"), title, confidence))
+            runs = [r for g in sweep["groups"] for r in g["done"]]  # fig. 5's shading: the spread across lrs
+            written.append(plot_lr_loss(runs, os.path.join(out_dir, f"{name}_loss_spread.png"), title))
         else:
             written.append(plot_accuracy_bands(sweep, os.path.join(out_dir, f"{name}_accuracy.png"), title,
                                                confidence))

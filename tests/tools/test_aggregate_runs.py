@@ -299,7 +299,7 @@ def main():
         test_cli(cpu, os.path.join(tmp, "out"))
         test_plots(cpu, os.path.join(tmp, "plots-cpu"),
                    ["mqar_pretrain_accuracy.png", "mqar_kernels_accuracy.png", "mqar_qkv_accuracy.png",
-                    "mqar_lr_sweep.png", "c4_kernels_accuracy.png"], subprocess_cli=True)
+                    "mqar_lr_sweep.png", "mqar_lr_sweep_loss_spread.png", "c4_kernels_accuracy.png"], subprocess_cli=True)
         test_plots(micro, os.path.join(tmp, "plots-micro"),
                    ["pretrain_accuracy.png", "finetune_accuracy.png", "finetune_accuracy_logx.png",
                     "qkv_accuracy_logx.png", "lr_loss_logx.png", "lr_spikes.png"], subprocess_cli=False)
