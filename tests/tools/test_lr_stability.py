@@ -14,20 +14,12 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import testkit as tk  # noqa: E402
-from test_aggregate_runs import TOOLS, close, write_run  # noqa: E402
+from test_aggregate_runs import TOOLS, check, close, failures, write_run  # noqa: E402
 
 sys.path.insert(0, TOOLS)
 import lr_stability  # noqa: E402
 import paired_diff  # noqa: E402
 from aggregate_runs import group_runs, load_sweep  # noqa: E402
-
-failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def build(folder):
