@@ -44,10 +44,10 @@ try:  # the C loader, when PyYAML was built with it, reads configs several times
 except AttributeError:  # pragma: no cover
     _YAML_LOADER = yaml.SafeLoader
 
-KERNEL_ORDER = ["exact", "darkformer", "performer", "lfk", "gerf", "saderf", "trig", "slay", "flexformer", "random",
-                "constant"]
+KERNEL_ORDER = ["exact", "darkformer", "performer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay",
+                "flexformer", "random", "constant"]
 # Kernels with attention.<kernel>.num_features (the m of the labels).
-FEATURE_KERNELS = ("performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay", "flexformer")
+FEATURE_KERNELS = ("performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay", "flexformer")
 # Options that name a kernel's form, with their defaults: part of the label ("flexformer m=64 stationary").
 FORM_OPTIONS = {"darkformer": ("init", None), "flexformer": ("variant", "stationary")}
 # Sweep folders in the order the tables are printed; other folders with run directories follow.

@@ -41,7 +41,7 @@ from aggregate_runs import CONFIDENCE, KERNEL_ORDER, aggregate, base_label, curv
 # random yellow, constant lime; exact attention black.
 COLORS = {"exact": "black", "darkformer": "tab:green", "performer": "tab:orange", "lfk": "tab:blue",
           "random": "gold", "constant": "limegreen", "gerf": "tab:red", "saderf": "tab:purple", "trig": "tab:brown",
-          "slay": "tab:pink", "flexformer": "tab:gray"}
+          "slay": "tab:pink", "flexformer": "tab:gray", "aderf": "tab:olive", "sderf": "tab:cyan"}
 
 
 def kernel_key(run):

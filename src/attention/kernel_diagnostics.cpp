@@ -7,6 +7,7 @@
 #include <cmath>
 
 #include "attention/darkformer_kernel.h"
+#include "attention/derf_parameters.h"
 #include "attention/gerf_kernel.h"
 #include "attention/saderf_kernel.h"
 #include "attention/kernel_registry.h"
@@ -197,6 +198,10 @@ CompareEstimators(const SyntheticEstimatorOptions &o,
   const auto xs_PD = x_PD * psi_D, ys_PD = y_PD / psi_D;
   const double saderf_a = OptimalGerfA(GerfRho(xs_PD, ys_PD));
 
+  // FAVOR#'s dense variants (002 Thm 4.2, 4.3) from the same pairs' statistics.
+  const auto stats = DerfStatistics::Of(x_PD, y_PD, "kernel-check --estimators");
+  const auto aderf = AderfParameters(stats, 1e-4), sderf = SderfParameters(stats);
+
   const auto kappa_P = torch::exp((x_PD * y_PD).sum(-1));
   const auto kappa_w_P = torch::exp((xw_PD * yw_PD).sum(-1));
   std::vector<EstimatorStats> out;
@@ -231,9 +236,45 @@ CompareEstimators(const SyntheticEstimatorOptions &o,
     out.push_back(Summarise("saderf", "exp(x.y)", m,
                             GerfEstimatorRatios(xs_PD, ys_PD, saderf_a, m, o.draws, base + 16), kappa_P,
                             GerfClosedFormVariance(xs_PD, ys_PD, saderf_a) / static_cast<double>(m)));
+    out.push_back(Summarise("aderf", "exp(x.y)", m, DerfEstimatorRatios(aderf, x_PD, y_PD, m, o.draws, base + 18),
+                            kappa_P, DerfClosedFormVariance(aderf, x_PD, y_PD) / static_cast<double>(m)));
+    out.push_back(Summarise("sderf", "exp(x.y)", m, DerfEstimatorRatios(sderf, x_PD, y_PD, m, o.draws, base + 19),
+                            kappa_P, DerfClosedFormVariance(sderf, x_PD, y_PD) / static_cast<double>(m)));
     // trig's m cos features carry as many random projections as performer's m exp features.
     out.push_back(Summarise("trig", "exp(x.y)", m, TrigEstimatorRatios(x_PD, y_PD, m, o.draws, base + 17), kappa_P,
                             TrigClosedFormVariance(x_PD, y_PD, m)));
+  }
+  return out;
+}
+
+std::vector<EstimatorStats> CompareFavorEstimatorsOnLayer(const torch::Tensor &q_BHLD, const torch::Tensor &k_BHLD,
+                                                          double scale, const std::vector<int64_t> &num_features,
+                                                          int64_t pairs, int64_t draws, uint64_t seed) {
+  torch::NoGradGuard no_grad;
+  const int64_t batch = q_BHLD.size(0), heads = q_BHLD.size(1), length = q_BHLD.size(2), d = q_BHLD.size(3);
+  DF_CHECK(k_BHLD.sizes() == q_BHLD.sizes(), "CompareFavorEstimatorsOnLayer: k " << k_BHLD.sizes() << " must match q "
+                                                                                 << q_BHLD.sizes());
+  const double root = std::sqrt(scale);
+  const auto x_BHLD = q_BHLD.to(torch::kFloat64) * root, y_BHLD = k_BHLD.to(torch::kFloat64) * root;
+  const auto stats = DerfStatistics::Of(x_BHLD.reshape({-1, d}), y_BHLD.reshape({-1, d}), "kernel-check --estimators");
+  const std::vector<std::pair<std::string, DerfParameters>> estimators = {
+      {"performer", PerformerDerf(d)},           {"gerf_optimal", GerfDerf(stats)}, {"saderf", SaderfDerf(stats)},
+      {"aderf", AderfParameters(stats, 1e-4)}, {"sderf", SderfParameters(stats)}};
+  // Causal pairs: query position i uniform, key position j uniform in [0, i].
+  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
+  const auto b = torch::randint(batch, {pairs}, generator, torch::kInt64);
+  const auto h = torch::randint(heads, {pairs}, generator, torch::kInt64);
+  const auto i = torch::randint(length, {pairs}, generator, torch::kInt64);
+  const auto j = (torch::rand({pairs}, generator, torch::kFloat64) * (i + 1).to(torch::kFloat64)).floor().to(torch::kInt64);
+  const auto x_PD = x_BHLD.index({b, h, i}), y_PD = y_BHLD.index({b, h, j});
+  const auto kappa_P = torch::exp((x_PD * y_PD).sum(-1));
+  std::vector<EstimatorStats> out;
+  for (int64_t m : num_features) {
+    uint64_t stream = seed + 1000003ull * static_cast<uint64_t>(m);
+    for (const auto &[name, p] : estimators) {
+      out.push_back(Summarise(name, "exp(x.y)", m, DerfEstimatorRatios(p, x_PD, y_PD, m, draws, ++stream), kappa_P,
+                              DerfClosedFormVariance(p, x_PD, y_PD) / static_cast<double>(m)));
+    }
   }
   return out;
 }

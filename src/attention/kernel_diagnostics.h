@@ -37,7 +37,7 @@ struct SyntheticEstimatorOptions {
 // per pair and draw:
 struct EstimatorStats {
   std::string estimator;    // performer | performer_is | darkformer_identity |
-                            // darkformer_whitening | gerf_optimal | saderf | trig
+                            // darkformer_whitening | gerf_optimal | saderf | aderf | sderf | trig
   std::string target;       // what kappa is: "exp(x.y)" or "exp(x^T M^T M y)"
   int64_t num_features = 0; // m
   double relative_error =
@@ -125,6 +125,15 @@ struct LayerDiagnostics {
 // and v repeated to H heads). The reference is exact causal softmax of s q.k
 // without soft-cap or sliding window: the target every feature kernel
 // estimates.
+// ---- (c) the FAVOR estimators on real q, k
+// performer, gerf (A*), saderf, aderf and sderf (002) on one layer's x = sqrt(s) q and y =
+// sqrt(s) k (k repeated to q's H heads): their parameters from the whole layer batch, pooled over
+// batch, heads and positions as the kernels' Calibrate does; their estimates of exp(x.y) on `pairs`
+// random causal pairs (one row and head, key position <= query position) over `draws` iid draws.
+std::vector<EstimatorStats> CompareFavorEstimatorsOnLayer(const torch::Tensor &q_BHLD, const torch::Tensor &k_BHLD,
+                                                          double scale, const std::vector<int64_t> &num_features,
+                                                          int64_t pairs, int64_t draws, uint64_t seed);
+
 LayerDiagnostics DiagnoseLayer(const torch::Tensor &q_BHLD,
                                const torch::Tensor &k_BHLD,
                                const torch::Tensor &v_BHLD, double scale,

@@ -5,6 +5,7 @@
 
 #include "attention/baseline_kernels.h"
 #include "attention/darkformer_kernel.h"
+#include "attention/derf_kernel.h"
 #include "attention/exact_kernel.h"
 #include "attention/flexformer_kernel.h"
 #include "attention/gerf_kernel.h"
@@ -29,6 +30,7 @@ KernelFactory Factory() {
 
 const std::map<std::string, KernelFactory>& Registry() {
   static const std::map<std::string, KernelFactory> registry = {
+      {"aderf", Factory<AderfKernel>()},
       {"constant", Factory<ConstantKernel>()},
       {"darkformer", Factory<DarkformerKernel>()},
       {"exact", Factory<ExactKernel>()},
@@ -38,6 +40,7 @@ const std::map<std::string, KernelFactory>& Registry() {
       {"performer", Factory<PerformerKernel>()},
       {"random", Factory<RandomKernel>()},
       {"saderf", Factory<SaderfKernel>()},
+      {"sderf", Factory<SderfKernel>()},
       {"slay", Factory<SlayKernel>()},
       {"trig", Factory<TrigKernel>()},
   };

@@ -1,8 +1,9 @@
 // `darkformer kernel-check`: a kernel against exact softmax attention on synthetic inputs
 // (estimator mean over independent draws vs exp(x.y), attention-output error, prefix invariance),
 // with --bench its forward+backward time and peak CPU memory vs exact over lengths, with
-// --estimators the synthetic anisotropic estimator comparison and with --weights the per-layer
-// anisotropy and kernel errors of a checkpoint (attention/kernel_diagnostics.h holds the math).
+// --estimators the synthetic anisotropic estimator comparison (with --weights: the FAVOR estimators
+// on a checkpoint's own queries and keys) and with --weights the per-layer anisotropy and kernel
+// errors of a checkpoint (attention/kernel_diagnostics.h holds the math).
 #include <fmt/format.h>
 
 #include <fstream>
@@ -256,6 +257,40 @@ void ModelDiagnostics(const KernelCheckArgs& a) {
   WriteJson(a.json, lines);
 }
 
+// (a) on real inputs, --estimators --weights: per layer, the FAVOR estimators of exp(x.y) on the
+// checkpoint's own x = sqrt(s) q, y = sqrt(s) k, parameters from the layer's batch.
+void FavorEstimators(const KernelCheckArgs& a) {
+  torch::NoGradGuard no_grad;
+  const auto config = ReadWeightsConfig(a.weights);
+  GemmaModel model(config);
+  WeightsLoadOptions load;
+  load.kernel_state_optional = true;
+  LoadWeights(a.weights, *model, load);
+  model->eval();
+  const auto ids_BL = InputIds(a, config.vocab_size);
+  std::cout << fmt::format("{}: FAVOR estimators of exp(x.y) on each layer's x = sqrt(s) q, y = sqrt(s) k; batch {}x{}; "
+                           "parameters from the layer's batch (pooled over heads); {} causal pairs, {} draws, iid omega\n",
+                           a.weights, ids_BL.size(0), ids_BL.size(1), a.synthetic.pairs, a.draws);
+  std::cout << fmt::format("{:>5} {:>14} {:>5} {:>11} {:>11} {:>11}\n", "layer", "estimator", "m", "rel.err", "rel.var",
+                           "exact var");
+  std::vector<Json> lines;
+  const int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads;
+  model->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
+    const auto [q_BHLD, k_BHLD] = in.attention.QueriesKeys(in.h_BLE, in.rope);
+    const auto k_rep = k_BHLD.size(1) == heads ? k_BHLD : k_BHLD.repeat_interleave(heads / kv_heads, /*dim=*/1);
+    const auto stats = CompareFavorEstimatorsOnLayer(q_BHLD, k_rep, in.attention.call().scale, a.num_features,
+                                                     a.synthetic.pairs, a.draws, a.seed + 7919 * in.layer);
+    for (const auto& s : stats) {
+      std::cout << fmt::format("{:>5} {:>14} {:>5} {:>11.4g} {:>11.4g} {:>11.4g}\n", in.layer, s.estimator, s.num_features,
+                               s.relative_error, s.relative_variance, s.closed_form_variance);
+      lines.push_back({{"layer", in.layer}, {"estimator", s.estimator}, {"num_features", s.num_features},
+                       {"relative_error", s.relative_error}, {"relative_variance", s.relative_variance},
+                       {"variance", s.variance}, {"closed_form_variance", s.closed_form_variance}});
+    }
+  });
+  WriteJson(a.json, lines);
+}
+
 }  // namespace
 
 void AddKernelCheckCommand(CLI::App& app) {
@@ -291,7 +326,8 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
       ->capture_default_str();
   cmd->add_flag("--estimators", args.estimators,
-                "(a) performer vs importance-sampled performer vs darkformer on synthetic q, k ~ N(0, Lambda)");
+                "(a) performer vs importance-sampled performer vs darkformer vs the FAVOR kernels on synthetic q, k ~ "
+                "N(0, Lambda); with --weights the FAVOR kernels on that checkpoint's own queries and keys");
   cmd->add_option("--dim", args.synthetic.dim, "(a) dimension d")->capture_default_str();
   cmd->add_option("--lambda-max", args.synthetic.lambda_max, "(a) largest eigenvalue of Lambda (< 1/2)")->capture_default_str();
   cmd->add_option("--lambda-ratio", args.synthetic.lambda_ratio, "(a) lambda_max / lambda_min (1 = isotropic)")
@@ -319,7 +355,7 @@ void AddKernelCheckCommand(CLI::App& app) {
       options.json = args.json;
       return RunKernelBench(options);
     }
-    if (args.estimators) return Estimators(args);
+    if (args.estimators) return args.weights.empty() ? Estimators(args) : FavorEstimators(args);
     if (!args.weights.empty()) return ModelDiagnostics(args);
     Check(args);
   });

@@ -14,6 +14,7 @@
 #include "attention/performer_kernel.h"
 #include "attention/positive_features.h"
 #include "attention/saderf_kernel.h"
+#include "attention/derf_test_state.h"
 #include "attention/finite_difference.h"
 
 namespace darkformer {
@@ -31,7 +32,7 @@ AttentionKernel Make(const std::string& name, const std::string& yaml, const Ker
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
-const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay", "flexformer", "random", "constant"};
+const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay", "flexformer", "random", "constant"};
 const char* kSmallOptions = "{num_features: 16, chunk_size: 4}";
 
 std::string OptionsFor(const std::string& name) {
@@ -40,9 +41,10 @@ std::string OptionsFor(const std::string& name) {
 }
 
 // Moves a kernel's data-dependent state away from the identity it starts at (darkformer's M,
-// saderf's psi and A) so that tests see the kernel itself, not Performer.
+// saderf's psi and A, aderf's and sderf's A and P) so that tests see the kernel itself, not Performer.
 void Perturb(AttentionKernelImpl& kernel, double scale) {
   torch::NoGradGuard no_grad;
+  PerturbDerf(kernel, scale);
   if (auto dark = dynamic_cast<DarkformerKernelImpl*>(&kernel)) dark->M.add_(scale * torch::randn_like(dark->M));
   if (auto saderf = dynamic_cast<SaderfKernelImpl*>(&kernel)) {
     for (auto& b : saderf->named_buffers()) {
@@ -84,7 +86,7 @@ TEST(FeatureKernelsTest, KernelForwardMatchesUnstabilisedFormula) {
              v = torch::randn({2, heads, length, d});
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
+  for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
     for (bool causal : {true, false}) {
       call.causal = causal;
       auto kernel = std::dynamic_pointer_cast<LogFeatureKernel>(Make(name, OptionsFor(name), Shape(heads, d)).ptr());
@@ -121,11 +123,11 @@ TEST(FeatureKernelsTest, GradientsMatchFiniteDifferencesInFloat64) {
   const std::string options = "{num_features: 6, chunk_size: 3, projection: iid}";
   for (bool causal : {true, false}) {
     call.causal = causal;
-    for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
+    for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
       auto kernel = Make(name, name == "gerf" ? "{num_features: 6, chunk_size: 3, projection: iid, a: -0.2}" : options,
                          Shape(heads, d));
       kernel->to(torch::kFloat64);
-      if (name == "saderf") Perturb(*kernel, 0.3);
+      if (name == "saderf" || name == "aderf" || name == "sderf") Perturb(*kernel, 0.3);
       std::vector<torch::Tensor> inputs = {q, k, v};
       std::string extra;
       if (name == "darkformer") {
@@ -158,7 +160,7 @@ TEST(FeatureKernelsTest, FiniteOutputsAndGradientsAtLargeNorms) {
       const auto dir = [&] { auto x = torch::randn({1, heads, length, d}); return x / x.norm(2, -1, true) * norm; };
       auto q = dir().to(dtype).requires_grad_(), k = dir().to(dtype).requires_grad_(),
            v = torch::randn({1, heads, length, d}).to(dtype).requires_grad_();
-      for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
+      for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
         auto kernel = Make(name, "{num_features: 32, chunk_size: 16}", Shape(heads, d));
         Perturb(*kernel, 0.3);
         q.mutable_grad() = torch::Tensor();
@@ -266,6 +268,9 @@ TEST(FeatureKernelsTest, OptionErrorsNameTheKey) {
       {"lfk", "{redraw: every_step}"},      {"random", "{sed: 1}"},
       {"darkformer", "{num_features: -1}"}, {"gerf", "{a: 0.2}"},
       {"gerf", "{a: best}"},                {"saderf", "{psi: 1}"},
+      {"aderf", "{ridge: 0}"},              {"aderf", "{ridge: -1}"},
+      {"aderf", "{ridge: .nan}"},           {"aderf", "{a: -0.1}"},
+      {"sderf", "{ridge: 0.001}"},          {"sderf", "{psi: 1}"},
   };
   for (const auto& [name, yaml] : cases) {
     const auto text = message([&] { Make(name, yaml, Shape(1, 8)); });

@@ -13,6 +13,7 @@
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
 #include "attention/saderf_kernel.h"
+#include "attention/derf_test_state.h"
 #include "attention/slay_kernel.h"
 #include "attention/trig_kernel.h"
 #include "util/error.h"
@@ -33,6 +34,8 @@ const std::vector<MapCase> kMaps = {
     {"lfk", "{num_features: 16}"},
     {"gerf", "{num_features: 16, a: -0.2}"},
     {"saderf", "{num_features: 16, a: -0.1}"},
+    {"aderf", "{num_features: 16}"},
+    {"sderf", "{num_features: 16}"},
     {"trig", "{num_features: 16}"},
     {"slay", "{num_features: 4}"},
     {"slay", "{num_features: 4, sketch_dim: 0}"},
@@ -54,6 +57,7 @@ std::shared_ptr<FeatureKernelBase> Make(const MapCase& c, int64_t heads, int64_t
 // targets and estimates see them.
 void Perturb(FeatureKernelBase& kernel) {
   torch::NoGradGuard no_grad;
+  PerturbDerf(kernel, 0.3, 17);
   auto generator = at::make_generator<at::CPUGeneratorImpl>(17);
   if (auto dark = dynamic_cast<DarkformerKernelImpl*>(&kernel)) {
     dark->M.add_(0.3 * at::normal(0.0, 1.0, dark->M.sizes(), generator, torch::kFloat32));
@@ -161,7 +165,7 @@ TEST(FeatureMapTest, SignedMapsRefuseOpAndLogFormMapsTakeIt) {
       }
     }
   }
-  for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
+  for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
     EXPECT_EQ(Make({name, "{num_features: 4}"}, 1, 4)->options().op, CausalOp::kAuto) << name;
     EXPECT_EQ(Make({name, "{num_features: 4, fused: false}"}, 1, 4)->options().op, CausalOp::kNaive) << name;
     EXPECT_EQ(Make({name, "{num_features: 4, fused: true}"}, 1, 4)->options().op, CausalOp::kAuto) << name;

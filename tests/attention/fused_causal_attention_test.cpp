@@ -10,6 +10,7 @@
 
 #include <iostream>
 
+#include "attention/derf_test_state.h"
 #include "attention/darkformer_kernel.h"
 #include "attention/ops/fast_exp2.h"
 #include "attention/fused_causal_attention.h"
@@ -23,7 +24,7 @@ namespace {
 
 // darkformer-shared: one M for all heads; darkformer-rank2: M is 2 x d (a low-rank Sigma).
 const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "darkformer-shared", "darkformer-rank2",
-                                                  "lfk", "gerf", "saderf"};
+                                                  "lfk", "gerf", "saderf", "aderf", "sderf"};
 
 AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64_t m, int64_t chunk, const std::string& op) {
   KernelShape shape;
@@ -51,6 +52,7 @@ AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64
     buffers["psi"].copy_((0.3 * torch::randn_like(buffers["psi"])).exp());
     buffers["a"].fill_(-0.15);
   }
+  PerturbDerf(*kernel, 0.3, 12);  // aderf, sderf: a random valid dense state
   return kernel;
 }
 

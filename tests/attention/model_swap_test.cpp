@@ -157,7 +157,7 @@ TEST(AttentionConfigTest, UnknownKernelListsValidOnes) {
   } catch (const Error& e) {
     const std::string text = e.what();
     std::cout << "[errors] " << text << "\n";
-    for (const std::string name : {"constant", "darkformer", "exact", "flexformer", "gerf", "lfk", "performer", "random", "saderf", "slay", "trig"})
+    for (const std::string name : {"aderf", "constant", "darkformer", "exact", "flexformer", "gerf", "lfk", "performer", "random", "saderf", "sderf", "slay", "trig"})
       EXPECT_NE(text.find(name), std::string::npos) << text;
   }
 }

@@ -59,7 +59,7 @@ TEST(ReferenceConfigTest, OverridesAndErrorsNameTheKeyPath) {
   };
   EXPECT_NE(error({"train.lrr=1"}).find("'train.lrr'"), std::string::npos);
   EXPECT_NE(error({"train.lr=fast"}).find("'train.lr' must be a number"), std::string::npos);
-  EXPECT_NE(error({"attention.kernel=softmax"}).find("valid kernels: constant, darkformer, exact, flexformer, gerf, lfk, performer, random, saderf, slay, trig"),
+  EXPECT_NE(error({"attention.kernel=softmax"}).find("valid kernels: aderf, constant, darkformer, exact, flexformer, gerf, lfk, performer, random, saderf, sderf, slay, trig"),
             std::string::npos);
   EXPECT_NE(error({"data.packing=zip"}).find("data.packing"), std::string::npos);
 }

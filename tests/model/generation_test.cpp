@@ -43,10 +43,17 @@ TEST_P(DecodeEqualsForwardTest, PrefillThenStepsGiveTheFullForwardLogits) {
   const auto ids_1L = input_ids.narrow(0, 0, 1);
   const int64_t length = ids_1L.size(1), prompt = 10;
   torch::NoGradGuard no_grad;
-  for (const std::string kernel : {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "constant"}) {
+  for (const std::string kernel : {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "constant"}) {
     AttentionConfig attention;
     attention.kernel = kernel;
     model->SetAttention(attention);
+    // Data-aware kernels (saderf, aderf, sderf) get their calibrated state, as a trainer gives it.
+    model->ForEachAttentionInput(ids_1L, [&](const GemmaModelImpl::AttentionInput& in) {
+      auto layer_kernel = in.attention.kernel();
+      if (!layer_kernel->wants_calibration()) return;
+      const auto [q_BHLD, k_BHLD] = in.attention.QueriesKeys(in.h_BLE, in.rope);
+      layer_kernel->Calibrate(q_BHLD, k_BHLD, in.attention.call().scale);
+    });
     const auto full_LV = model->forward(ids_1L)[0];
     auto cache = model->NewDecodeCache(length, torch::kCPU);
     std::vector<torch::Tensor> rows = {model->ForwardDecode(ids_1L.narrow(1, 0, prompt), cache)[0]};

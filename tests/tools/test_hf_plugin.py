@@ -37,6 +37,8 @@ CASES = [
     ("gemma", "lfk", {"kernel": "lfk", "lfk": {"num_features": 32}}),
     ("gemma", "gerf", {"kernel": "gerf", "gerf": {"num_features": 32, "a": "optimal"}}),
     ("gemma", "saderf", {"kernel": "saderf", "saderf": {"num_features": 32}}),
+    ("gemma", "aderf", {"kernel": "aderf", "aderf": {"num_features": 32}}),
+    ("gemma", "sderf", {"kernel": "sderf", "sderf": {"num_features": 32}}),
     ("gemma", "trig", {"kernel": "trig", "trig": {"num_features": 32}}),
     ("gemma", "slay", {"kernel": "slay"}),
     ("gemma", "slay-exact-poly", {"kernel": "slay", "slay": {"sketch_dim": 0, "num_features": 8}}),

@@ -80,8 +80,8 @@ class Bf16TracksFp32Test : public ::testing::TestWithParam<KernelCase> {};
 
 // Kernels with a chunked causal path get chunk_size 8: the 32-token sequences span 4 chunks.
 std::vector<std::string> KernelOverrides(const std::string& kernel) {
-  static const std::set<std::string> chunked = {"performer", "darkformer", "lfk",  "gerf",
-                                                "saderf",    "trig",       "slay", "flexformer"};
+  static const std::set<std::string> chunked = {"performer", "darkformer", "lfk",  "gerf",      "saderf",
+                                                "aderf",     "sderf",      "trig", "slay", "flexformer"};
   if (!chunked.count(kernel)) return {};
   return {"attention." + kernel + ".chunk_size=8", "attention." + kernel + ".num_features=32"};
 }
@@ -136,7 +136,7 @@ TEST_P(Bf16TracksFp32Test, TwentyStepsWithinBf16Tolerance) {
 std::vector<KernelCase> Cases() {
   std::vector<KernelCase> cases;
   for (const std::string k : {"exact", "trig", "slay", "flexformer", "random", "constant"}) cases.push_back({k, ""});
-  for (const std::string k : {"performer", "darkformer", "lfk", "gerf", "saderf"}) {
+  for (const std::string k : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
     for (const std::string op : {"auto", "chunk_loop", "chunk_parallel"}) cases.push_back({k, op});
   }
   return cases;

@@ -10,7 +10,7 @@ import math
 
 import torch
 
-POSITIVE = ("performer", "darkformer", "lfk", "gerf", "saderf")
+POSITIVE = ("performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf")
 SIGNED = ("trig", "slay", "flexformer")
 
 
@@ -29,6 +29,16 @@ def gerf_log_features(x, w, a):
     return (x @ w.t()) * one_minus_4a.sqrt() + per_feature - 0.5 * x.pow(2).sum(-1, keepdim=True)
 
 
+def derf_log_features(x, w, a, p):
+    """DerfLogFeatures (002 sec. 4, A diagonal): z = P x, then per coordinate l
+    log(1-4a_l)/4 + a_l w_l^2 + sqrt(1-4a_l) w_l z_l, summed, - |z|^2/2 - log(m)/2."""
+    m = w.shape[0]
+    one_minus_4a = 1 - 4 * a
+    z = x @ p.t()
+    per_feature = 0.25 * one_minus_4a.log().sum() + w.pow(2) @ a - 0.5 * math.log(m)
+    return (z * one_minus_4a.sqrt()) @ w.t() + per_feature - 0.5 * z.pow(2).sum(-1, keepdim=True)
+
+
 def log_features(name, state, x, is_query):
     if name == "performer":
         return log_positive_features(x, state["projection"])
@@ -42,6 +52,9 @@ def log_features(name, state, x, is_query):
     if name == "saderf":
         psi = state["psi"]
         return gerf_log_features(x * psi if is_query else x / psi, state["projection"], state["a"])
+    if name in ("aderf", "sderf"):
+        p = state["p_query"] if is_query else state["p_key"]
+        return derf_log_features(x, state["projection"], state["a"], p)
     raise ValueError(f"'{name}' is not a positive-feature kernel")
 
 

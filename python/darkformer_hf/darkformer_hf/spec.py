@@ -6,8 +6,8 @@ kernels (src/attention/*_kernel.cpp); option defaults are theirs (feature_kernel
 
 BLOCK_KEY = "darkformer"
 BLOCK_VERSION = 1
-KERNELS = ("exact", "performer", "darkformer", "lfk", "gerf", "saderf", "trig", "slay", "flexformer",
-           "random", "constant")
+KERNELS = ("exact", "performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay",
+           "flexformer", "random", "constant")
 DRAW = ("projection", "draw_seed", "draw_count")  # FeatureKernelBase::RegisterDraw
 
 
@@ -57,6 +57,8 @@ def expected_shapes(name, options, heads, head_dim):
         shapes["a"] = (1,)
         if name == "saderf":
             shapes["psi"] = (d,)
+    elif name in ("aderf", "sderf"):
+        shapes.update({"a": (d,), "p_query": (d, d), "p_key": (d, d)})
     elif name == "slay":
         p = int(options.get("sketch_dim", 16))
         if p > 0:

@@ -1,0 +1,45 @@
+// ADERF and SDERF attention (see derf_kernel.h).
+#include "attention/derf_kernel.h"
+
+#include <cmath>
+
+#include "attention/derf_parameters.h"
+
+namespace darkformer {
+
+DerfKernelImpl::DerfKernelImpl(const KernelShape& shape, const ConfigReader& options, Variant variant)
+    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)),
+      variant_(variant) {
+  if (variant_ == Variant::kAsymmetric) {
+    ridge_ = options.Get<double>("ridge", ridge_);
+    DF_CHECK(std::isfinite(ridge_) && ridge_ > 0 && ridge_ <= 1,
+             "config key '" << options.KeyPath("ridge") << "' must be in (0, 1] (a fraction of the mean eigenvalue "
+                            << "added to the calibration second moments), got " << ridge_);
+  }
+  options.RejectUnknown();
+  const int64_t d = shape.head_dim;
+  RegisterDraw(d);
+  a_ = register_buffer("a", torch::zeros({d}, torch::kFloat32));
+  p_query_ = register_buffer("p_query", torch::eye(d, torch::kFloat32));
+  p_key_ = register_buffer("p_key", torch::eye(d, torch::kFloat32));
+}
+
+torch::Tensor DerfKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
+                                              bool is_query) const {
+  return DerfLogFeatures(x_BNLD, params.at(0), params.at(1), is_query ? params.at(2) : params.at(3));
+}
+
+void DerfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) {
+  torch::NoGradGuard no_grad;
+  const double root = std::sqrt(scale);
+  const int64_t d = q_BHLD.size(-1);
+  const auto stats = DerfStatistics::Of(q_BHLD.reshape({-1, d}).to(torch::kFloat64) * root,
+                                        k_BHLD.reshape({-1, d}).to(torch::kFloat64) * root,
+                                        kernel_name() + " calibration (layer " + std::to_string(shape_.layer_index) + ")");
+  const auto p = variant_ == Variant::kAsymmetric ? AderfParameters(stats, ridge_) : SderfParameters(stats);
+  a_.copy_(p.a_D);
+  p_query_.copy_(p.p_query_DD);
+  p_key_.copy_(p.p_key_DD);
+}
+
+}  // namespace darkformer
