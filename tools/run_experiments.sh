@@ -13,8 +13,8 @@
 #        and the seven learning rates with five seeds for the fig. 5 spread (mqar_lr_stability.yaml).
 #   cpu-c4, cpu-c4-qkv: C4 where attention matters: 512 tokens, a longer exact pretrain
 #        (c4_long_pretrain.yaml, run by whichever part comes first), then 1,000-step finetunes of
-#        exact, constant, performer, darkformer and lfk, three seeds, full (cpu-c4) or q/k/v-only
-#        (cpu-c4-qkv). They need C4: C4_GLOB must match json.gz files (docs/data.md).
+#        exact, constant, performer, darkformer and lfk, three seeds, full (cpu-c4, also saderf and
+#        sderf) or q/k/v-only (cpu-c4-qkv). They need C4: C4_GLOB must match json.gz files (docs/data.md).
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
