@@ -2,7 +2,7 @@
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
 # performer and darkformer) and the plots.
-# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv
+# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
 #   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
 #        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
@@ -15,17 +15,19 @@
 #        (c4_long_pretrain.yaml, run by whichever part comes first), then 1,000-step finetunes of
 #        exact, constant, performer, darkformer and lfk, three seeds, full (cpu-c4, also saderf and
 #        sderf) or q/k/v-only (cpu-c4-qkv). They need C4: C4_GLOB must match json.gz files (docs/data.md).
+#   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
+#        learning rates, three seeds, 400 steps each from the same pretrain; needs C4 as well.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv}"
+SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr}"
 case "$SIZE" in
   micro|cpu|gpu) PART="$SIZE" ;;
-  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv) PART="$SIZE"; SIZE=cpu ;;
-  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4 or cpu-c4-qkv, got '$SIZE'" >&2; exit 2 ;;
+  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr) PART="$SIZE"; SIZE=cpu ;;
+  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv or cpu-c4-lr, got '$SIZE'" >&2; exit 2 ;;
 esac
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
@@ -59,6 +61,21 @@ if [[ "$PART" == cpu-kernels || "$PART" == cpu-seeds ]]; then  # MQAR only: no C
       --json "$RUNS/mqar_lr_stability/stability.json" | tee "$RUNS/mqar_lr_stability/stability.md"
   fi
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/{${names[*]// /,}}/aggregate.md"
+  exit $status
+fi
+
+if [[ "$PART" == cpu-c4-lr ]]; then  # finding 4 on C4 (issue 38): C4 itself, no stand-in
+  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
+  SHARDS=data/c4/shards
+  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
+  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
+  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  sweep c4_long_lr_stability --set "fixed.data.shards_dir=$SHARDS"
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/c4_long_lr_stability" --md "$RUNS/c4_long_lr_stability/aggregate.md" \
+    --json "$RUNS/c4_long_lr_stability/aggregate.json"
+  "$PYTHON" tools/lr_stability.py --sweep "$RUNS/c4_long_lr_stability" --pair "darkformer m=64 identity" "performer m=64" \
+    --json "$RUNS/c4_long_lr_stability/stability.json" | tee "$RUNS/c4_long_lr_stability/stability.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/c4_long_lr_stability/{aggregate,stability}.md"
   exit $status
 fi
 

@@ -1,4 +1,6 @@
-// Linear attention with positive features (001: D^-1 (phi(Q) (phi(K)^T V)); 000 eq. 2):
+// Linear attention from features given as values (001: D^-1 (phi(Q) (phi(K)^T V)); 000 eq. 2): the
+// signed kernels' path (trig, slay, flexformer). Positive kernels pass log-features to
+// ops/per_feature_attention.h instead, whose normaliser cannot underflow.
 // out_i = sum_j a_ij v_j / sum_j a_ij with a_ij = q_i.k_j * exp(b_j), j <= i when causal.
 // The causal path is chunked: an explicit masked product inside each chunk plus a running state
 // of sum_j exp(b_j - R) k_j v_j^T and sum_j exp(b_j - R) k_j across chunks, so time is

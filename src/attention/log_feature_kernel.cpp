@@ -3,7 +3,7 @@
 
 #include <cmath>
 
-#include "attention/causal_linear_attention.h"
+#include "attention/ops/per_feature_attention.h"
 #include "attention/positive_features.h"
 #include "util/mixed_precision.h"
 
@@ -40,13 +40,15 @@ torch::Tensor LogFeatureKernel::forward(const torch::Tensor& q_BHLD, const torch
   }
   // The naive composite path (the reference the fused operator is tested against).
   const int64_t heads = q_BHLD.size(1);
-  const auto y_BHLD = RepeatKvHeads(k_BKLD, heads).to(dtype) * root_scale;
-  const auto v_BHLD = RepeatKvHeads(v_BKLD, heads);
-  const auto query_BHLM = StabilisedQueryFeatures(LogFeatures(x_BHLD, /*is_query=*/true));
-  const auto key = StabilisedKeyFeatures(LogFeatures(y_BHLD, /*is_query=*/false));
-  const auto out_BHLD = LinearAttention(query_BHLM, key.features_BHLM, key.log_scale_BHL, v_BHLD, call.causal,
-                                        options_.chunk_size);
-  return out_BHLD.to(v_BHLD.scalar_type());
+  // Converted before the repeat: the gradients of a KV head's copies then add up in fp32, not bf16.
+  const auto y_BHLD = RepeatKvHeads(k_BKLD.to(dtype), heads) * root_scale;
+  const auto v_BHLD = RepeatKvHeads(v_BKLD.to(dtype), heads);
+  // Log-features in, the per-feature stabiliser inside (per_feature_attention.h): the normaliser
+  // is at least 1 at any scale.
+  const auto out_BHLD = PerFeatureLinearAttention(LogFeatures(x_BHLD, /*is_query=*/true),
+                                                  LogFeatures(y_BHLD, /*is_query=*/false), v_BHLD,
+                                                  call.causal, options_.chunk_size);
+  return out_BHLD.to(v_BKLD.scalar_type());
 }
 
 torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& form, const torch::Tensor& q_BHLD,
@@ -85,7 +87,7 @@ namespace {
 
 struct RecurrentState : DecodeState {
   LinearAttentionState sums;
-  int64_t Bytes() const override { return NbytesOrZero(sums.state_BKFMV) + NbytesOrZero(sums.ref_BKF); }
+  int64_t Bytes() const override { return NbytesOrZero(sums.state_BKFMV) + NbytesOrZero(sums.ref_BKFM); }
 };
 
 }  // namespace

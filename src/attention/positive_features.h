@@ -3,18 +3,13 @@
 //
 // Shape legend: B batch, H heads, L positions, D input dim, M random features.
 //
-// Stabiliser (why it is causal-safe). Attention with features normalises per query:
-//   out_i = sum_j phi(x_i).phi(y_j) v_j / sum_j phi(x_i).phi(y_j).
-// * Queries: any per-query factor cancels in that ratio, so each query row is shifted by its own
-//   max over features, c_i = max_m log phi(x_i)_m (depends on x_i only).
-// * Keys: a per-key factor does NOT cancel (it reweights keys), and the public Performer code's
-//   max over all keys of the sequence lets a later key change earlier outputs numerically (a huge
-//   later key underflows every earlier one). We instead split each key exactly as
-//   phi(y_j) = exp(b_j) psi_j with b_j = max_m log phi(y_j)_m (depends on y_j only), psi_j in (0, 1],
-//   and carry exp(b_j) as a per-key log-weight; causal_linear_attention.h combines keys against
-//   the running (prefix) max of b, so nothing at position t depends on keys after t, and the result
-//   is exact, not an approximation. Shifts are detached: the output is invariant to them, so the
-//   gradient is unchanged.
+// Stabilisers. The positive kernels' attention is computed from log phi (log_feature_kernel.h):
+// the per-feature stabiliser of ops/per_feature_attention.h (normaliser >= 1 at any scale), or
+// the fast operator forms' scalar one, guarded by ops/normaliser_check.h. The split below
+// (queries shifted by their own row max, which cancels; keys split as phi(y_j) = exp(b_j) psi_j
+// with b_j = max_m log phi(y_j)_m carried as a log-weight against its causal prefix max) is that
+// scalar stabiliser in composite form, for tests of LinearAttention. Shifts are detached: the
+// output is invariant to them, so the gradient is unchanged.
 #pragma once
 
 #include <torch/torch.h>

@@ -7,12 +7,15 @@
 
 #include <torch/torch.h>
 
+#include <cmath>
+
 #include "attention/derf_kernel.h"
 
 namespace darkformer {
 
-// Returns whether `kernel` is a DERF kernel (and was perturbed); `scale` spreads log P's eigenvalues.
-inline bool PerturbDerf(AttentionKernelImpl& kernel, double scale, uint64_t seed = 13) {
+// Returns whether `kernel` is a DERF kernel (and was perturbed); `scale` spreads log P's eigenvalues
+// at random, or, with `condition` > 0, evenly so that aderf's P has that condition number.
+inline bool PerturbDerf(AttentionKernelImpl& kernel, double scale, uint64_t seed = 13, double condition = 0.0) {
   auto* derf = dynamic_cast<DerfKernelImpl*>(&kernel);
   if (!derf) return false;
   torch::NoGradGuard no_grad;
@@ -25,7 +28,8 @@ inline bool PerturbDerf(AttentionKernelImpl& kernel, double scale, uint64_t seed
     buffers["p_query"].copy_(rotation);
     buffers["p_key"].copy_(rotation);
   } else {
-    const auto log_scales = scale * torch::randn({d}, g, torch::kFloat64);
+    const auto log_scales = condition > 0 ? torch::linspace(-0.5, 0.5, d, torch::kFloat64) * std::log(condition)
+                                          : scale * torch::randn({d}, g, torch::kFloat64);
     buffers["a"].fill_(torch::rand({1}, g, torch::kFloat64).item<double>() * 0.3 - 0.25);
     buffers["p_query"].copy_(torch::matmul(rotation * log_scales.exp(), rotation.t()));
     buffers["p_key"].copy_(torch::matmul(rotation * (-log_scales).exp(), rotation.t()));

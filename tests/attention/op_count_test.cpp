@@ -1,6 +1,7 @@
 // Ops dispatched per attention-layer call (util/op_count.h, the CPU's proxy for GPU launches):
 // the counter itself on known code, and the chunk-parallel form's counts, forward and backward,
-// the same at two lengths (the chunk loop's grow with the number of chunks).
+// the same at two lengths (the chunk loop's grow with the number of chunks), and within issue 38's
+// budget of 50 forward and 120 backward for performer and darkformer.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -64,6 +65,11 @@ TEST(OpCountTest, ChunkParallelDispatchesTheSameOpsAtEveryLength) {
                 << a.backward << " backward; L=" << long_l << ": " << b.forward << ", " << b.backward << "\n";
       EXPECT_EQ(a.forward, b.forward) << kernel << " L=" << short_l;
       EXPECT_EQ(a.backward, b.backward) << kernel << " L=" << short_l;
+      if (kernel != "gerf") {
+        // Issue 38's budget: the normaliser guard (one reduction) stays within 50 / 120 per layer.
+        EXPECT_LE(a.forward, 50) << kernel;
+        EXPECT_LE(a.backward, 120) << kernel;
+      }
     }
   }
   // The counter sees the chunk loop's launches grow with L / C.

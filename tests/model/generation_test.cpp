@@ -68,13 +68,18 @@ TEST_P(DecodeEqualsForwardTest, PrefillThenStepsGiveTheFullForwardLogits) {
     const auto decoded_LV = torch::cat(rows, 0);
     const double error = RelativeError(decoded_LV, full_LV);
     std::cout << "[" << name << " " << kernel << "] decode vs forward: max |diff| / max |logit| = " << error << "\n";
-    EXPECT_LE(error, 1e-5) << name << " " << kernel;
+    // Positive kernels: the forward runs the fast forms' scalar stabiliser and the steps the
+    // per-feature one (docs/kernels.md, "The normaliser at any scale"); each is exact to fp32's
+    // rounding of the log-feature arguments, which calibrated DERF features make the largest
+    // (1.05e-5 for gemma2 saderf). The fp64 pass below shows the two are the same arithmetic.
+    EXPECT_LE(error, kernel == "exact" || kernel == "constant" ? 1e-5 : 2e-5) << name << " " << kernel;
     EXPECT_EQ(cache.tokens, length);
   }
   // trig's and slay's features are signed: the sums have terms of both signs, so fp32 rounding of
   // the chunked and the step-by-step sums differs by up to ~1e-2 after cancellation on these random
-  // weights. The two orders are the same arithmetic, which fp64 shows.
-  for (const std::string kernel : {"trig", "slay", "flexformer"}) {
+  // weights. The two orders are the same arithmetic, which fp64 shows; so are the positive
+  // kernels' two stabilisers (performer, saderf and aderf here, uncalibrated).
+  for (const std::string kernel : {"trig", "slay", "flexformer", "performer", "saderf", "aderf"}) {
     AttentionConfig attention;
     attention.kernel = kernel;
     model->SetAttention(attention);

@@ -3,6 +3,8 @@
 // stays near chance. Also: loss and accuracy count only the answer positions.
 #include <gtest/gtest.h>
 
+#include <functional>
+
 #include "data/batch_source.h"
 #include "data/data_test_util.h"
 #include "train/trainer.h"
@@ -10,7 +12,8 @@
 namespace darkformer {
 namespace {
 
-RunConfig MqarRun(const std::string& dir, const std::string& kernel, int64_t steps) {
+RunConfig MqarRun(const std::string& dir, const std::string& kernel, int64_t steps,
+                  const std::function<void(YAML::Node&)>& edit = {}) {
   auto root = YAML::Load(R"(
 model: {family: gemma, vocab_size: 64, hidden_size: 64, intermediate_size: 128, num_hidden_layers: 2,
         num_attention_heads: 2, num_key_value_heads: 2, head_dim: 32, max_position_embeddings: 64}
@@ -27,6 +30,7 @@ log: {every: 0}
   root["attention"]["kernel"] = kernel;
   root["train"]["steps"] = steps;
   root["log"]["dir"] = dir;
+  if (edit) edit(root);
   return RunConfig::FromNode(root, "mqar test config");
 }
 
@@ -55,6 +59,25 @@ TEST(MqarTrainingTest, EvaluationCountsOnlyAnswerPositions) {
   auto val = OpenBatchSource(config.data, "val");
   const auto r = trainer.EvaluateFrom(*val, 2);
   EXPECT_EQ(r.tokens, 2 * 32 * 4);  // batches x rows x answers per row
+}
+
+// Issue 38: sharp attention at a large learning rate. M = 12 I makes |x| ~ 12 |q| / d^(1/4), where
+// queries' and keys' large features disagree and the scalar stabiliser's normaliser underflowed:
+// the loss stayed finite while the backward returned non-finite gradients, and the trainer
+// skipped those updates. With the per-feature stabiliser every step's gradient is finite.
+TEST(MqarTrainingTest, SharpDarkformerAttentionAtLargeLearningRateHasFiniteGradients) {
+  testing::TempDir dir;
+  const auto config = MqarRun(dir.File("run"), "darkformer", 20, [](YAML::Node& root) {
+    root["attention"]["darkformer"]["init"] = "scaled_identity";
+    root["attention"]["darkformer"]["init_scale"] = 12.0;
+    root["attention"]["darkformer"]["num_features"] = 32;
+    root["train"]["lr"] = 0.1;
+    root["train"]["warmup_steps"] = 0;
+    root["train"]["spikes"]["on_nonfinite"] = "skip";
+  });
+  Trainer trainer(config);
+  EXPECT_EQ(trainer.Run(), kExitOk);
+  EXPECT_EQ(trainer.state().skipped_updates, 0) << "steps with a finite loss and a non-finite gradient norm";
 }
 
 }  // namespace

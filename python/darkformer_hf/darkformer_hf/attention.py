@@ -6,8 +6,9 @@ are the last T positions). It returns (out BTHD, None). The layer's kernel is mo
 (loading.py). What each kernel computes is our binary's (src/attention):
 - exact: softmax, sdpa where the binary uses SDPA, fp32 soft-capped logits otherwise;
 - feature kernels: causal, ignoring softcap and the sliding window (as the binary does), features
-  in fp32, KV heads repeated to the query heads, stabilised as positive_features.h says, in the
-  masked quadratic form of one chunk of causal_linear_attention.cpp (the same sums);
+  in fp32, KV heads repeated to the query heads, in the masked quadratic form of one chunk: the
+  scalar stabiliser guarded as ops/normaliser_check.h, or the per-feature stabiliser of
+  ops/per_feature_attention.h (docs/kernels.md, "The normaliser at any scale");
 - random / constant: baseline_kernels.cpp.
 """
 
@@ -51,21 +52,56 @@ def _exact(module, query, key, value, attention_mask, scaling, sliding_window, s
     return out.transpose(1, 2).contiguous(), None
 
 
-def causal_linear_attention(qf, kf, b, v, signed_floor=0.0):
-    """out_i = sum_{j <= p_i} (qf_i.kf_j) exp(b_j - r_i) v_j / (the same without v), r_i the prefix
-    max of b up to p_i (causal-safe: nothing after p_i enters); the normaliser is floored at the
-    smallest normal (positive features) or, signed, at signed_floor in magnitude with its sign."""
+# The fast form's guard, as ops/normaliser_check.h: above it the scalar stabiliser is exact to
+# fp32 rounding; below it the call is recomputed with the per-feature stabiliser.
+FAST_FORM_MIN_NORMALISER = 2.0 ** -64
+
+
+def _masked_sums(qf, kf, b, v):
+    """num_i = sum_{j <= p_i} (qf_i.kf_j) exp(b_j - r_i) v_j and den_i (the same without v), r_i the
+    prefix max of b up to p_i (causal-safe: nothing after p_i enters)."""
     t, s = qf.shape[2], kf.shape[2]
     r = b.cummax(-1).values[..., s - t:]
     log_w = (b.unsqueeze(-2) - r.unsqueeze(-1)).masked_fill(
         _causal_allowed(t, s, qf.device).logical_not(), float("-inf"))
     a = (qf @ kf.transpose(-1, -2)) * log_w.exp()
-    num, den = a @ v, a.sum(-1)
-    if signed_floor > 0:
-        den = torch.where(den >= 0, den.clamp_min(signed_floor), den.clamp_max(-signed_floor))
-    else:
-        den = den.clamp_min(torch.finfo(den.dtype).tiny)
+    return a @ v, a.sum(-1)
+
+
+def causal_linear_attention(qf, kf, b, v, signed_floor):
+    """Signed features (trig, slay, flexformer): the normaliser may cross zero; its magnitude is
+    floored at signed_floor with its sign kept."""
+    num, den = _masked_sums(qf, kf, b, v)
+    den = torch.where(den >= 0, den.clamp_min(signed_floor), den.clamp_max(-signed_floor))
     return num / den.unsqueeze(-1)
+
+
+def per_feature_attention(lq, lk, v, block=16):
+    """Positive features from their logs with the per-feature stabiliser (docs/kernels.md, "The
+    normaliser at any scale"): R_i the running max of lk_ji over j <= p_t, s_t = max_i (lq_ti + R_i),
+    out_t = sum_{j <= p_t} sum_i exp(lq_ti + lk_ji - s_t) v_j / (the same without v). Every exponent
+    is <= 0 and the normaliser >= 1. Pairs are summed feature by feature, `block` queries at a time."""
+    t, s = lq.shape[2], lk.shape[2]
+    shift = (lq + lk.cummax(2).values[:, :, s - t:]).amax(-1, keepdim=True)
+    allowed = _causal_allowed(t, s, lq.device)
+    outs = []
+    for start in range(0, t, block):
+        rows = slice(start, min(t, start + block))
+        args = (lq[:, :, rows] - shift[:, :, rows]).unsqueeze(3) + lk.unsqueeze(2)
+        w = args.masked_fill(allowed[rows].logical_not().unsqueeze(-1), float("-inf")).exp().sum(-1)
+        outs.append((w @ v) / w.sum(-1, keepdim=True))
+    return torch.cat(outs, 2)
+
+
+def positive_attention(lq, lk, v):
+    """The scalar stabiliser's masked sums where their normaliser stays >= 2^-64, else the
+    per-feature form (as the binary's operator does)."""
+    qf = (lq - lq.amax(-1, keepdim=True)).exp()  # per-query shift: cancels
+    b = lk.amax(-1)                               # per-key log-weight: carried exactly
+    num, den = _masked_sums(qf, (lk - b.unsqueeze(-1)).exp(), b, v)
+    if bool(den.min() >= FAST_FORM_MIN_NORMALISER):
+        return num / den.unsqueeze(-1)
+    return per_feature_attention(lq, lk, v)
 
 
 def _feature_attention(kernel, query, key, value, scaling):
@@ -78,9 +114,7 @@ def _feature_attention(kernel, query, key, value, scaling):
     if name in features.POSITIVE:
         lq = features.log_features(name, state, q * root, is_query=True)
         lk = features.log_features(name, state, k * root, is_query=False)
-        qf = (lq - lq.amax(-1, keepdim=True)).exp()  # per-query shift: cancels
-        b = lk.amax(-1)                               # per-key log-weight: carried exactly
-        return causal_linear_attention(qf, (lk - b.unsqueeze(-1)).exp(), b, v)
+        return positive_attention(lq, lk, v)
     scale = 1.0 if name == "slay" else root  # slay is a kernel of directions: no scale
     qf, _ = features.signed_features(name, state, kernel.options, q * scale)
     kf, c = features.signed_features(name, state, kernel.options, k * scale)

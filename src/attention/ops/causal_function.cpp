@@ -10,6 +10,8 @@
 
 #include "attention/ops/chunk_parallel.h"
 #include "attention/ops/dtype_probe.h"
+#include "attention/ops/normaliser_check.h"
+#include "attention/ops/per_feature_attention.h"
 #include "attention/ops/raw_cpu.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/positive_features.h"
@@ -190,6 +192,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     const auto r_1RL = r_P1RL[0];
     RecordDtype(ProbeField::kInputs, x_1NLD);
     RecordDtype(ProbeField::kNormaliser, den_1NL);
+    causal_ops::RecordSmallestNormaliser(den_1NL);
     if (raw) {  // the raw kernel computes features and state in fp32 (float buffers) by construction
       RecordDtype(ProbeField::kFeatures, states_1RS);
       RecordDtype(ProbeField::kState, states_1RS);
@@ -298,9 +301,16 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   DF_CHECK(map.op != CausalOp::kNaive, "FusedCausalLinearAttention: op 'naive' is the kernel's composite path, not an operator form");
   ResetForwardDtypes();
   const bool parallel = map.op == CausalOp::kChunkParallel || (map.op == CausalOp::kAuto && !x_BHLD.is_cpu());
-  if (parallel) return ChunkParallelCausalAttention(x_BHLD.to(dtype), y_BKLD.to(dtype), v_BKLD.to(dtype), map, chunk_size);
-  return FusedCausalFunction::apply(x_BHLD.to(dtype), y_BKLD.to(dtype), v_BKLD.to(dtype), at::TensorList(map.params),
-                                    map, chunk_size);
+  const auto x = x_BHLD.to(dtype), y = y_BKLD.to(dtype), v = v_BKLD.to(dtype);
+  auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size)
+                      : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size);
+  if (causal_ops::LastSmallestNormaliser() >= causal_ops::kFastFormMinNormaliser) return out;
+  // The scalar stabiliser's normaliser underflowed somewhere (normaliser_check.h): the call runs
+  // again in the per-feature form, whose normaliser is at least 1. Its intra-chunk pairs cost
+  // C^2 m exponentials and memory per chunk, so its chunk is at most kFallbackChunk.
+  constexpr int64_t kFallbackChunk = 32;
+  out = torch::Tensor();  // the fast result and its graph go
+  return PerFeatureCausalAttention(x, y, v, map, std::min(chunk_size, kFallbackChunk));
 }
 
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {

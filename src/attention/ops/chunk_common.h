@@ -67,12 +67,6 @@ inline torch::Tensor WithOnes(const torch::Tensor& v_BKCD) {
   return torch::cat({v_BKCD, torch::ones_like(v_BKCD.narrow(-1, 0, 1))}, -1).unsqueeze(2);
 }
 
-inline torch::Tensor Tiny(const torch::Tensor& t) {
-  return torch::scalar_tensor(t.scalar_type() == torch::kFloat64 ? std::numeric_limits<double>::min()
-                                                                 : std::numeric_limits<float>::min(),
-                              t.options());
-}
-
 // Key-side quantities of one chunk: k_j = exp(lk_j - b_j) and b_j = max log phi(y_j).
 struct KeyChunk {
   torch::Tensor k_BKFCM, b_BKFC;

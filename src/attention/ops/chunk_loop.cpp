@@ -221,7 +221,8 @@ void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, con
       const auto factor_1R1C1 = torch::exp2(state.ref_X.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
       n_1RGCV.addcmul_(Grouped(torch::bmm(QueryRows(q_1RGCM), state.Rows()), l), factor_1R1C1);
     }
-    const auto den_1RGC = n_1RGCV.select(-1, l.value_dim).clamp_min(Tiny(n_1RGCV));
+    // No floor: an underflowed normaliser hands the call to the per-feature form (normaliser_check.h).
+    const auto den_1RGC = n_1RGCV.select(-1, l.value_dim);
     auto out_chunk = out_1KGLD.narrow(3, start, c);
     torch::div_out(out_chunk, n_1RGCV.narrow(-1, 0, l.value_dim), den_1RGC.unsqueeze(-1));
     den_1KGL.narrow(3, start, c).copy_(den_1RGC);

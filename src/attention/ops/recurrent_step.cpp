@@ -2,12 +2,28 @@
 #include "attention/ops/recurrent_step.h"
 
 #include "attention/ops/chunk_common.h"
-#include "attention/ops/state_fold.h"
 #include "util/mixed_precision.h"
 
 namespace darkformer {
 
 using namespace causal_ops;
+
+namespace {
+
+// Folds keys with log-features l_BKFCM and values [v, 1] vh_BK1CV into the state at the new
+// per-feature max (the old rows decay by exp(R_old - R_new) <= 1, the new keys' factors are <= 1).
+void FoldKeys(LinearAttentionState& state, const torch::Tensor& l_BKFCM, const torch::Tensor& vh_BK1CV) {
+  auto ref_BKFM = l_BKFCM.amax(-2);
+  if (state.ref_BKFM.defined()) ref_BKFM = torch::maximum(ref_BKFM, state.ref_BKFM);
+  const auto k_BKFCM = torch::exp(l_BKFCM - ref_BKFM.unsqueeze(-2));
+  const auto chunk_BKFMV = torch::matmul(k_BKFCM.transpose(-1, -2), vh_BK1CV);
+  state.state_BKFMV = state.state_BKFMV.defined()
+                          ? state.state_BKFMV * torch::exp(state.ref_BKFM - ref_BKFM).unsqueeze(-1) + chunk_BKFMV
+                          : chunk_BKFMV;
+  state.ref_BKFM = ref_BKFM;
+}
+
+}  // namespace
 
 LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
                                                  const FeatureMap& map, int64_t num_query_heads,
@@ -16,16 +32,14 @@ LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, co
   NoAutocastGuard no_autocast;
   const auto x_probe = y_BKLD.narrow(1, 0, 1).expand({y_BKLD.size(0), num_query_heads, y_BKLD.size(2), y_BKLD.size(3)});
   const auto l = MakeLayout(x_probe, y_BKLD, v_BKLD, map);
-  KeyState state;
+  LinearAttentionState state;
   for (int64_t start = 0; start < l.length; start += chunk_size) {
     const int64_t c = std::min(chunk_size, l.length - start);
-    const auto key = SplitKeys(KeyLogFeatures(map, map.params, y_BKLD.narrow(2, start, c), l));
-    auto r_BKFC = std::get<0>(key.b_BKFC.cummax(-1));
-    if (state.ref_X.defined()) r_BKFC = torch::maximum(r_BKFC, state.ref_X.unsqueeze(-1));
-    state.Fold(key.k_BKFCM, key.b_BKFC, WithOnes(v_BKLD.narrow(2, start, c).to(key.k_BKFCM.scalar_type())),
-               r_BKFC.select(-1, c - 1));
+    const auto l_BKFCM = KeyLogFeatures(map, map.params, y_BKLD.narrow(2, start, c), l);
+    FoldKeys(state, l_BKFCM, WithOnes(v_BKLD.narrow(2, start, c).to(l_BKFCM.scalar_type())));
   }
-  return {state.s_XMV, state.ref_X, l.length};
+  state.tokens = l.length;
+  return state;
 }
 
 torch::Tensor LinearAttentionStep(LinearAttentionState& state, const torch::Tensor& x_BH1D,
@@ -33,16 +47,14 @@ torch::Tensor LinearAttentionStep(LinearAttentionState& state, const torch::Tens
   NoAutocastGuard no_autocast;
   const auto l = MakeLayout(x_BH1D, y_BK1D, v_BK1D, map);
   DF_CHECK(l.length == 1, "LinearAttentionStep takes one token, got " << l.length);
-  const auto key = SplitKeys(KeyLogFeatures(map, map.params, y_BK1D, l));
-  // The new reference: the running max including this key (the state is rescaled down to it).
-  const auto b_BKF = key.b_BKFC.squeeze(-1);
-  const auto new_ref_BKF = state.ref_BKF.defined() ? torch::maximum(state.ref_BKF, b_BKF) : b_BKF;
-  KeyState keys(state.state_BKFMV, state.ref_BKF);
-  keys.Fold(key.k_BKFCM, key.b_BKFC, WithOnes(v_BK1D.to(key.k_BKFCM.scalar_type())), new_ref_BKF);
-  state = {keys.s_XMV, keys.ref_X, state.tokens + 1};
-  const auto q_BKG1M = ShiftedQueryFeatures(QueryLogFeatures(map, map.params, x_BH1D, l));
+  const auto l_BKF1M = KeyLogFeatures(map, map.params, y_BK1D, l);
+  FoldKeys(state, l_BKF1M, WithOnes(v_BK1D.to(l_BKF1M.scalar_type())));
+  state.tokens += 1;
+  // The query against every key so far, itself included: s = max_i (a_i + R_i).
+  const auto a_BKG1M = QueryLogFeatures(map, map.params, x_BH1D, l) + state.ref_BKFM.unsqueeze(-2);
+  const auto q_BKG1M = torch::exp(a_BKG1M - a_BKG1M.amax(-1, /*keepdim=*/true));
   const auto n_BKG1V = torch::matmul(q_BKG1M, state.state_BKFMV);
-  const auto den_BKG1 = n_BKG1V.select(-1, l.value_dim).clamp_min(Tiny(n_BKG1V));
+  const auto den_BKG1 = n_BKG1V.select(-1, l.value_dim);  // >= 1: no floor
   return (n_BKG1V.narrow(-1, 0, l.value_dim) / den_BKG1.unsqueeze(-1)).reshape({l.batch, l.heads, 1, l.value_dim});
 }
 

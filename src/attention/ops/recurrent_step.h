@@ -8,11 +8,14 @@
 
 namespace darkformer {
 
-// The recurrent form (one token at a time) for decoding: the running sums of exp(b_j - ref) psi_j
-// [v_j, 1]^T per KV head (or query head, F = G) and their reference ref = max_{j <= t} b_j.
+// The recurrent form (one token at a time) for decoding, with the per-feature stabiliser of
+// per_feature_attention.h: row i of the state is sum_{j <= t} exp(l_ji - R_i) [v_j, 1] per KV head
+// (or query head, F = G), R_i = max_{j <= t} l_ji its feature's own running max. A new key raises
+// R where it is larger and decays those rows by exp(R_old - R_new) <= 1; a query reads the state
+// with exp(a_i + R_i - s), s = max_i (a_i + R_i): every factor <= 1 and the normaliser >= 1.
 struct LinearAttentionState {
   torch::Tensor state_BKFMV;  // undefined before the first token
-  torch::Tensor ref_BKF;
+  torch::Tensor ref_BKFM;
   int64_t tokens = 0;
 };
 

@@ -1,0 +1,234 @@
+// Positive-feature attention at scales where the scalar stabiliser's normaliser underflows
+// (issue 38; ../docs/kernels.md, "The normaliser at any scale"): |x| = |y| up to 100, darkformer M
+// and ADERF P with condition number 10^3, and queries whose large features disagree with the
+// keys' (k_t = -q_{t-1}, or every key opposite every query). For every positive kernel and every
+// form (naive, raw CPU kernel via auto, chunk loop, chunk-parallel, prefill + recurrent steps), in
+// fp32 and with bf16 inputs: outputs and every gradient are finite and match an fp64 log-space
+// reference, out_t = sum_j softmax_j(logsumexp_i(a_ti + l_ji)) v_j, to
+//   relative 1e-4 (outputs) and 1e-3 (gradients) up to |x| = 30, and beyond that
+//   max(1e-4, 4 A 2^-24) and 10x that, A = max |log phi| of the case: fp32 rounds the exponent
+//   arguments to A 2^-24, which no stabiliser can undo (about |x|^2 2^-24 for Performer; see
+//   Tolerance() for ADERF's ill-conditioned P, and Reference for gradients that vanish in fp64).
+// bf16 inputs return bf16 outputs and input gradients: their tolerance is at least 2^-8.
+// Before the per-feature stabiliser (the scalar one with a floored normaliser) this test failed
+// in every fused form at |x| >= 50: outputs up to 80 % off, non-finite q/k gradients.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdlib>
+#include <iostream>
+
+#include "attention/derf_test_state.h"
+#include "attention/kernel_registry.h"
+#include "attention/log_feature_kernel.h"
+
+namespace darkformer {
+namespace {
+
+const std::vector<std::string> kPositiveKernels = {"performer", "darkformer", "lfk",  "gerf",
+                                                   "saderf",    "aderf",      "sderf"};
+const std::vector<std::string> kForms = {"naive", "auto", "chunk_loop", "chunk_parallel"};
+constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
+constexpr double kCondition = 1e3;
+
+AttentionKernel Make(const std::string& name, const std::string& op) {
+  KernelShape shape;
+  shape.num_heads = kHeads;
+  shape.head_dim = kDim;
+  const std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk) +
+                           ", op: " + op + (name == "gerf" ? ", a: -0.2" : "") + "}";
+  auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
+  torch::NoGradGuard no_grad;
+  if (name == "darkformer") {
+    // Per head M = U diag(sigma) V^T, sigma from 1 down to 10^-3: condition 10^3, |M x| <= |x|.
+    auto m_param = kernel->named_parameters()["M"];
+    auto g = at::make_generator<at::CPUGeneratorImpl>(21);
+    const auto sigma = torch::logspace(0, -std::log10(kCondition), kDim, 10.0, torch::kFloat64);
+    for (int64_t h = 0; h < m_param.size(0); ++h) {
+      const auto u = std::get<0>(torch::linalg_qr(torch::randn({kDim, kDim}, g, torch::kFloat64)));
+      const auto v = std::get<0>(torch::linalg_qr(torch::randn({kDim, kDim}, g, torch::kFloat64)));
+      m_param[h].copy_(torch::matmul(u * sigma, v.t()));
+    }
+  }
+  if (name == "saderf") {
+    auto buffers = kernel->named_buffers();
+    torch::manual_seed(12);
+    buffers["psi"].copy_((0.3 * torch::randn_like(buffers["psi"])).exp());
+    buffers["a"].fill_(-0.15);
+  }
+  PerturbDerf(*kernel, 0.3, 12, kCondition);  // aderf: P with condition 10^3; sderf: a rotation
+  return kernel;
+}
+
+// q_t = s u_t; keys point away from the queries: k_t = -s u_{t-1} ("anti"), or every query near u
+// and every key near -u ("opposed"). v ~ N(0, 1). Norms are of x = q / d^(1/4) (the kernel's input).
+struct Inputs {
+  torch::Tensor q, k, v, weights;
+};
+Inputs MakeInputs(double norm, const std::string& pattern) {
+  torch::manual_seed(static_cast<uint64_t>(norm) * 7 + pattern.size());
+  const double s = norm * std::pow(static_cast<double>(kDim), 0.25);
+  auto unit = [](const torch::Tensor& t) { return t / t.norm(2, -1, true); };
+  Inputs in;
+  if (pattern == "anti") {
+    const auto u = unit(torch::randn({1, kHeads, kLength + 1, kDim}));
+    in.q = s * u.narrow(2, 1, kLength);
+    in.k = -s * u.narrow(1, 0, kKvHeads).narrow(2, 0, kLength);
+  } else {
+    const auto u = unit(torch::randn({kDim}));
+    in.q = s * unit(u + 0.1 * torch::randn({1, kHeads, kLength, kDim}));
+    in.k = -s * unit(u + 0.1 * torch::randn({1, kKvHeads, kLength, kDim}));
+  }
+  in.v = torch::randn({1, kKvHeads, kLength, kDim});
+  // bf16-representable: with bf16 outputs the upstream gradient arrives in bf16 unrounded.
+  in.weights = torch::randn({1, kHeads, kLength, kDim}).to(torch::kBFloat16).to(torch::kFloat32);
+  return in;
+}
+
+struct Result {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;  // q, k, v, then the kernel's trainable parameters
+};
+
+double Scale() { return 1.0 / std::sqrt(static_cast<double>(kDim)); }
+
+Result RunKernel(AttentionKernel& kernel, const Inputs& in, torch::ScalarType dtype) {
+  auto leaf = [dtype](const torch::Tensor& t) { return t.detach().to(dtype).clone().requires_grad_(); };
+  auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+  for (auto& p : kernel->parameters()) p.mutable_grad() = torch::Tensor();
+  AttentionCall call;
+  call.scale = Scale();
+  const auto out = kernel->forward(q, k, v, call);
+  (out.to(torch::kFloat64) * in.weights.to(torch::kFloat64)).sum().backward();
+  Result r{out.detach(), {q.grad(), k.grad(), v.grad()}};
+  for (auto& p : kernel->parameters()) r.grads.push_back(p.grad().defined() ? p.grad().clone() : torch::Tensor());
+  return r;
+}
+
+// The fp64 log-space reference from the kernel's own log-features (its copy in fp64), and A.
+// gradient_floor: where attention is one-hot to fp64's precision, q, k and the parameters have
+// gradients far below what fp32 can resolve (the reference's are ~1e-25, ours fp32 round-off), and
+// a relative error means nothing. Errors are then measured against fp32's reach on this case:
+// A 2^-24 (the arguments' rounding) times max|w| max|v| max(|q|, |k|), the size of a gradient
+// through scores that move by A 2^-24.
+struct Reference {
+  Result result;
+  double max_log_feature, gradient_floor;
+};
+Reference RunReference(const std::string& name, const Inputs& in, torch::ScalarType input_dtype) {
+  auto kernel = Make(name, "naive");
+  kernel->to(torch::kFloat64);
+  auto* features = dynamic_cast<LogFeatureKernel*>(kernel.ptr().get());
+  // The reference sees the inputs the kernel saw (bf16-rounded where they were).
+  auto leaf = [input_dtype](const torch::Tensor& t) {
+    return t.detach().to(input_dtype).to(torch::kFloat64).clone().requires_grad_();
+  };
+  auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+  const double root = std::sqrt(Scale());
+  const auto a = features->LogFeatures(q * root, /*is_query=*/true);
+  const auto l = features->LogFeatures(k.repeat_interleave(kHeads / kKvHeads, 1) * root, /*is_query=*/false);
+  const auto scores = (a.unsqueeze(3) + l.unsqueeze(2)).logsumexp(-1);  // B H L L
+  const auto later = torch::ones({kLength, kLength}, torch::kBool).triu(1);
+  const auto p = torch::softmax(scores.masked_fill(later, -INFINITY), -1);
+  const auto out = torch::matmul(p, v.repeat_interleave(kHeads / kKvHeads, 1));
+  (out * in.weights.to(torch::kFloat64)).sum().backward();
+  Reference ref{{out.detach(), {q.grad(), k.grad(), v.grad()}}, 0.0, 0.0};
+  for (auto& param : kernel->parameters()) {
+    ref.result.grads.push_back(param.grad().defined() ? param.grad().clone() : torch::Tensor());
+  }
+  ref.max_log_feature = std::max(a.abs().max().item<double>(), l.abs().max().item<double>());
+  ref.gradient_floor = ref.max_log_feature * std::ldexp(1.0, -24) * in.weights.abs().max().item<double>() *
+                       in.v.abs().max().item<double>() *
+                       std::max(in.q.abs().max().item<double>(), in.k.abs().max().item<double>());
+  return ref;
+}
+
+// max |a - b| / max(max |b|, floor).
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b, double floor = 0.0) {
+  const auto b64 = b.to(torch::kFloat64);
+  return ((a.to(torch::kFloat64) - b64).abs().max() / b64.abs().max().clamp_min(std::max(floor, 1e-300))).item<double>();
+}
+
+bool AllFinite(const torch::Tensor& t) { return torch::isfinite(t).all().item<bool>(); }
+
+// 1e-4 up to |x| = 30 where the exponent arguments stay below 10^3 (A <= 10^3: every kernel
+// but ADERF with P of condition 10^3, which takes |x| = 10 to log-features of 3 10^4, beyond
+// |x| = 30 in effect); elsewhere fp32's conditioning, max(1e-4, 4 A 2^-24).
+double Tolerance(double norm, double max_log_feature) {
+  if (norm <= 30 && max_log_feature <= 1e3) return 1e-4;
+  return std::max(1e-4, 4.0 * max_log_feature * std::ldexp(1.0, -24));
+}
+
+void ExpectMatches(const Result& got, const Reference& ref, double norm, torch::ScalarType dtype,
+                   const std::string& where) {
+  const double out_tol = Tolerance(norm, ref.max_log_feature);
+  const double grad_tol = 10 * out_tol;
+  const double storage = dtype == torch::kBFloat16 ? std::ldexp(1.0, -8) : 0.0;  // bf16 outputs and input grads
+  ASSERT_TRUE(AllFinite(got.out)) << where << ": non-finite output";
+  EXPECT_LE(RelativeError(got.out, ref.result.out), std::max(out_tol, storage)) << where << " output";
+  ASSERT_EQ(got.grads.size(), ref.result.grads.size()) << where;
+  for (size_t i = 0; i < got.grads.size(); ++i) {
+    ASSERT_EQ(got.grads[i].defined(), ref.result.grads[i].defined()) << where << " grad " << i;
+    if (!got.grads[i].defined()) continue;
+    ASSERT_TRUE(AllFinite(got.grads[i])) << where << ": non-finite gradient " << i;
+    const double tol = i < 3 ? std::max(grad_tol, storage) : grad_tol;
+    const double error = RelativeError(got.grads[i], ref.result.grads[i], ref.gradient_floor);
+    if (std::getenv("DARKFORMER_PRINT_ERRORS")) std::cout << where << " grad " << i << ": " << error << "\n";
+    EXPECT_LE(error, tol) << where << " grad " << i << " (A = " << ref.max_log_feature << ")";
+  }
+}
+
+class ExtremeScaleTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, ExtremeScaleTest, ::testing::ValuesIn(kPositiveKernels),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(ExtremeScaleTest, EveryFormFiniteAndEqualToLogSpaceReference) {
+  const std::string& name = GetParam();
+  for (const std::string pattern : {"anti", "opposed"}) {
+    for (const double norm : {10.0, 30.0, 60.0, 100.0}) {
+      const auto in = MakeInputs(norm, pattern);
+      for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+        const auto ref = RunReference(name, in, dtype);
+        for (const auto& form : kForms) {
+          auto kernel = Make(name, form);
+          const std::string where = name + " " + form + " " + pattern + " |x|=" + std::to_string(int(norm)) +
+                                    (dtype == torch::kBFloat16 ? " bf16" : " fp32");
+          ExpectMatches(RunKernel(kernel, in, dtype), ref, norm, dtype, where);
+        }
+      }
+    }
+  }
+}
+
+// Prefill of the first half, then one recurrent step per token: the step outputs match the
+// reference rows (the per-feature state's normaliser is >= 1 too).
+TEST_P(ExtremeScaleTest, RecurrentStepsMatchLogSpaceReference) {
+  const std::string& name = GetParam();
+  for (const std::string pattern : {"anti", "opposed"}) {
+    for (const double norm : {30.0, 100.0}) {
+      const auto in = MakeInputs(norm, pattern);
+      const auto ref = RunReference(name, in, torch::kFloat32);
+      auto kernel = Make(name, "auto");
+      torch::NoGradGuard no_grad;
+      AttentionCall call;
+      call.scale = Scale();
+      std::unique_ptr<DecodeState> state;
+      const int64_t half = kLength / 2;
+      std::vector<torch::Tensor> outs = {
+          kernel->Decode(state, in.q.narrow(2, 0, half), in.k.narrow(2, 0, half), in.v.narrow(2, 0, half), call)};
+      for (int64_t t = half; t < kLength; ++t) {
+        outs.push_back(kernel->Decode(state, in.q.narrow(2, t, 1), in.k.narrow(2, t, 1), in.v.narrow(2, t, 1), call));
+      }
+      const auto out = torch::cat(outs, 2);
+      const std::string where = name + " decode " + pattern + " |x|=" + std::to_string(int(norm));
+      ASSERT_TRUE(AllFinite(out)) << where;
+      const double tol = Tolerance(norm, ref.max_log_feature);
+      EXPECT_LE(RelativeError(out, ref.result.out), tol) << where;
+    }
+  }
+}
+
+}  // namespace
+}  // namespace darkformer
