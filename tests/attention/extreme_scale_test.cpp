@@ -230,5 +230,28 @@ TEST_P(ExtremeScaleTest, RecurrentStepsMatchLogSpaceReference) {
   }
 }
 
+// The guard chooses per row, from that row's own normaliser: changing later tokens, so that
+// they do (or do not) fall back to the per-feature form, leaves every earlier output bit-identical.
+TEST_P(ExtremeScaleTest, LaterTokensThatFallBackChangeNoEarlierOutput) {
+  const std::string& name = GetParam();
+  const int64_t later = 24;  // mid-chunk (chunk 16)
+  for (const double early_norm : {3.0, 100.0}) {  // early rows on the fast form / falling back themselves
+    auto base = MakeInputs(early_norm, "anti");
+    const auto extreme = MakeInputs(100.0, "opposed");
+    auto changed = base;
+    changed.q = base.q.clone();
+    changed.k = base.k.clone();
+    changed.q.narrow(2, later, kLength - later).copy_(extreme.q.narrow(2, later, kLength - later));
+    changed.k.narrow(2, later, kLength - later).copy_(extreme.k.narrow(2, later, kLength - later));
+    for (const auto& form : kForms) {
+      auto kernel = Make(name, form);
+      const auto a = RunKernel(kernel, base, torch::kFloat32).out, b = RunKernel(kernel, changed, torch::kFloat32).out;
+      const std::string where = name + " " + form + " early |x|=" + std::to_string(int(early_norm));
+      ASSERT_TRUE(AllFinite(b)) << where;
+      EXPECT_TRUE(torch::equal(a.narrow(2, 0, later), b.narrow(2, 0, later))) << where;
+    }
+  }
+}
+
 }  // namespace
 }  // namespace darkformer

@@ -94,14 +94,17 @@ def per_feature_attention(lq, lk, v, block=16):
 
 
 def positive_attention(lq, lk, v):
-    """The scalar stabiliser's masked sums where their normaliser stays >= 2^-64, else the
-    per-feature form (as the binary's operator does)."""
+    """The scalar stabiliser's masked sums for rows whose normaliser stays >= 2^-64, the
+    per-feature form's for the others (as the binary's operator does: per row, so no row's
+    choice reads a later key)."""
     qf = (lq - lq.amax(-1, keepdim=True)).exp()  # per-query shift: cancels
     b = lk.amax(-1)                               # per-key log-weight: carried exactly
     num, den = _masked_sums(qf, (lk - b.unsqueeze(-1)).exp(), b, v)
-    if bool(den.min() >= FAST_FORM_MIN_NORMALISER):
-        return num / den.unsqueeze(-1)
-    return per_feature_attention(lq, lk, v)
+    below = den < FAST_FORM_MIN_NORMALISER
+    fast = num / den.clamp_min(torch.finfo(den.dtype).tiny).unsqueeze(-1)  # the clamp touches replaced rows only
+    if not bool(below.any()):
+        return fast
+    return torch.where(below.unsqueeze(-1), per_feature_attention(lq, lk, v), fast)
 
 
 def _feature_attention(kernel, query, key, value, scaling):

@@ -192,7 +192,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     const auto r_1RL = r_P1RL[0];
     RecordDtype(ProbeField::kInputs, x_1NLD);
     RecordDtype(ProbeField::kNormaliser, den_1NL);
-    causal_ops::RecordSmallestNormaliser(den_1NL);
+    causal_ops::RecordRowNormalisers(den_1NL.view({batch, x_BHLD.size(1), l.length}));
     if (raw) {  // the raw kernel computes features and state in fp32 (float buffers) by construction
       RecordDtype(ProbeField::kFeatures, states_1RS);
       RecordDtype(ProbeField::kState, states_1RS);
@@ -302,15 +302,17 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   ResetForwardDtypes();
   const bool parallel = map.op == CausalOp::kChunkParallel || (map.op == CausalOp::kAuto && !x_BHLD.is_cpu());
   const auto x = x_BHLD.to(dtype), y = y_BKLD.to(dtype), v = v_BKLD.to(dtype);
-  auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size)
-                      : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size);
-  if (causal_ops::LastSmallestNormaliser() >= causal_ops::kFastFormMinNormaliser) return out;
-  // The scalar stabiliser's normaliser underflowed somewhere (normaliser_check.h): the call runs
-  // again in the per-feature form, whose normaliser is at least 1. Its intra-chunk pairs cost
-  // C^2 m exponentials and memory per chunk, so its chunk is at most kFallbackChunk.
+  const auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size)
+                            : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size);
+  const auto den_BHL = causal_ops::TakeRowNormalisers();
+  if (!causal_ops::AnyRowBelowGuard(den_BHL)) return out;
+  // Some rows' scalar-stabilised normaliser underflowed (normaliser_check.h): those rows take the
+  // per-feature form's values, whose normaliser is at least 1. The choice is per row (row t's
+  // own normaliser reads keys j <= t only), so no output depends on a later token. The composite
+  // form costs C^2 m exponentials and memory per chunk: its chunk is at most kFallbackChunk.
   constexpr int64_t kFallbackChunk = 32;
-  out = torch::Tensor();  // the fast result and its graph go
-  return PerFeatureCausalAttention(x, y, v, map, std::min(chunk_size, kFallbackChunk));
+  const auto exact = PerFeatureCausalAttention(x, y, v, map, std::min(chunk_size, kFallbackChunk));
+  return torch::where((den_BHL < causal_ops::kFastFormMinNormaliser).unsqueeze(-1), exact, out);
 }
 
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {

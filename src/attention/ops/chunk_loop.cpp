@@ -6,6 +6,7 @@
 
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/fast_exp2.h"
+#include "attention/ops/normaliser_check.h"
 #include "attention/ops/state_fold.h"
 
 namespace darkformer::causal_ops {
@@ -221,8 +222,8 @@ void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, con
       const auto factor_1R1C1 = torch::exp2(state.ref_X.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
       n_1RGCV.addcmul_(Grouped(torch::bmm(QueryRows(q_1RGCM), state.Rows()), l), factor_1R1C1);
     }
-    // No floor: an underflowed normaliser hands the call to the per-feature form (normaliser_check.h).
-    const auto den_1RGC = n_1RGCV.select(-1, l.value_dim);
+    // Rows below the guard take the per-feature form's values (normaliser_check.h).
+    const auto den_1RGC = GuardedDivisor(n_1RGCV.select(-1, l.value_dim));
     auto out_chunk = out_1KGLD.narrow(3, start, c);
     torch::div_out(out_chunk, n_1RGCV.narrow(-1, 0, l.value_dim), den_1RGC.unsqueeze(-1));
     den_1KGL.narrow(3, start, c).copy_(den_1RGC);

@@ -156,16 +156,15 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
     const auto k = Build(std::move(lq), std::move(lk), v, s);
     auto n_BRNQV = torch::matmul(IntraScores(k, s), k.vh_BRNCV);
     Heads(n_BRNQV, s).addcmul_(Heads(torch::matmul(k.psi_BRNQM, k.s_BRNMV), s), PerPosition(k.read_BRNC));
-    // No floor: an underflowed normaliser hands the call to the per-feature form (normaliser_check.h).
-    const auto den_BRNQ = n_BRNQV.select(-1, s.value_dim);
+    // Rows below the guard take the per-feature form's values (normaliser_check.h).
+    const auto den_BRNQ = causal_ops::GuardedDivisor(n_BRNQV.select(-1, s.value_dim));
     // Written through the chunked view of the output: no copy back to B H L D.
     auto out_BHLD = torch::empty({s.batch, s.heads, s.padded, s.value_dim}, x.options());
     auto out_view = out_BHLD.view({s.batch, s.rows, s.group, s.chunks, s.chunk, s.value_dim}).transpose(2, 3);
     torch::div_out(out_view, Heads(n_BRNQV.narrow(-1, 0, s.value_dim), s), Heads(den_BRNQ.unsqueeze(-1), s));
     RecordDtype(ProbeField::kInputs, x);
     RecordDtype(ProbeField::kNormaliser, den_BRNQ);
-    // Padded positions (zero keys after every real query) have den > 0 too: the min is the real rows'.
-    causal_ops::RecordSmallestNormaliser(den_BRNQ);
+    causal_ops::RecordRowNormalisers(QueryUnchunk(den_BRNQ.unsqueeze(-1), s).squeeze(-1).narrow(2, 0, s.length));
     if (s.padded != s.length) out_BHLD = out_BHLD.narrow(2, 0, s.length);
     std::vector<torch::Tensor> saved = {x_BHLD, y_BKLD, v_BKLD, out_BHLD, den_BRNQ};
     saved.insert(saved.end(), p.begin(), p.end());

@@ -1,11 +1,12 @@
 // The fast forms' guard. The chunk loop, the raw CPU kernel and the chunk-parallel form keep the
 // scalar stabiliser (query: own row max; keys: scalar prefix max), whose normaliser has no lower
 // bound: where a query's large features and the keys' large features sit in different
-// coordinates, every term underflows. Above kFastFormMinNormaliser their result is exact to fp32
-// rounding: the terms an underflow drops are at most ~L m 2^-126 in absolute value, 2^-32 of the
-// normaliser at any L m < 2^30 (docs/kernels.md, "The normaliser at any scale"). Below it, the
-// operator discards the fast result and runs the per-feature form (per_feature_attention.h),
-// whose normaliser is at least 1. A form records the smallest normaliser of its forward here.
+// coordinates, every term underflows. Where it stays at or above kFastFormMinNormaliser their
+// result is exact to fp32 rounding: the terms an underflow drops are at most ~L m 2^-126 in
+// absolute value, 2^-32 of the normaliser at any L m < 2^30 (docs/kernels.md, "The normaliser at
+// any scale"). Query rows below it take the per-feature form's output instead
+// (per_feature_attention.h, normaliser >= 1). The choice is per row, from that row's own
+// normaliser, so it reads no later token. A form records its per-row normaliser here.
 #pragma once
 
 #include <torch/torch.h>
@@ -14,10 +15,19 @@ namespace darkformer::causal_ops {
 
 constexpr double kFastFormMinNormaliser = 0x1p-64;
 
-// Records min(den) of the forward that just ran on this thread (one reduction; a device sync on
-// a GPU).
-void RecordSmallestNormaliser(const torch::Tensor& den);
-// The value recorded by the last forward on this thread; +inf before any.
-double LastSmallestNormaliser();
+// Records the normaliser of every query row of the forward that just ran on this thread,
+// B x H x L (a view; nothing is copied), for the operator to take right after.
+void RecordRowNormalisers(const torch::Tensor& den_BHL);
+// Hands over what the last forward on this thread recorded (undefined when nothing was) and
+// forgets it.
+torch::Tensor TakeRowNormalisers();
+// Whether any row is below kFastFormMinNormaliser (one reduction; a device sync on a GPU). A NaN
+// normaliser (NaN inputs) counts as not below: the fast result stands, NaN as it is.
+bool AnyRowBelowGuard(const torch::Tensor& den_BHL);
+
+// The fast forms divide by max(den, the smallest normal) so that rows below the guard, whose
+// values are replaced and whose gradients are zero, stay finite (0 / 0 would poison the shared
+// backward). It never touches a returned value: a returned row has den >= 2^-64.
+torch::Tensor GuardedDivisor(const torch::Tensor& den);
 
 }  // namespace darkformer::causal_ops

@@ -252,9 +252,9 @@ void RunPositiveRowForward(const PositiveRow& p, const PositiveRowForward& o) {
     for (int64_t h = 0; h < g; ++h) {
       for (int64_t i = 0; i < c; ++i) {
         const float* row = n + (h * c + i) * v;
-        // No floor: an underflowed normaliser hands the call to the per-feature form
-        // (normaliser_check.h); the operator reads the smallest den after the forward.
-        const float den = row[s.dv];
+        // Rows below the guard take the per-feature form's values (normaliser_check.h); the
+        // smallest normal only keeps their discarded values and zero gradients finite.
+        const float den = std::max(row[s.dv], FLT_MIN);
         float* out = o.out + h * o.out_head_stride + (start + i) * s.dv;
         for (int64_t k2 = 0; k2 < s.dv; ++k2) out[k2] = row[k2] / den;
         o.den[h * o.den_head_stride + start + i] = den;
