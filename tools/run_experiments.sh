@@ -16,7 +16,7 @@
 #        exact, constant, performer, darkformer and lfk, three seeds, full (cpu-c4, also saderf and
 #        sderf) or q/k/v-only (cpu-c4-qkv). They need C4: C4_GLOB must match json.gz files (docs/data.md).
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
-#        learning rates, three seeds, 400 steps each from the same pretrain; needs C4 as well.
+#        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
