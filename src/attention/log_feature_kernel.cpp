@@ -19,6 +19,7 @@ FeatureMap LogFeatureKernel::MakeFeatureMap() const {
   map.keys_per_query_head = KeysPerQueryHead();
   map.params_per_head = FeatureParamsPerHead();
   map.op = options_.op;
+  map.num_features = options_.num_features;
   return map;
 }
 
@@ -80,6 +81,7 @@ torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& 
   map.params = {form.w_MR};
   map.positive_features = true;
   map.op = options_.op;
+  map.num_features = form.w_MR.size(0);
   return FusedCausalLinearAttention(x, y, v, map, options_.chunk_size).to(v_BKLD.scalar_type());
 }
 

@@ -4,7 +4,7 @@ features of |x| = |y| in {10, 30, 60, 100} with keys pointing away from the quer
 q/k/v gradients are finite and match an fp64 log-space reference,
 out_t = sum_j softmax_j(logsumexp_i(a_ti + l_ji)) v_j, within 1e-4 / 1e-3 (relative) up to |x| = 30
 and max(1e-4, 4 A 2^-24) / 10x beyond (A = max |log phi|: fp32's rounding of the arguments).
-Also: where the scalar form's normaliser stays above 2^-64 the plug-in returns it unchanged.
+Also: where the scalar form's normaliser stays above its guard the plug-in returns it unchanged.
 Needs only torch (no binary)."""
 
 import math
@@ -84,7 +84,7 @@ def main():
     num, den = attention._masked_sums(qf, (lk - b.unsqueeze(-1)).exp(), b, v.float())
     check(bool(torch.equal(attention.positive_attention(lq, lk, v.float()), num / den.unsqueeze(-1))),
           "|x| = 2: the scalar form's result, unchanged")
-    check(math.isfinite(float(den.min())) and float(den.min()) >= attention.FAST_FORM_MIN_NORMALISER,
+    check(math.isfinite(float(den.min())) and float(den.min()) >= attention.min_fast_normaliser(LENGTH, M),
           "|x| = 2: its normaliser is above the guard")
     return tk.report(failures)
 

@@ -52,9 +52,11 @@ def _exact(module, query, key, value, attention_mask, scaling, sliding_window, s
     return out.transpose(1, 2).contiguous(), None
 
 
-# The fast form's guard, as ops/normaliser_check.h: above it the scalar stabiliser is exact to
-# fp32 rounding; below it the call is recomputed with the per-feature stabiliser.
-FAST_FORM_MIN_NORMALISER = 2.0 ** -64
+def min_fast_normaliser(keys, features):
+    """The fast form's guard, as ops/normaliser_check.h: a row sums at most keys x features terms
+    of factors in (0, 1], so above keys x features x 2^-102 the scalar stabiliser is exact to fp32
+    rounding; below it the row takes the per-feature stabiliser's value."""
+    return keys * features * 2.0 ** -102
 
 
 def _masked_sums(qf, kf, b, v):
@@ -94,13 +96,13 @@ def per_feature_attention(lq, lk, v, block=16):
 
 
 def positive_attention(lq, lk, v):
-    """The scalar stabiliser's masked sums for rows whose normaliser stays >= 2^-64, the
+    """The scalar stabiliser's masked sums for rows whose normaliser stays above the guard, the
     per-feature form's for the others (as the binary's operator does: per row, so no row's
     choice reads a later key)."""
     qf = (lq - lq.amax(-1, keepdim=True)).exp()  # per-query shift: cancels
     b = lk.amax(-1)                               # per-key log-weight: carried exactly
     num, den = _masked_sums(qf, (lk - b.unsqueeze(-1)).exp(), b, v)
-    below = den < FAST_FORM_MIN_NORMALISER
+    below = den < min_fast_normaliser(lk.shape[2], lk.shape[-1])
     fast = num / den.clamp_min(torch.finfo(den.dtype).tiny).unsqueeze(-1)  # the clamp touches replaced rows only
     if not bool(below.any()):
         return fast

@@ -305,14 +305,15 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   const auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size)
                             : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size);
   const auto den_BHL = causal_ops::TakeRowNormalisers();
-  if (!causal_ops::AnyRowBelowGuard(den_BHL)) return out;
+  const double guard = causal_ops::MinFastNormaliser(x.size(2), map.num_features);
+  if (!causal_ops::AnyRowBelowGuard(den_BHL, guard)) return out;
   // Some rows' scalar-stabilised normaliser underflowed (normaliser_check.h): those rows take the
   // per-feature form's values, whose normaliser is at least 1. The choice is per row (row t's
   // own normaliser reads keys j <= t only), so no output depends on a later token. The composite
   // form costs C^2 m exponentials and memory per chunk: its chunk is at most kFallbackChunk.
-  constexpr int64_t kFallbackChunk = 32;
+  constexpr int64_t kFallbackChunk = 16;
   const auto exact = PerFeatureCausalAttention(x, y, v, map, std::min(chunk_size, kFallbackChunk));
-  return torch::where((den_BHL < causal_ops::kFastFormMinNormaliser).unsqueeze(-1), exact, out);
+  return torch::where((den_BHL < guard).unsqueeze(-1), exact, out);
 }
 
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {

@@ -1,6 +1,8 @@
 // The fast forms' guard (see normaliser_check.h).
 #include "attention/ops/normaliser_check.h"
 
+#include <algorithm>
+#include <cmath>
 #include <limits>
 #include <utility>
 
@@ -14,8 +16,14 @@ void RecordRowNormalisers(const torch::Tensor& den_BHL) { row_normalisers = den_
 
 torch::Tensor TakeRowNormalisers() { return std::exchange(row_normalisers, torch::Tensor()); }
 
-bool AnyRowBelowGuard(const torch::Tensor& den_BHL) {
-  return den_BHL.defined() && den_BHL.numel() > 0 && (den_BHL < kFastFormMinNormaliser).any().item<bool>();
+double MinFastNormaliser(int64_t length, int64_t num_features) {
+  const double terms = static_cast<double>(std::max<int64_t>(length, 1)) *
+                       static_cast<double>(num_features > 0 ? num_features : int64_t{1} << 16);
+  return terms * std::ldexp(1.0, -102);
+}
+
+bool AnyRowBelowGuard(const torch::Tensor& den_BHL, double guard) {
+  return den_BHL.defined() && den_BHL.numel() > 0 && (den_BHL < guard).any().item<bool>();
 }
 
 torch::Tensor GuardedDivisor(const torch::Tensor& den) {

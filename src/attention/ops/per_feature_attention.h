@@ -32,7 +32,7 @@ torch::Tensor PerFeatureLinearAttention(const torch::Tensor& a_BHLM, const torch
 
 // The same from the operator's inputs: x_BHLD, y_BKLD, v_BKLD and the kernel's map (keys repeated
 // to the query heads). What the fast forms hand a call to when their scalar stabiliser's
-// normaliser falls below kFastFormMinNormaliser (normaliser_check.h).
+// normaliser falls below MinFastNormaliser (normaliser_check.h).
 torch::Tensor PerFeatureCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
 
