@@ -12,7 +12,7 @@
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/bench/gpu-$DEVICE], LENGTHS
 # [2048,8192,32768], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP
-# [auto: chunk_parallel on CUDA], STEP_TOKENS ["2048 8192"], STEPS [4], MODEL
+# [auto: chunk_parallel on CUDA], STEP_TOKENS ["2048 8192": sequence lengths], STEP_BATCH [1], STEPS [4], MODEL
 # [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into OUT;
 # token ids only need to fit the model's vocabulary], PEAK_TFLOPS [989: H100/H200 dense bf16].
 set -euo pipefail
@@ -22,7 +22,7 @@ OUT="${OUT:-$ROOT/build/bench/gpu-$DEVICE}"
 LENGTHS="${LENGTHS:-2048,8192,32768}"
 HEADS="${HEADS:-8}" KV_HEADS="${KV_HEADS:-1}" HEAD_DIM="${HEAD_DIM:-256}" FEATURES="${FEATURES:-256}"
 REPEATS="${REPEATS:-3}" OP="${OP:-auto}"
-STEP_TOKENS="${STEP_TOKENS:-2048 8192}" STEPS="${STEPS:-4}"
+STEP_TOKENS="${STEP_TOKENS:-2048 8192}" STEP_BATCH="${STEP_BATCH:-1}" STEPS="${STEPS:-4}"
 MODEL="${MODEL:-$ROOT/configs/model/gemma-2b.yaml}"
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}"
 BIN="${DARKFORMER_BIN:-$ROOT/build/darkformer}"
@@ -75,7 +75,7 @@ for tokens in $STEP_TOKENS; do
 attention:
   kernel: darkformer
   darkformer: {num_features: $FEATURES, op: $OP}
-data: {shards_dir: $SHARDS_DIR, tokenizer: $TOKENIZER, seq_len: $tokens, batch_size: 1}
+data: {shards_dir: $SHARDS_DIR, tokenizer: $TOKENIZER, seq_len: $tokens, batch_size: $STEP_BATCH}
 train:
   device: $DEVICE
   steps: $STEPS

@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <csignal>
+#include <cstdlib>
 #include <filesystem>
 #include <limits>
 
@@ -44,6 +45,9 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
   if (t.deterministic) {
     at::globalContext().setDeterministicAlgorithms(true, false);
     torch::set_num_threads(1);
+    // cuBLAS reproduces its sums only with a fixed workspace, read when its first handle is made
+    // (CUDA's "Reproducibility" notes); a value the user set is kept.
+    if (device_.is_cuda()) setenv("CUBLAS_WORKSPACE_CONFIG", ":4096:8", 0);
   }
   ApplyTf32(t.tf32, device_);
   YAML::Emitter attention;

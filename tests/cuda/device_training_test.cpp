@@ -1,0 +1,186 @@
+// Training on the test device (DARKFORMER_TEST_DEVICE; cuda in tools/gpu_check.sh) against the
+// CPU and against its own plain forms:
+// - one step of a tiny model (TF32 off): loss and every gradient equal the CPU's to 1e-5 relative;
+// - activation checkpointing and the chunked loss equal the plain forward on the device;
+// - bf16 autocast on the device tracks fp32 by the CPU test's rule (tests/train/mixed_precision_test.cpp);
+// - resume with train.deterministic is bit-exact on the device;
+// - greedy generation on the device gives the CPU's tokens.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <map>
+
+#include "cuda/test_device.h"
+#include "data/data_test_util.h"
+#include "model/gemma_model.h"
+#include "model/generation.h"
+#include "train/tiny_run.h"
+#include "train/trainer.h"
+
+namespace darkformer {
+namespace {
+
+GemmaConfig Config() {
+  GemmaConfig c;
+  c.family = "gemma";
+  c.vocab_size = 96;
+  c.hidden_size = 32;
+  c.intermediate_size = 64;
+  c.num_hidden_layers = 2;
+  c.num_attention_heads = 4;
+  c.num_key_value_heads = 1;
+  c.head_dim = 8;
+  c.max_position_embeddings = 128;
+  return c;
+}
+
+AttentionConfig Attention(const std::string& kernel) {
+  const std::string yaml = "{kernel: " + kernel + ", darkformer: {num_features: 16, chunk_size: 8}, " +
+                           "performer: {num_features: 16, chunk_size: 8}}";
+  return AttentionConfig::FromConfig(ConfigReader(YAML::Load(yaml), "attention"), 2);
+}
+
+GemmaModel TinyModel(const std::string& kernel, torch::Device device) {
+  GemmaModel model(Config(), Attention(kernel));
+  model->InitializeWeights(0.2, 5);
+  model->to(device);
+  return model;
+}
+
+struct Step {
+  double loss;
+  std::map<std::string, torch::Tensor> grads;  // on the CPU
+};
+
+enum class LossForm { kFull, kChunked };
+
+Step ForwardBackward(const std::string& kernel, torch::Device device, bool checkpointing, LossForm form) {
+  auto model = TinyModel(kernel, device);
+  model->SetActivationCheckpointing(checkpointing);
+  torch::manual_seed(9);
+  const auto ids = torch::randint(0, 96, {2, 40}, torch::kLong).to(device);  // 5 chunks of 8
+  const auto labels = ShiftedLabels(ids);
+  torch::Tensor loss;
+  if (form == LossForm::kFull) {
+    loss = CausalLmLoss(model->forward(ids), labels);
+  } else {
+    const auto count = (labels != -100).sum().to(torch::kFloat32);
+    loss = model->LossSum(ids, labels, /*chunk_tokens=*/24) / count;
+  }
+  loss.backward();
+  Step s{loss.item<double>(), {}};
+  for (const auto& item : model->named_parameters()) {
+    if (item.value().grad().defined()) s.grads[item.key()] = item.value().grad().cpu();
+  }
+  return s;
+}
+
+void ExpectSame(const Step& got, const Step& want, double tol, const std::string& what) {
+  EXPECT_LE(std::abs(got.loss - want.loss), tol * std::abs(want.loss)) << what << " loss";
+  ASSERT_EQ(got.grads.size(), want.grads.size()) << what;
+  ASSERT_FALSE(want.grads.empty()) << what;
+  for (const auto& [name, g] : want.grads) {
+    ASSERT_TRUE(got.grads.count(name)) << what << ": no gradient for " << name;
+    const double scale = g.abs().max().item<double>();
+    const double diff = (got.grads.at(name) - g).abs().max().item<double>();
+    EXPECT_LE(diff, tol * scale + 1e-12) << what << ": " << name;
+  }
+}
+
+class DeviceTrainingTest : public ::testing::TestWithParam<std::string> {};
+
+INSTANTIATE_TEST_SUITE_P(Kernels, DeviceTrainingTest, ::testing::Values("exact", "performer", "darkformer"),
+                         [](const auto& info) { return info.param; });
+
+TEST_P(DeviceTrainingTest, OneStepEqualsTheCpuStep) {
+  const auto device = testing::TestDevice();
+  const auto cpu = ForwardBackward(GetParam(), torch::kCPU, false, LossForm::kFull);
+  const auto on_device = ForwardBackward(GetParam(), device, false, LossForm::kFull);
+  ExpectSame(on_device, cpu, 1e-5, GetParam() + " on " + device.str() + " vs cpu");
+}
+
+TEST_P(DeviceTrainingTest, CheckpointingAndChunkedLossEqualThePlainForward) {
+  const auto device = testing::TestDevice();
+  const auto plain = ForwardBackward(GetParam(), device, false, LossForm::kFull);
+  ExpectSame(ForwardBackward(GetParam(), device, true, LossForm::kFull), plain, 1e-6, GetParam() + " checkpointed");
+  ExpectSame(ForwardBackward(GetParam(), device, false, LossForm::kChunked), plain, 1e-5, GetParam() + " chunked loss");
+}
+
+std::vector<double> Losses(const std::string& run_dir) {
+  std::vector<double> losses;
+  for (const auto& line : testing::TrainLines(run_dir)) losses.push_back(line["loss"].as<double>());
+  return losses;
+}
+
+std::vector<std::string> DeviceOverrides(const std::string& kernel) {
+  std::vector<std::string> o = {"train.device=" + testing::TestDeviceKey()};
+  if (kernel != "exact") {
+    o.push_back("attention." + kernel + ".chunk_size=8");
+    o.push_back("attention." + kernel + ".num_features=32");
+  }
+  return o;
+}
+
+// The CPU test's rule: step 1 within one bf16 roundoff (2e-3), 20 steps within 10 %, and not
+// bit-identical (autocast did something).
+TEST_P(DeviceTrainingTest, Bf16AutocastTracksFp32) {
+  testing::TestDevice();
+  auto overrides = DeviceOverrides(GetParam());
+  testing::TempDir fp32_dir, bf16_dir;
+  ASSERT_EQ(Trainer(testing::TinyRunConfig(fp32_dir.path(), GetParam(), overrides)).Run(), kExitOk);
+  overrides.push_back("train.precision=bf16_autocast");
+  ASSERT_EQ(Trainer(testing::TinyRunConfig(bf16_dir.path(), GetParam(), overrides)).Run(), kExitOk);
+  const auto fp32 = Losses(fp32_dir.path()), bf16 = Losses(bf16_dir.path());
+  ASSERT_EQ(fp32.size(), 20u);
+  ASSERT_EQ(bf16.size(), fp32.size());
+  double worst = 0.0;
+  bool differs = false;
+  for (size_t i = 0; i < fp32.size(); ++i) {
+    ASSERT_TRUE(std::isfinite(bf16[i])) << "step " << i + 1;
+    worst = std::max(worst, std::abs(bf16[i] - fp32[i]) / fp32[i]);
+    differs = differs || bf16[i] != fp32[i];
+  }
+  const double first = std::abs(bf16[0] - fp32[0]) / fp32[0];
+  std::printf("[bf16 vs fp32 on %s] %s: step 1 gap %.5f, worst %.4f\n", testing::TestDeviceKey().c_str(),
+              GetParam().c_str(), first, worst);
+  EXPECT_LT(first, 2e-3);
+  EXPECT_LT(worst, 0.10);
+  EXPECT_TRUE(differs) << "bf16_autocast ran bit for bit as fp32: autocast did nothing";
+}
+
+TEST_P(DeviceTrainingTest, DeterministicResumeIsBitExact) {
+  testing::TestDevice();
+  auto common = DeviceOverrides(GetParam());
+  for (const char* o : {"train.steps=8", "train.checkpoint_every=2", "train.deterministic=true"}) common.push_back(o);
+  testing::TempDir straight_dir, resumed_dir;
+  ASSERT_EQ(Trainer(testing::TinyRunConfig(straight_dir.path(), GetParam(), common)).Run(), kExitOk);
+  auto interrupted = common;
+  interrupted.push_back("train.fault_injection.stop_at_step=4");
+  const auto resumed_config = testing::TinyRunConfig(resumed_dir.path(), GetParam(), interrupted);
+  ASSERT_EQ(Trainer(resumed_config).Run(), kExitInterrupted);
+  ASSERT_EQ(Trainer(resumed_config).Run(), kExitOk);
+  const auto a = testing::TrainLines(straight_dir.path()), b = testing::TrainLines(resumed_dir.path());
+  ASSERT_EQ(a.size(), 8u);
+  ASSERT_EQ(b.size(), a.size());
+  for (size_t i = 0; i < a.size(); ++i) {
+    EXPECT_EQ(a[i]["loss"].as<std::string>(), b[i]["loss"].as<std::string>()) << "step " << i + 1;
+    EXPECT_EQ(a[i]["grad_norm"].as<std::string>(), b[i]["grad_norm"].as<std::string>()) << "step " << i + 1;
+  }
+}
+
+TEST_P(DeviceTrainingTest, GreedyGenerationEqualsTheCpus) {
+  const auto device = testing::TestDevice();
+  auto cpu_model = TinyModel(GetParam(), torch::kCPU), device_model = TinyModel(GetParam(), device);
+  cpu_model->eval();
+  device_model->eval();
+  SamplingOptions options;
+  options.greedy = true;
+  options.max_new_tokens = 24;
+  const std::vector<int64_t> prompt = {2, 17, 41, 5, 63, 8, 30};
+  const auto want = Generate(cpu_model, prompt, options).tokens;
+  const auto got = Generate(device_model, prompt, options).tokens;
+  EXPECT_EQ(got, want) << GetParam() << " on " << device.str();
+}
+
+}  // namespace
+}  // namespace darkformer

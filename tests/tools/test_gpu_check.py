@@ -1,0 +1,71 @@
+"""tools/gpu_check.sh in its CPU mode (DEVICE=cpu, toy sizes, the existing build), so the GPU check
+cannot rot between GPUs:
+1. every stage passes and the summary (summary.json, summary.md, logs.tar.gz: within the device
+   tool's 8 files) holds the device tests' count, kernel rows with op counts, a training-step row
+   and transformers' parity figures;
+2. a stage that runs past its limit is cut and reported as such, and the stages after it still report."""
+
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import testkit
+
+SCRIPT = os.path.join(testkit.SOURCE_DIR, "tools", "gpu_check.sh")
+
+
+def run(out, shards, **extra):
+    env = dict(os.environ, DEVICE="cpu", OUT=out, SKIP_BUILD="1", BUILD_DIR=os.path.dirname(testkit.BINARY),
+               PYTHON=sys.executable, JOBS="2", TEST_REGEX="OneStepEqualsTheCpuStep/performer",
+               BENCH_ENV="SHARDS_DIR=%s TOKENIZER=%s" % (shards["shards_dir"], shards["tokenizer"]), **extra)
+    result = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
+    print(result.stdout[-4000:])
+    if result.returncode != 0:
+        print(result.stderr[-3000:])
+        sys.exit("gpu_check.sh exited %d" % result.returncode)
+    with open(os.path.join(out, "summary.json")) as f:
+        return json.load(f)
+
+
+def main():
+    failures = []
+    with tempfile.TemporaryDirectory(prefix="gpu-check-") as work:
+        shards = testkit.tiny_shards(work)
+        out = os.path.join(work, "out")
+        summary = run(out, shards)
+        files = sorted(os.listdir(out))
+        if files != ["logs.tar.gz", "summary.json", "summary.md"]:
+            failures.append("files in OUT: %s" % files)
+        status = {s["stage"]: s["status"] for s in summary["stages"]}
+        if status != {"build": status.get("build"), "tests": "ok", "bench": "ok", "hf": "ok"} or \
+                not status["build"].startswith("skipped"):
+            failures.append("stages: %s" % summary["stages"])
+        if summary["tests"] != {"passed": 1, "failed": 0, "failed_names": []}:
+            failures.append("device tests: %s" % summary["tests"])
+        impls = {(r["kernel"], r["impl"]) for r in summary["kernels"]}
+        if not {("performer", "exact"), ("darkformer", "exact")} <= impls or \
+                not all(r["ops_forward"] and r["ops_backward"] for r in summary["kernels"]):
+            failures.append("kernel rows: %s" % summary["kernels"])
+        if [s["tokens"] for s in summary["steps"]] != [32] or not summary["steps"][0]["tokens_per_s"] > 0:
+            failures.append("step rows: %s" % summary["steps"])
+        if [r["family"] for r in (summary["hf"] or {}).get("families", [])] != ["gemma", "gemma2", "gemma3"]:
+            failures.append("hf rows: %s" % summary["hf"])
+
+        cut_out = os.path.join(work, "cut")
+        cut = run(cut_out, shards, LIMIT_TESTS="1", STAGES="tests hf", GPU_CHECK_SLEEP="tests:30")
+        status = {s["stage"]: s["status"] for s in cut["stages"]}
+        if status.get("tests") != "cut at 1 s" or status.get("hf") != "ok" or \
+                not status.get("bench", "").startswith("skipped"):
+            failures.append("a stage past its limit: %s" % cut["stages"])
+        with open(os.path.join(cut_out, "summary.md")) as f:
+            if "cut at 1 s" not in f.read():
+                failures.append("summary.md does not say the tests were cut")
+    for f in failures:
+        print("FAIL:", f)
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,79 @@
+"""The summary of tools/gpu_check.sh: summary.json and summary.md in OUT, from what its stages left
+there (stages.tsv, junit.xml of the device tests, bench/*.jsonl, hf.json).
+
+usage: gpu_check_summary.py OUT DEVICE
+"""
+import glob
+import json
+import os
+import sys
+import xml.etree.ElementTree as ET
+
+
+def read_jsonl(path):
+    with open(path) as f:
+        return [json.loads(line) for line in f if line.strip()]
+
+
+def tests_summary(path):
+    if not os.path.exists(path):
+        return None
+    root = ET.parse(path).getroot()
+    cases = root.iter("testcase")
+    passed, failed = [], []
+    for case in cases:
+        bad = case.find("failure") is not None or case.find("error") is not None or case.get("status") == "fail"
+        (failed if bad else passed).append(case.get("name"))
+    return {"passed": len(passed), "failed": len(failed), "failed_names": failed}
+
+
+def main():
+    out, device = sys.argv[1], sys.argv[2]
+    machine = open(os.path.join(out, "logs", "machine.log")).read().strip().splitlines()
+    stages = []
+    with open(os.path.join(out, "stages.tsv")) as f:
+        for line in f:
+            name, status, seconds = line.rstrip("\n").split("\t")
+            stages.append({"stage": name, "status": status, "seconds": int(seconds)})
+    kernels = [r for p in sorted(glob.glob(os.path.join(out, "bench", "kernels_*.jsonl"))) for r in read_jsonl(p)]
+    steps_path = os.path.join(out, "bench", "steps.jsonl")
+    steps = read_jsonl(steps_path) if os.path.exists(steps_path) else []
+    hf_path = os.path.join(out, "hf.json")
+    hf = json.load(open(hf_path)) if os.path.exists(hf_path) else None
+    summary = {"device": device, "machine": machine, "stages": stages,
+               "tests": tests_summary(os.path.join(out, "junit.xml")),
+               "kernels": [{k: r.get(k) for k in ("kernel", "impl", "length", "ms_median", "peak_mib", "ops_forward",
+                                                  "ops_backward", "speedup_vs_exact", "memory_vs_exact")}
+                           for r in kernels],
+               "steps": steps, "hf": hf}
+    with open(os.path.join(out, "summary.json"), "w") as f:
+        json.dump(summary, f, indent=1)
+
+    md = ["# GPU check on %s" % device, "", *["- " + m for m in machine], "",
+          "| stage | status | s |", "|---|---|---|"]
+    md += ["| %s | %s | %d |" % (s["stage"], s["status"], s["seconds"]) for s in stages]
+    t = summary["tests"]
+    if t:
+        md += ["", "Device tests: %d passed, %d failed" % (t["passed"], t["failed"])]
+        md += ["- failed: " + n for n in t["failed_names"]]
+    if kernels:
+        md += ["", "| kernel | impl | L | ms | peak MiB | ops fwd/bwd | vs exact |", "|---|---|---|---|---|---|---|"]
+        for r in kernels:
+            md.append("| %s | %s | %d | %.2f | %.0f | %s/%s | %s |" % (
+                r["kernel"], r["impl"], r["length"], r["ms_median"], r["peak_mib"], r.get("ops_forward", "-"),
+                r.get("ops_backward", "-"),
+                "%.2fx" % r["speedup_vs_exact"] if r.get("speedup_vs_exact") is not None else "-"))
+    for s in steps:
+        md.append("\nStep at %d tokens: %.0f ms, %.0f tokens/s, MFU %.1f %%, peak %.2f GiB, loss %.4f -> %.4f" % (
+            s["tokens"], s["step_ms_median"], s["tokens_per_s"], 100 * s["mfu"], s["peak_memory_gib"],
+            s["loss_first"], s["loss_last"]))
+    if hf:
+        md += ["", "transformers on %s against the fixtures' CPU numbers:" % device]
+        md += ["- %s: logits max |diff| %.3g, loss rel %.3g" % (r["family"], r["logits_max_diff"], r["loss_rel"])
+               for r in hf["families"]]
+    with open(os.path.join(out, "summary.md"), "w") as f:
+        f.write("\n".join(md) + "\n")
+
+
+if __name__ == "__main__":
+    main()
