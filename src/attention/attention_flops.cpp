@@ -10,10 +10,13 @@ namespace darkformer {
 
 namespace {
 
-// The feature dimension a kernel's map produces, read off one dummy row.
+// The feature dimension a kernel's map produces, read off one dummy row on the kernel's device.
 int64_t FeatureDim(const FeatureKernelBase& kernel, int64_t heads, int64_t head_dim) {
   torch::NoGradGuard no_grad;
-  const auto x = torch::zeros({1, heads, 1, head_dim});
+  torch::Device device = torch::kCPU;
+  for (const auto& tensor : kernel.buffers()) device = tensor.device();
+  for (const auto& tensor : kernel.parameters()) device = tensor.device();
+  const auto x = torch::zeros({1, heads, 1, head_dim}, torch::TensorOptions().device(device));
   if (const auto* log_form = dynamic_cast<const LogFeatureKernel*>(&kernel)) return log_form->LogFeatures(x).size(-1);
   return dynamic_cast<const SignedFeatureKernel&>(kernel).SignedFeatures(x).size(-1);
 }

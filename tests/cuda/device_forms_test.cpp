@@ -10,6 +10,7 @@
 
 #include <cmath>
 
+#include "attention/attention_flops.h"
 #include "attention/derf_test_state.h"
 #include "attention/kernel_registry.h"
 #include "cuda/test_device.h"
@@ -168,6 +169,18 @@ TEST_P(DeviceFormsTest, PrefillAndRecurrentStepsEqualTheReference) {
   }
   const auto out = torch::cat(outs, 2).cpu();
   EXPECT_LE(RelativeError(out, ref.out), 1e-4) << name << " decode on " << device.str();
+}
+
+// The FLOP count the trainer logs reads the feature dimension off a dummy row, made on the
+// kernel's device: on CUDA it once met the kernel's projection on the GPU with a CPU row, and
+// every trainer run with a feature kernel stopped there.
+TEST_P(DeviceFormsTest, FlopCountRunsWhereTheKernelLives) {
+  const std::string& name = GetParam();
+  auto kernel = Make(name, HasForms(name) ? "auto" : "");
+  const double on_cpu = AttentionForwardFlopsPerToken(*kernel, kHeads, kKvHeads, kDim, kLength);
+  const auto device = testing::TestDevice();
+  kernel->to(device);
+  EXPECT_EQ(AttentionForwardFlopsPerToken(*kernel, kHeads, kKvHeads, kDim, kLength), on_cpu) << name << " on " << device;
 }
 
 }  // namespace

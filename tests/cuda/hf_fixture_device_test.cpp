@@ -16,21 +16,29 @@ namespace {
 class HfFixtureOnDeviceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfFixtureOnDeviceTest, LogitsLossAndGradientsMatchTransformers) {
-  const auto device = testing::TestDevice();
   const std::string name = GetParam();
+  // Each step says so as it ends: on the GPU machine this test once died of SIGSEGV unexplained.
+  auto step = [&](const char* what) { std::cerr << "[" << name << "] " << what << std::endl; };
   testing::TempDir dir("hfdev-" + name);
-  const auto weights = testing::ConvertFixture(name, dir);
+  const auto weights = testing::ConvertFixture(name, dir);  // before CUDA starts in this process
+  step("converted");
+  const auto device = testing::TestDevice();
   GemmaModel model(ReadWeightsConfig(weights));
   LoadWeights(weights, *model);
+  step("loaded");
   model->to(device);
+  step("on the device");
   const auto reference = testing::SourceDir() + "/tests/fixtures/" + name + "/reference.h5";
   const auto input_ids = ReadTensorH5(reference, "input_ids").to(device);
   const auto ref_logits = ReadTensorH5(reference, "logits");
   const double ref_loss = ReadTensorH5(reference, "loss").item<double>();
+  step("reference read");
 
   const auto logits = model->forward(input_ids);
   const auto loss = CausalLmLoss(logits, ShiftedLabels(input_ids));
+  step("forward");
   loss.backward();
+  step("backward");
   const double logits_diff = (logits.cpu() - ref_logits).abs().max().item<double>();
   const double loss_rel = std::abs(loss.item<double>() - ref_loss) / std::abs(ref_loss);
   std::cout << "[" << name << " on " << device.str() << "] logits max |diff| = " << logits_diff << ", loss rel "
