@@ -1,8 +1,11 @@
 // Hugging Face parity on the test device: the fixtures of tests/fixtures/ (written by
 // tools/make_reference.py from transformers on the CPU) converted, loaded onto the device (TF32
 // off) and run: logits, loss and gradients within the CPU test's bounds (tests/model/hf_reference_test.cpp).
+#include <execinfo.h>
 #include <gtest/gtest.h>
+#include <unistd.h>
 
+#include <csignal>
 #include <iostream>
 
 #include "cuda/test_device.h"
@@ -15,7 +18,17 @@ namespace {
 
 class HfFixtureOnDeviceTest : public ::testing::TestWithParam<std::string> {};
 
+// On a crash, the stack (libraries and offsets) to stderr before dying as before.
+void PrintStackAndDie(int signal) {
+  void* frames[64];
+  const int count = backtrace(frames, 64);
+  backtrace_symbols_fd(frames, count, STDERR_FILENO);
+  std::signal(signal, SIG_DFL);
+  std::raise(signal);
+}
+
 TEST_P(HfFixtureOnDeviceTest, LogitsLossAndGradientsMatchTransformers) {
+  std::signal(SIGSEGV, PrintStackAndDie);
   const std::string name = GetParam();
   // Each step says so as it ends: on the GPU machine this test once died of SIGSEGV unexplained.
   auto step = [&](const char* what) { std::cerr << "[" << name << "] " << what << std::endl; };
@@ -41,8 +54,8 @@ TEST_P(HfFixtureOnDeviceTest, LogitsLossAndGradientsMatchTransformers) {
   step("backward");
   const double logits_diff = (logits.cpu() - ref_logits).abs().max().item<double>();
   const double loss_rel = std::abs(loss.item<double>() - ref_loss) / std::abs(ref_loss);
-  std::cout << "[" << name << " on " << device.str() << "] logits max |diff| = " << logits_diff << ", loss rel "
-            << loss_rel << "\n";
+  std::cerr << "[" << name << " on " << device.str() << "] logits max |diff| = " << logits_diff << ", loss rel "
+            << loss_rel << std::endl;
   EXPECT_LE(logits_diff, 1e-4);
   EXPECT_LE(loss_rel, 1e-5);
   const auto params = model->named_parameters();
@@ -52,7 +65,9 @@ TEST_P(HfFixtureOnDeviceTest, LogitsLossAndGradientsMatchTransformers) {
     const auto grad = params[param].grad();
     ASSERT_TRUE(grad.defined()) << param;
     EXPECT_LE((grad.cpu() - ref_grad).abs().max().item<double>(), 1e-4) << param;
+    step(param.c_str());
   }
+  step("compared");
 }
 
 INSTANTIATE_TEST_SUITE_P(Families, HfFixtureOnDeviceTest, ::testing::Values("gemma", "gemma2", "gemma3"));
