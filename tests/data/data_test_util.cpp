@@ -3,7 +3,6 @@
 
 #include <sentencepiece_trainer.h>
 #include <stdlib.h>
-#include <ftw.h>
 #include <zlib.h>
 
 #include <cctype>
@@ -16,6 +15,8 @@
 #include <sstream>
 #include <stdexcept>
 
+#include "remove_tree.h"
+
 namespace darkformer::testing {
 
 TempDir::TempDir() {
@@ -24,13 +25,7 @@ TempDir::TempDir() {
   path_ = pattern;
 }
 
-// nftw rather than std::filesystem::remove_all: libtorch.so exports its own std::filesystem, whose
-// remove_all crashes if it wins symbol lookup (see the root CMakeLists.txt); this needs neither.
-TempDir::~TempDir() {
-  ::nftw(
-      path_.c_str(), [](const char* p, const struct stat*, int, struct FTW*) { return ::remove(p); }, 16,
-      FTW_DEPTH | FTW_PHYS);
-}
+TempDir::~TempDir() { RemoveTree(path_); }
 
 std::string JsonString(const std::string& text) {
   std::string out = "\"";

@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <string>
 
+#include "remove_tree.h"
+
 namespace darkformer::testing {
 
 inline std::string SourceDir() {
@@ -25,10 +27,10 @@ class TempDir {
   explicit TempDir(const std::string& tag) {
     path_ = std::filesystem::temp_directory_path() /
             ("darkformer-" + tag + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter_++));
-    std::filesystem::remove_all(path_);
+    RemoveTree(path_.string());
     std::filesystem::create_directories(path_);
   }
-  ~TempDir() { std::filesystem::remove_all(path_); }
+  ~TempDir() { RemoveTree(path_.string()); }
   std::string File(const std::string& name) const { return (path_ / name).string(); }
 
  private:

@@ -13,6 +13,7 @@
 #include <random>
 #include <sstream>
 
+#include "remove_tree.h"
 #include "train/sweep_runner.h"
 #include "util/error.h"
 
@@ -28,7 +29,7 @@ class TempDir {
     path_ = (fs::temp_directory_path() / ("df_sweep_" + std::to_string(rd()))).string();
     fs::create_directories(path_);
   }
-  ~TempDir() { fs::remove_all(path_); }
+  ~TempDir() { darkformer::testing::RemoveTree(path_); }
   std::string File(const std::string& name) const { return path_ + "/" + name; }
 
  private:
