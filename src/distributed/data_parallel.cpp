@@ -55,8 +55,8 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_
 }  // namespace
 
 std::unique_ptr<DataParallel> DataParallel::Join(const DistributedConfig& config, const LaunchEnvironment& env,
-                                                 torch::Device device) {
-  if (env.world_size <= 1) return nullptr;
+                                                 torch::Device device, bool even_alone) {
+  if (env.world_size <= 1 && !even_alone) return nullptr;
   auto backend = config.backend;
   if (backend == DistributedBackend::kAuto) backend = device.is_cuda() ? DistributedBackend::kNccl : DistributedBackend::kGloo;
   DF_CHECK(backend != DistributedBackend::kNccl || device.is_cuda(),

@@ -28,10 +28,11 @@ class DistributedError : public Error {
 
 class DataParallel {
  public:
-  // Joins the group `env` describes; nullptr when it has one rank (a plain run). `device` is this
-  // rank's device (CUDA: cuda:LOCAL_RANK).
+  // Joins the group `env` describes; nullptr when it has one rank (a plain run) unless
+  // `even_alone` (a group of one: the device tests' NCCL check). `device` is this rank's device
+  // (CUDA: cuda:LOCAL_RANK).
   static std::unique_ptr<DataParallel> Join(const DistributedConfig& config, const LaunchEnvironment& env,
-                                            torch::Device device);
+                                            torch::Device device, bool even_alone = false);
   ~DataParallel();
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;

@@ -9,7 +9,7 @@
 // when the other one needs a gradient, a frozen Linear keeps no copy of its input, ...), under
 // fp32 or bf16 autocast (Linear outputs bf16, weights cast per use, random-feature attention and
 // the residual stream fp32). Checked against LibTorch's allocator on CPU runs of the trainer
-// (tests/train/memory_estimate_test.cpp); docs/memory.md.
+// (tests/cuda/memory_estimate_test.cpp); docs/memory.md.
 #pragma once
 
 #include <cstdint>

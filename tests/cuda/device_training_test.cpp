@@ -4,7 +4,9 @@
 // - activation checkpointing and the chunked loss equal the plain forward on the device;
 // - bf16 autocast on the device tracks fp32 by the CPU test's rule (tests/train/mixed_precision_test.cpp);
 // - resume with train.deterministic is bit-exact on the device;
-// - greedy generation on the device gives the CPU's tokens.
+// - greedy generation on the device gives the CPU's tokens;
+// - metrics.jsonl carries the device's fields: CUDA's allocator peaks, MFU against the peak the
+//   GPU's name looks up (null where none is known, as on the CPU).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -14,34 +16,18 @@
 #include "data/data_test_util.h"
 #include "model/gemma_model.h"
 #include "model/generation.h"
+#include "train/bf16_rule.h"
+#include "train/model_flops.h"
+#include "train/step_memory.h"
+#include "tiny_gemma.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
 
 namespace darkformer {
 namespace {
 
-GemmaConfig Config() {
-  GemmaConfig c;
-  c.family = "gemma";
-  c.vocab_size = 96;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 2;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 1;
-  c.head_dim = 8;
-  c.max_position_embeddings = 128;
-  return c;
-}
-
-AttentionConfig Attention(const std::string& kernel) {
-  const std::string yaml = "{kernel: " + kernel + ", darkformer: {num_features: 16, chunk_size: 8}, " +
-                           "performer: {num_features: 16, chunk_size: 8}}";
-  return AttentionConfig::FromConfig(ConfigReader(YAML::Load(yaml), "attention"), 2);
-}
-
 GemmaModel TinyModel(const std::string& kernel, torch::Device device) {
-  GemmaModel model(Config(), Attention(kernel));
+  GemmaModel model(testing::TinyGemmaConfig(2), testing::TinyAttentionConfig(kernel, 2));
   model->InitializeWeights(0.2, 5);
   model->to(device);
   return model;
@@ -121,8 +107,7 @@ std::vector<std::string> DeviceOverrides(const std::string& kernel) {
   return o;
 }
 
-// The CPU test's rule: step 1 within one bf16 roundoff (2e-3), 20 steps within 10 %, and not
-// bit-identical (autocast did something).
+// The CPU test's rule (tests/train/bf16_rule.h), features and state fp32 included.
 TEST_P(DeviceTrainingTest, Bf16AutocastTracksFp32) {
   testing::TestDevice();
   auto overrides = DeviceOverrides(GetParam());
@@ -132,20 +117,7 @@ TEST_P(DeviceTrainingTest, Bf16AutocastTracksFp32) {
   ASSERT_EQ(Trainer(testing::TinyRunConfig(bf16_dir.path(), GetParam(), overrides)).Run(), kExitOk);
   const auto fp32 = Losses(fp32_dir.path()), bf16 = Losses(bf16_dir.path());
   ASSERT_EQ(fp32.size(), 20u);
-  ASSERT_EQ(bf16.size(), fp32.size());
-  double worst = 0.0;
-  bool differs = false;
-  for (size_t i = 0; i < fp32.size(); ++i) {
-    ASSERT_TRUE(std::isfinite(bf16[i])) << "step " << i + 1;
-    worst = std::max(worst, std::abs(bf16[i] - fp32[i]) / fp32[i]);
-    differs = differs || bf16[i] != fp32[i];
-  }
-  const double first = std::abs(bf16[0] - fp32[0]) / fp32[0];
-  std::printf("[bf16 vs fp32 on %s] %s: step 1 gap %.5f, worst %.4f\n", testing::TestDeviceKey().c_str(),
-              GetParam().c_str(), first, worst);
-  EXPECT_LT(first, 2e-3);
-  EXPECT_LT(worst, 0.10);
-  EXPECT_TRUE(differs) << "bf16_autocast ran bit for bit as fp32: autocast did nothing";
+  testing::ExpectBf16TracksFp32(fp32, bf16, GetParam() + " on " + testing::TestDeviceKey());
 }
 
 TEST_P(DeviceTrainingTest, DeterministicResumeIsBitExact) {
@@ -180,6 +152,27 @@ TEST_P(DeviceTrainingTest, GreedyGenerationEqualsTheCpus) {
   const auto want = Generate(cpu_model, prompt, options).tokens;
   const auto got = Generate(device_model, prompt, options).tokens;
   EXPECT_EQ(got, want) << GetParam() << " on " << device.str();
+}
+
+TEST_P(DeviceTrainingTest, MetricsCarryTheDevicesFields) {
+  const auto device = testing::TestDevice();
+  testing::TempDir dir;
+  auto overrides = DeviceOverrides(GetParam());
+  overrides.push_back("train.steps=3");
+  ASSERT_EQ(Trainer(testing::TinyRunConfig(dir.path(), GetParam(), overrides)).Run(), kExitOk);
+  const auto lines = testing::TrainLines(dir.path());
+  ASSERT_EQ(lines.size(), 3u);
+  const bool known_peak = PeakFlops(0.0, StepMemory(device).DeviceName()) > 0;
+  for (const auto& line : lines) {
+    EXPECT_EQ(line["cuda_allocated_peak_bytes"].IsDefined(), device.is_cuda());
+    if (device.is_cuda()) {
+      EXPECT_GT(line["cuda_allocated_peak_bytes"].as<int64_t>(), 0);
+      EXPECT_GE(line["cuda_reserved_peak_bytes"].as<int64_t>(), line["cuda_allocated_peak_bytes"].as<int64_t>());
+    }
+    ASSERT_TRUE(line["mfu"].IsDefined());
+    EXPECT_EQ(!line["mfu"].IsNull(), known_peak) << StepMemory(device).DeviceName();
+    if (known_peak) EXPECT_GT(line["mfu"].as<double>(), 0.0);
+  }
 }
 
 }  // namespace

@@ -12,29 +12,10 @@
 #include "util/peak_memory.h"
 #include "model/gemma_model.h"
 #include "util/mixed_precision.h"
+#include "tiny_gemma.h"
 
 namespace darkformer {
 namespace {
-
-GemmaConfig Config() {
-  GemmaConfig c;
-  c.family = "gemma";
-  c.vocab_size = 96;
-  c.hidden_size = 32;
-  c.intermediate_size = 64;
-  c.num_hidden_layers = 3;
-  c.num_attention_heads = 4;
-  c.num_key_value_heads = 1;
-  c.head_dim = 8;
-  c.max_position_embeddings = 128;
-  return c;
-}
-
-AttentionConfig Attention(const std::string& kernel) {
-  const std::string yaml = "{kernel: " + kernel + ", darkformer: {num_features: 16, chunk_size: 8}, " +
-                           "performer: {num_features: 16, chunk_size: 8}}";
-  return AttentionConfig::FromConfig(ConfigReader(YAML::Load(yaml), "attention"), 3);
-}
 
 struct Result {
   double loss;
@@ -44,7 +25,7 @@ struct Result {
 
 // One forward and backward of a fresh model (same init every time).
 Result ForwardBackward(const std::string& kernel, bool checkpointing, bool qkv_only, bool autocast) {
-  GemmaModel model(Config(), Attention(kernel));
+  GemmaModel model(testing::TinyGemmaConfig(3), testing::TinyAttentionConfig(kernel, 3));
   model->InitializeWeights(0.2, 5);
   for (auto& item : model->named_parameters()) {
     const auto& name = item.key();

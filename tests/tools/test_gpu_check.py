@@ -3,7 +3,8 @@ cannot rot between GPUs:
 1. every stage passes and the summary (summary.json, summary.md, logs.tar.gz: within the device
    tool's 8 files) holds the device tests' count, kernel rows with op counts, a training-step row
    and transformers' parity figures;
-2. a stage that runs past its limit is cut and reported as such, and the stages after it still report."""
+2. a stage that runs past its limit is cut and reported as such, and the stages after it still report;
+3. the device tests refuse DARKFORMER_TEST_DEVICE=cuda without CUDA, and an unknown device, with exit 2."""
 
 import json
 import os
@@ -27,6 +28,11 @@ def run(out, shards, **extra):
         sys.exit("gpu_check.sh exited %d" % result.returncode)
     with open(os.path.join(out, "summary.json")) as f:
         return json.load(f)
+
+
+def torch_sees_cuda():
+    import torch
+    return torch.cuda.is_available()
 
 
 def main():
@@ -62,6 +68,16 @@ def main():
         with open(os.path.join(cut_out, "summary.md")) as f:
             if "cut at 1 s" not in f.read():
                 failures.append("summary.md does not say the tests were cut")
+    # DARKFORMER_TEST_DEVICE asking for what this machine lacks is an error (exit 2), never a skip.
+    binary = os.path.join(os.path.dirname(testkit.BINARY), "tests", "cuda_tests")
+    for device, message in (("cuda", "no CUDA device"), ("tpu", "expected cpu or cuda")):
+        if device == "cuda" and torch_sees_cuda():
+            continue
+        result = subprocess.run([binary, "--gtest_filter=*OneStepEqualsTheCpuStep/performer"], capture_output=True,
+                                text=True, timeout=120, env=dict(os.environ, DARKFORMER_TEST_DEVICE=device))
+        if result.returncode != 2 or message not in result.stderr:
+            failures.append("DARKFORMER_TEST_DEVICE=%s: exit %d, stderr %r" % (device, result.returncode,
+                                                                           result.stderr[-300:]))
     for f in failures:
         print("FAIL:", f)
     sys.exit(1 if failures else 0)
