@@ -6,7 +6,8 @@
 #     ms, peak device memory and the ops each dispatches per layer call (the launch count), via
 #     `kernel-check --bench --device $DEVICE --profile` (each timed call ends in a device sync).
 #  2. A Gemma 2B q/k/v-only finetuning step (darkformer, bf16 autocast, activation checkpointing,
-#     chunked loss) at 2048 and 8192 tokens: tokens/s, MFU and peak device memory.
+#     chunked loss) at 2048 and 8192 tokens: tokens/s, MFU and peak device memory, and on CUDA the
+#     caching allocator's peak beside `inspect --memory`'s prediction for the same config.
 #
 #   DEVICE=cuda tools/bench_gpu.sh
 #
@@ -100,7 +101,10 @@ YAML
     tail -5 "$OUT/step_$tokens.log"
     continue
   fi
+  # The memory estimate's predicted peak for the same config, beside the allocator's measured one.
+  predicted=$("$BIN" inspect --config "$OUT/step_$tokens.yaml" --memory 2>/dev/null |
+              sed -n 's/.*predicted peak.*(\([0-9,]*\) bytes).*/\1/p' | tr -d ,)
   "$PY" "$ROOT/tools/bench_gpu_summary.py" "$run/metrics.jsonl" "$OUT/step_$tokens.yaml" "$peak" "$PEAK_TFLOPS" \
-    "$DEVICE" "$OUT/steps.jsonl"
+    "$DEVICE" "$OUT/steps.jsonl" "$predicted"
 done
 echo "[bench_gpu] JSON lines: $OUT/kernels_*.jsonl, $OUT/steps.jsonl"

@@ -6,7 +6,10 @@ counted, nor the attention kernel's own FLOPs, which are small at these lengths)
 2 N (N = the matmul weights: q, k, v, o and the MLP of every layer, and the tied head), the
 backward 2 N for the activation gradients plus 2 N_trainable for the weight gradients.
 
-usage: bench_gpu_summary.py METRICS_JSONL RUN_CONFIG PEAK_BYTES PEAK_TFLOPS DEVICE OUT_JSONL
+On CUDA the row also holds the caching allocator's peak of allocated bytes over the steps (the
+trainer's metrics) beside PREDICTED_BYTES, `inspect --memory`'s predicted peak for the same config.
+
+usage: bench_gpu_summary.py METRICS_JSONL RUN_CONFIG PEAK_BYTES PEAK_TFLOPS DEVICE OUT_JSONL [PREDICTED_BYTES]
 """
 import json
 import statistics
@@ -28,6 +31,7 @@ def flops_per_token(model, trainable_qkv):
 
 def main():
     metrics, config_path, peak_bytes, peak_tflops, device, out = sys.argv[1:7]
+    predicted = int(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] else None
     config = yaml.safe_load(open(config_path))
     rows = [json.loads(line) for line in open(metrics) if '"train"' in line]
     if not rows:
@@ -43,10 +47,20 @@ def main():
            "tokens_per_s": tokens_per_s, "model_tflops": flops / 1e12, "mfu": mfu,
            "peak_tflops": float(peak_tflops), "peak_memory_gib": int(peak_bytes) / 2**30,
            "loss_first": rows[0]["loss"], "loss_last": rows[-1]["loss"]}
+    allocated = [r["cuda_allocated_peak_bytes"] for r in rows if "cuda_allocated_peak_bytes" in r]
+    if allocated:
+        row["allocator_peak_gib"] = max(allocated) / 2**30
+    if predicted is not None:
+        row["predicted_peak_gib"] = predicted / 2**30
+        if allocated:
+            row["predicted_over_allocator"] = predicted / max(allocated)
     print("[bench_gpu] step at %d tokens on %s: %.0f ms (median of steps 2+), %.0f tokens/s, %.2f model TFLOP/s, "
           "MFU %.1f%% of %.0f TFLOP/s, peak memory %.2f GiB" % (
               tokens, device, step_ms, tokens_per_s, flops / 1e12, 100 * mfu, float(peak_tflops),
               row["peak_memory_gib"]))
+    if "predicted_over_allocator" in row:
+        print("[bench_gpu] allocator peak %.2f GiB, inspect --memory predicts %.2f GiB (ratio %.3f)" % (
+            row["allocator_peak_gib"], row["predicted_peak_gib"], row["predicted_over_allocator"]))
     with open(out, "a") as f:
         f.write(json.dumps(row) + "\n")
 

@@ -67,6 +67,9 @@ def main():
         md.append("\nStep at %d tokens: %.0f ms, %.0f tokens/s, MFU %.1f %%, peak %.2f GiB, loss %.4f -> %.4f" % (
             s["tokens"], s["step_ms_median"], s["tokens_per_s"], 100 * s["mfu"], s["peak_memory_gib"],
             s["loss_first"], s["loss_last"]))
+        if "predicted_over_allocator" in s:
+            md.append("Allocator peak %.2f GiB; `inspect --memory` predicts %.2f GiB (ratio %.3f)" % (
+                s["allocator_peak_gib"], s["predicted_peak_gib"], s["predicted_over_allocator"]))
     if hf:
         md += ["", "transformers on %s against the fixtures' CPU numbers:" % device]
         md += ["- %s: logits max |diff| %.3g, loss rel %.3g" % (r["family"], r["logits_max_diff"], r["loss_rel"])
