@@ -1,10 +1,10 @@
 """One training-step row of tools/bench_gpu.sh: tokens/s (median of the steps after the first,
 which pays one-off costs), MFU and peak device memory, printed and appended as a JSON line.
 
-Model FLOPs per token (the usual convention: recomputation from activation checkpointing is not
-counted, nor the attention kernel's own FLOPs, which are small at these lengths): the forward is
-2 N (N = the matmul weights: q, k, v, o and the MLP of every layer, and the tied head), the
-backward 2 N for the activation gradients plus 2 N_trainable for the weight gradients.
+Model FLOPs per token are the trainer's own (metrics.jsonl's flops_per_token, from
+src/train/model_flops.cpp: matmul weights forward and backward, trainable weights' gradients and
+the attention kernel's FLOPs; recomputation from checkpointing not counted), so the MFU here and the
+trainer's agree.
 
 On CUDA the row also holds the caching allocator's peak of allocated bytes over the steps (the
 trainer's metrics) beside PREDICTED_BYTES, `inspect --memory`'s predicted peak for the same config.
@@ -18,17 +18,6 @@ import sys
 import yaml
 
 
-def flops_per_token(model, trainable_qkv):
-    e, layers = model["hidden_size"], model["num_hidden_layers"]
-    hd = model["num_attention_heads"] * model["head_dim"]
-    kd = model["num_key_value_heads"] * model["head_dim"]
-    qkv = e * (hd + 2 * kd)
-    per_layer = qkv + hd * e + 3 * e * model["intermediate_size"]
-    n = layers * per_layer + model["vocab_size"] * e
-    n_trainable = layers * qkv if trainable_qkv else n
-    return 4 * n + 2 * n_trainable
-
-
 def main():
     metrics, config_path, peak_bytes, peak_tflops, device, out = sys.argv[1:7]
     predicted = int(sys.argv[7]) if len(sys.argv) > 7 and sys.argv[7] else None
@@ -40,8 +29,7 @@ def main():
     step_ms = statistics.median(later)
     tokens = config["data"]["seq_len"] * config["data"]["batch_size"]
     tokens_per_s = tokens / (step_ms / 1000)
-    qkv_only = all("_proj" in p or "kernel" in p for p in config["train"].get("trainable", []))
-    flops = flops_per_token(config["model"], qkv_only) * tokens_per_s
+    flops = rows[0]["flops_per_token"] * tokens_per_s
     mfu = flops / (float(peak_tflops) * 1e12)
     row = {"device": device, "tokens": tokens, "steps": len(rows), "step_ms_median": step_ms,
            "tokens_per_s": tokens_per_s, "model_tflops": flops / 1e12, "mfu": mfu,
