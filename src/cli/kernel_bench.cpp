@@ -37,12 +37,19 @@ struct Inputs {
   torch::Tensor q, k, v;
 };
 torch::Device bench_device = torch::kCPU;  // --device, set once by RunKernelBench
+double bench_norm = 0.0;                   // --bench-norm, likewise
 
 Inputs MakeInputs(int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
   const auto options = torch::TensorOptions().device(bench_device);
-  return {torch::randn({batch, heads, length, d}, options).requires_grad_(),
-          torch::randn({batch, kv_heads, length, d}, options).requires_grad_(),
-          torch::randn({batch, kv_heads, length, d}, options).requires_grad_()};
+  auto q = torch::randn({batch, heads, length, d}, options), k = torch::randn({batch, kv_heads, length, d}, options);
+  if (bench_norm > 0) {  // the kernels see x = q / d^(1/4): rows of q of norm bench_norm d^(1/4)
+    auto unit = [](const torch::Tensor& t) { return t / t.norm(2, -1, true); };
+    const auto u = unit(torch::randn({d}, options));
+    const double s = bench_norm * std::pow(static_cast<double>(d), 0.25);
+    q = s * unit(u + 0.1 * q);
+    k = -s * unit(u + 0.1 * k);
+  }
+  return {q.requires_grad_(), k.requires_grad_(), torch::randn({batch, kv_heads, length, d}, options).requires_grad_()};
 }
 
 // Work queued on the GPU is done (a no-op on the CPU).
@@ -180,6 +187,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
   DF_CHECK(o.batch > 0, "--bench-batch must be positive, got " << o.batch);
   DF_CHECK(o.repeats > 0, "--repeats must be positive, got " << o.repeats);
   bench_device = torch::Device(o.device);
+  bench_norm = o.norm;
   DF_CHECK(!bench_device.is_cuda() || torch::cuda::is_available(), "--device " << o.device << ": no CUDA device here");
   auto fused_options = YAML::Load(o.options);
   DF_CHECK(!fused_options["op"] && !fused_options["fused"],

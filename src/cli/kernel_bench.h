@@ -23,6 +23,9 @@ struct KernelBenchOptions {
   std::vector<std::string> ops = {"auto"};         // forms to time: auto | naive | chunk_loop | chunk_parallel | raw_cpu (- or _)
   std::string device = "cpu";                     // cpu | cuda
   bool naive = false;                             // also time the naive composite path (op: naive)
+  // > 0: sharp, opposed attention (issue 38's fallback cost): queries near one direction, keys near
+  // its opposite, every row of x = sqrt(s) q and y = sqrt(s) k of this norm; 0: N(0, 1) entries.
+  double norm = 0.0;
   int64_t exact_max_length = 16384;               // exact attention is skipped above this length
   std::string json;                               // JSON lines file
   bool profile = false;                           // per-op self time of one run, and ops dispatched per call

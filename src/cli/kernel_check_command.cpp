@@ -323,6 +323,9 @@ void AddKernelCheckCommand(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)");
+  cmd->add_option("--bench-norm", b.norm,
+                  "--bench: > 0 times sharp, opposed attention (queries near u, keys near -u) with rows of this norm")
+      ->check(CLI::NonNegativeNumber)->capture_default_str();
   cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
       ->capture_default_str();
   cmd->add_flag("--estimators", args.estimators,
