@@ -325,7 +325,10 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)");
   cmd->add_option("--bench-norm", b.norm,
                   "--bench: > 0 times sharp, opposed attention (queries near u, keys near -u) with rows of this norm")
-      ->check(CLI::NonNegativeNumber)->capture_default_str();
+      ->check(CLI::Validator(
+          [](std::string& value) { return std::stod(value) >= 0 ? std::string() : "must be >= 0, got " + value; },
+          "NORM >= 0"))
+      ->capture_default_str();
   cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
       ->capture_default_str();
   cmd->add_flag("--estimators", args.estimators,
