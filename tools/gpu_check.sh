@@ -114,13 +114,12 @@ cat "$LOGS/machine.log"
 built=1
 if [[ "${SKIP_BUILD:-0}" == 1 ]] || ! wants build; then skip_stage build "SKIP_BUILD or STAGES"
 else run_stage build "${LIMIT_BUILD:-240}" stage_build || built=0; fi
+declare -A limits=([tests]="${LIMIT_TESTS:-150}" [bench]="${LIMIT_BENCH:-170}" [hf]="${LIMIT_HF:-60}")
 for stage in tests bench hf; do
   if ! wants "$stage"; then skip_stage "$stage" "not in STAGES"
   elif [[ $built == 0 && $stage != hf ]]; then skip_stage "$stage" "the build failed"
   else
-    limit_var="LIMIT_${stage^^}"
-    default_limit=$([[ $stage == tests ]] && echo 150 || { [[ $stage == bench ]] && echo 170 || echo 60; })
-    run_stage "$stage" "${!limit_var:-$default_limit}" "stage_$stage" || true
+    run_stage "$stage" "${limits[$stage]}" "stage_$stage" || true
   fi
 done
 
