@@ -2,7 +2,7 @@
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
 # performer and darkformer) and the plots.
-# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr
+# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr|cpu-c4-masked
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
 #   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
 #        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
@@ -17,17 +17,20 @@
 #        sderf) or q/k/v-only (cpu-c4-qkv). They need C4: C4_GLOB must match json.gz files (docs/data.md).
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
+#   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
+#        data.document_masking (c4_long_masking.yaml), every run then evaluated with masking on;
+#        tools/masking_effect.py pairs the arms. Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr}"
+SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr|cpu-c4-masked}"
 case "$SIZE" in
   micro|cpu|gpu) PART="$SIZE" ;;
-  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr) PART="$SIZE"; SIZE=cpu ;;
-  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv or cpu-c4-lr, got '$SIZE'" >&2; exit 2 ;;
+  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr|cpu-c4-masked) PART="$SIZE"; SIZE=cpu ;;
+  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv, cpu-c4-lr or cpu-c4-masked, got '$SIZE'" >&2; exit 2 ;;
 esac
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
@@ -76,6 +79,25 @@ if [[ "$PART" == cpu-c4-lr ]]; then  # finding 4 on C4 (issue 38): C4 itself, no
   "$PYTHON" tools/lr_stability.py --sweep "$RUNS/c4_long_lr_stability" --pair "darkformer m=64 identity" "performer m=64" \
     --json "$RUNS/c4_long_lr_stability/stability.json" | tee "$RUNS/c4_long_lr_stability/stability.md"
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/c4_long_lr_stability/{aggregate,stability}.md"
+  exit $status
+fi
+
+if [[ "$PART" == cpu-c4-masked ]]; then  # issue 40: packed windows with and without document masking
+  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
+  SHARDS=data/c4/shards
+  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
+  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
+  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  sweep c4_long_masking --set "fixed.data.shards_dir=$SHARDS"
+  echo "== masked evaluation of every finished run (both arms)"
+  for run in "$RUNS"/c4_long_masking/*/; do
+    [[ -f "$run/summary.json" && ! -f "$run/masked_eval.json" ]] || continue
+    "$DF" eval --config "$run/config.yaml" --checkpoint "$run" --set data.document_masking=true >"$run/masked_eval.json.tmp" &&
+      mv "$run/masked_eval.json.tmp" "$run/masked_eval.json" || status=1
+  done
+  "$PYTHON" tools/masking_effect.py --sweep "$RUNS/c4_long_masking" --json "$RUNS/c4_long_masking/masking.json" |
+    tee "$RUNS/c4_long_masking/masking.md"
+  echo "done in $(( $(date +%s) - start )) s; table: $RUNS/c4_long_masking/masking.md"
   exit $status
 fi
 

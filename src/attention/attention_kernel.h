@@ -20,6 +20,11 @@ struct AttentionCall {
   int64_t sliding_window = 0;   // > 0: i attends to j with i - j < sliding_window (HF semantics)
   double softcap = 0.0;         // > 0: logits -> softcap * tanh(logits / softcap) (Gemma 2)
   double scale = 1.0;           // s: exact logits are s * q.k; feature kernels see x = sqrt(s) q, y = sqrt(s) k
+  // Packed windows (data.document_masking): the document of every position, int64 B x L,
+  // nondecreasing along a row (document_mask.h). Position i then attends to j only within its own
+  // document; every running state starts empty at a document's first position. Undefined: each
+  // row is one document.
+  torch::Tensor document_ids_BL;
 };
 
 // Facts a kernel needs at construction.
@@ -55,6 +60,13 @@ class AttentionKernelImpl : public torch::nn::Module {
   // of K (grouped / multi-query attention: query head h reads KV head h / (H / K)).
   virtual torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                                 const torch::Tensor& v_BKLD, const AttentionCall& call) = 0;
+  // What callers use: forward(), with `call.document_ids_BL` honoured either by the kernel itself
+  // (HandlesDocuments) or by one forward() per document, the results joined (document_mask.h).
+  torch::Tensor Attend(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
+                       const AttentionCall& call);
+  // Whether forward() honours call.document_ids_BL itself (a mask, or state resets inside its
+  // operator); false: Attend runs it once per document.
+  virtual bool HandlesDocuments(const AttentionCall& /*call*/) const { return false; }
   virtual std::string kernel_name() const = 0;
   // Whether the kernel honours AttentionCall::softcap / sliding_window (random-feature kernels
   // cannot; the model warns at build, naming the layers).

@@ -1,6 +1,7 @@
 // Random and constant attention baselines (see baseline_kernels.h).
 #include "attention/baseline_kernels.h"
 
+#include "attention/document_mask.h"
 #include "util/mixed_precision.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -22,6 +23,7 @@ torch::Tensor RandomKernelImpl::forward(const torch::Tensor& q_BHLD, const torch
   auto u_BHLL = v_BHLD.is_cpu() ? at::rand({batch, heads, length, length}, generator_, f32)
                                 : torch::rand({batch, heads, length, length}, f32.device(v_BHLD.device()));
   if (call.causal) u_BHLL = u_BHLL.tril();
+  if (call.document_ids_BL.defined()) u_BHLL = u_BHLL * SameDocument(call.document_ids_BL.to(u_BHLL.device()));
   const auto weights_BHLL = u_BHLL / u_BHLL.sum(-1, /*keepdim=*/true);
   return torch::matmul(weights_BHLL, v_BHLD.to(torch::kFloat32)).to(v_BHLD.scalar_type());
 }

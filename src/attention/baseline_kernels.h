@@ -18,6 +18,8 @@ class RandomKernelImpl : public AttentionKernelImpl {
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "random"; }
   std::vector<at::Generator> forward_generators() const override { return {generator_}; }
+  // Packed documents: weights outside the query's document are zeroed before normalising.
+  bool HandlesDocuments(const AttentionCall& /*call*/) const override { return true; }
   // Fresh weights over every earlier token for each new one, so the state is every v so far
   // (O(L) memory, like a KV cache): the definition needs them all.
   torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
@@ -34,6 +36,7 @@ class ConstantKernelImpl : public AttentionKernelImpl {
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "constant"; }
+  // Packed documents: the running mean restarts per document (Attend runs one call per document).
   // The running sum of v (fp32) and the token count.
   torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,
                        const torch::Tensor& v_BKTD, const AttentionCall& call) override;

@@ -1,6 +1,8 @@
 // Exact softmax attention (see exact_kernel.h).
 #include "attention/exact_kernel.h"
 
+#include "attention/document_mask.h"
+
 namespace darkformer {
 
 torch::Tensor MakeAllowedMask(int64_t length, bool causal, int64_t sliding_window, const torch::Device& device) {
@@ -23,19 +25,23 @@ torch::Tensor ExactKernelImpl::forward(const torch::Tensor& q_BHLD, const torch:
   const auto k_BHLD = RepeatKvHeads(k_BKLD, q_BHLD.size(1));
   const auto v_BHLD = RepeatKvHeads(v_BKLD, q_BHLD.size(1));
   const int64_t length = q_BHLD.size(2);
+  const bool documents = call.document_ids_BL.defined();
+  // Allowed pairs: L x L, or B x 1 x L x L with packed documents (block-diagonal).
+  auto allowed_mask = [&] {
+    const auto allowed = MakeAllowedMask(length, call.causal, call.sliding_window, q_BHLD.device());
+    return documents ? SameDocument(call.document_ids_BL.to(q_BHLD.device())) & allowed : allowed;
+  };
   if (call.softcap <= 0.0 && !force_explicit_) {
-    if (call.sliding_window <= 0 || call.sliding_window >= length) {
+    if (!documents && (call.sliding_window <= 0 || call.sliding_window >= length)) {
       return at::scaled_dot_product_attention(q_BHLD, k_BHLD, v_BHLD, /*attn_mask=*/{}, /*dropout_p=*/0.0,
                                               /*is_causal=*/call.causal, /*scale=*/call.scale);
     }
-    const auto allowed = MakeAllowedMask(length, call.causal, call.sliding_window, q_BHLD.device());
-    return at::scaled_dot_product_attention(q_BHLD, k_BHLD, v_BHLD, allowed, 0.0, false, call.scale);
+    return at::scaled_dot_product_attention(q_BHLD, k_BHLD, v_BHLD, allowed_mask(), 0.0, false, call.scale);
   }
   // Soft-capped logits (Gemma 2): softcap * tanh(s q.k / softcap), softmax in fp32.
   auto logits_BHLL = torch::matmul(q_BHLD.to(torch::kFloat32), k_BHLD.to(torch::kFloat32).transpose(-1, -2)) * call.scale;
   if (call.softcap > 0.0) logits_BHLL = torch::tanh(logits_BHLL / call.softcap) * call.softcap;
-  const auto allowed = MakeAllowedMask(length, call.causal, call.sliding_window, q_BHLD.device());
-  logits_BHLL = logits_BHLL.masked_fill(allowed.logical_not(), -std::numeric_limits<float>::infinity());
+  logits_BHLL = logits_BHLL.masked_fill(allowed_mask().logical_not(), -std::numeric_limits<float>::infinity());
   const auto weights_BHLL = torch::softmax(logits_BHLL, -1).to(v_BHLD.scalar_type());
   return torch::matmul(weights_BHLL, v_BHLD);
 }

@@ -23,6 +23,8 @@ class ExactKernelImpl : public AttentionKernelImpl {
   bool supports_softcap() const override { return true; }
   bool supports_sliding_window() const override { return true; }
   bool autocast_inside() const override { return true; }
+  // Packed documents: a block-diagonal causal mask (document_mask.h).
+  bool HandlesDocuments(const AttentionCall& /*call*/) const override { return true; }
 
   // Largest |logit| of the last forward (for spike diagnostics); -1 when not tracked.
   double last_max_logit = -1.0;

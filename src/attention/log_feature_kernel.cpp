@@ -5,6 +5,7 @@
 
 #include "attention/ops/per_feature_attention.h"
 #include "attention/positive_features.h"
+#include "util/error.h"
 #include "util/mixed_precision.h"
 
 namespace darkformer {
@@ -30,16 +31,20 @@ torch::Tensor LogFeatureKernel::forward(const torch::Tensor& q_BHLD, const torch
   const double root_scale = std::sqrt(call.scale);
   const bool fused = options_.op != CausalOp::kNaive;
   if (call.causal && fused) {
-    if (const auto form = PositiveForm()) return ForwardPositiveFused(*form, q_BHLD, k_BKLD, v_BKLD, root_scale);
+    if (const auto form = PositiveForm()) {
+      return ForwardPositiveFused(*form, q_BHLD, k_BKLD, v_BKLD, root_scale, call.document_ids_BL);
+    }
   }
   const auto x_BHLD = q_BHLD.to(dtype) * root_scale;
   if (call.causal && fused) {
     // One operator, key features once per KV head (fused_causal_attention.h).
     const auto y_BKLD = k_BKLD.to(dtype) * root_scale;
-    const auto out_BHLD = FusedCausalLinearAttention(x_BHLD, y_BKLD, v_BKLD.to(dtype), MakeFeatureMap(), options_.chunk_size);
+    const auto out_BHLD = FusedCausalLinearAttention(x_BHLD, y_BKLD, v_BKLD.to(dtype), MakeFeatureMap(),
+                                                     options_.chunk_size, call.document_ids_BL);
     return out_BHLD.to(v_BKLD.scalar_type());
   }
   // The naive composite path (the reference the fused operator is tested against).
+  DF_CHECK(!call.document_ids_BL.defined(), kernel_name() << ": the composite path takes one document per call (Attend)");
   const int64_t heads = q_BHLD.size(1);
   // Converted before the repeat: the gradients of a KV head's copies then add up in fp32, not bf16.
   const auto y_BHLD = RepeatKvHeads(k_BKLD.to(dtype), heads) * root_scale;
@@ -54,7 +59,7 @@ torch::Tensor LogFeatureKernel::forward(const torch::Tensor& q_BHLD, const torch
 
 torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& form, const torch::Tensor& q_BHLD,
                                                       const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
-                                                      double root_scale) const {
+                                                      double root_scale, const torch::Tensor& document_ids_BL) const {
   const auto dtype = FeatureDtype(q_BHLD.scalar_type());
   torch::Tensor x, y, v = v_BKLD.to(dtype);
   if (!form.input_map_NRD.defined()) {
@@ -82,7 +87,7 @@ torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& 
   map.positive_features = true;
   map.op = options_.op;
   map.num_features = form.w_MR.size(0);
-  return FusedCausalLinearAttention(x, y, v, map, options_.chunk_size).to(v_BKLD.scalar_type());
+  return FusedCausalLinearAttention(x, y, v, map, options_.chunk_size, document_ids_BL).to(v_BKLD.scalar_type());
 }
 
 namespace {

@@ -17,6 +17,11 @@ class LogFeatureKernel : public FeatureKernelBase {
  public:
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
+  // Packed documents: the causal operator honours them (document_ids into every form); the naive
+  // composite path runs once per document (Attend).
+  bool HandlesDocuments(const AttentionCall& call) const override {
+    return call.causal && options_.op != CausalOp::kNaive;
+  }
   // The recurrent form (fused_causal_attention.h): running sums of phi(k) [v, 1]^T per KV head
   // with the causal-safe reference, fp32, no per-position storage. A first call with several
   // tokens (the prompt) runs forward()'s parallel path and keeps its final state.
@@ -60,7 +65,8 @@ class LogFeatureKernel : public FeatureKernelBase {
  private:
   // The causal fused path of a PositiveForm() kernel.
   torch::Tensor ForwardPositiveFused(const PositiveFeatureForm& form, const torch::Tensor& q_BHLD,
-                                     const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD, double root_scale) const;
+                                     const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD, double root_scale,
+                                     const torch::Tensor& document_ids_BL) const;
 };
 
 }  // namespace darkformer

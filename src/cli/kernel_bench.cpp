@@ -17,6 +17,9 @@
 
 #include <torch/cuda.h>
 
+#include <ATen/CPUGeneratorImpl.h>
+
+#include "attention/document_mask.h"
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
 #include "util/op_count.h"
@@ -39,6 +42,38 @@ struct Inputs {
 torch::Device bench_device = torch::kCPU;  // --device, set once by RunKernelBench
 double bench_norm = 0.0;                   // --bench-norm, likewise
 
+// How a timed call treats the row's documents (--bench-documents).
+enum class Documents { kNone, kMasked, kPerDocument };
+torch::Tensor bench_documents;  // B x L ids of the current length, on the device
+
+// Document ids of B rows of L positions: exponential lengths of mean `mean` (at least 1), seeded.
+torch::Tensor PackedDocuments(int64_t batch, int64_t length, int64_t mean) {
+  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  auto ids = torch::zeros({batch, length}, torch::kLong);
+  for (int64_t b = 0; b < batch; ++b) {
+    int64_t pos = 0, doc = 0;
+    while (pos < length) {
+      const double u = at::rand({1}, gen, torch::kFloat64).item<double>();
+      const int64_t len = std::max<int64_t>(1, static_cast<int64_t>(std::llround(-std::log1p(-u) * mean)));
+      ids[b].narrow(0, pos, std::min(len, length - pos)).fill_(doc++);
+      pos += len;
+    }
+  }
+  return ids.to(bench_device);
+}
+
+torch::Tensor Call(AttentionKernel& kernel, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                   AttentionCall call, Documents documents) {
+  if (documents == Documents::kNone) return kernel->forward(q, k, v, call);
+  if (documents == Documents::kMasked) {
+    call.document_ids_BL = bench_documents;
+    return kernel->Attend(q, k, v, call);
+  }
+  return PerDocument(q, k, v, bench_documents, [&](const torch::Tensor& qd, const torch::Tensor& kd, const torch::Tensor& vd) {
+    return kernel->forward(qd, kd, vd, call);
+  });
+}
+
 Inputs MakeInputs(int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
   const auto options = torch::TensorOptions().device(bench_device);
   auto q = torch::randn({batch, heads, length, d}, options), k = torch::randn({batch, kv_heads, length, d}, options);
@@ -57,7 +92,8 @@ void Synchronize() {
   if (bench_device.is_cuda()) torch::cuda::synchronize();
 }
 
-Sample TimeOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
+Sample TimeOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d,
+                Documents documents = Documents::kNone) {
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
   auto info = std::make_shared<PeakMemory>(bench_device.type());
@@ -65,7 +101,7 @@ Sample TimeOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t k
   const auto in = MakeInputs(batch, heads, kv_heads, length, d);
   Synchronize();
   const auto start = std::chrono::steady_clock::now();
-  kernel->forward(in.q, in.k, in.v, call).sum().backward();
+  Call(kernel, in.q, in.k, in.v, call, documents).sum().backward();
   Synchronize();
   return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
           info->peak() / (1024.0 * 1024.0)};
@@ -77,13 +113,13 @@ struct LayerOps {
   OpCount forward, backward;
 };
 LayerOps CountLayerOps(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length,
-                       int64_t d) {
+                       int64_t d, Documents documents) {
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
   const auto in = MakeInputs(batch, heads, kv_heads, length, d);
   torch::Tensor out;
   LayerOps ops;
-  ops.forward = CountDispatchedOps([&] { out = kernel->forward(in.q, in.k, in.v, call); });
+  ops.forward = CountDispatchedOps([&] { out = Call(kernel, in.q, in.k, in.v, call, documents); });
   const auto grad = torch::randn_like(out);
   ops.backward = CountDispatchedOps([&] { out.backward(grad); });
   return ops;
@@ -216,6 +252,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
         double flops;
         std::vector<double> ms, mib;
         LayerOps ops;
+        Documents documents = Documents::kNone;
+        int64_t twin = -1;  // the same implementation without documents (--bench-documents)
       };
       std::vector<Impl> impls;
       const double flops = o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk);
@@ -227,25 +265,53 @@ void RunKernelBench(const KernelBenchOptions& o) {
       }
       if (o.naive) impls.push_back({"naive", Build(o.kernel, naive_options, o.heads, d), flops});
       if (length <= o.exact_max_length) impls.push_back({"exact", Build("exact", YAML::Load("{}"), o.heads, d), o.batch * ExactFlops(o.heads, length, d)});
-      for (auto& impl : impls) TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d);  // warm-up
+      if (o.document_mean > 0) {
+        bench_documents = PackedDocuments(o.batch, length, o.document_mean);
+        const int64_t plain = static_cast<int64_t>(impls.size());
+        for (int64_t i = 0; i < plain; ++i) {
+          auto masked = impls[i];
+          masked.name += "+mask";
+          masked.documents = Documents::kMasked;
+          masked.twin = i;
+          impls.push_back(masked);
+          if (impls[i].name == "exact") {
+            auto per_document = impls[i];
+            per_document.name += "+perdoc";
+            per_document.documents = Documents::kPerDocument;
+            per_document.twin = i;
+            impls.push_back(per_document);
+          }
+        }
+        const auto spans = DocumentSpans(bench_documents);
+        int64_t count = 0;
+        for (const auto& row : spans) count += static_cast<int64_t>(row.size());
+        std::cout << fmt::format("L={}: {} documents in {} rows (mean length {:.0f})\n", length, count, o.batch,
+                                 double(o.batch * length) / count);
+      }
+      for (auto& impl : impls) TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d, impl.documents);  // warm-up
       if (o.profile) {
         ProfileOnce(impls[0].kernel, o.batch, o.heads, kv_heads, length, d);
-        for (auto& impl : impls) impl.ops = CountLayerOps(impl.kernel, o.batch, o.heads, kv_heads, length, d);
+        for (auto& impl : impls) impl.ops = CountLayerOps(impl.kernel, o.batch, o.heads, kv_heads, length, d, impl.documents);
       }
       for (int64_t r = 0; r < o.repeats; ++r) {
         for (auto& impl : impls) {  // alternate: each repeat times every implementation once
-          const auto s = TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d);
+          const auto s = TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d, impl.documents);
           impl.ms.push_back(s.ms);
           impl.mib.push_back(s.peak_mib);
         }
       }
-      const Impl* exact = impls.back().name == "exact" ? &impls.back() : nullptr;
+      const Impl* exact = nullptr;
+      for (const auto& impl : impls) {
+        if (impl.name == "exact") exact = &impl;
+      }
       for (const auto& impl : impls) {
         const double ms = Median(impl.ms), mib = Median(impl.mib);
         const double gflops = impl.flops / (ms * 1e6);
         const double speedup = exact ? Median(exact->ms) / ms : NAN, mem_ratio = exact ? mib / Median(exact->mib) : NAN;
         std::cout << fmt::format("{:>4} {:>6} {:>14} {:>10.1f} {:>9.1f} {:>8.1f} {:>9.2f}x {:>9.2f}", d, length,
                                  impl.name, ms, mib, gflops, speedup, mem_ratio);
+        const double vs_unmasked = impl.twin >= 0 ? ms / Median(impls[impl.twin].ms) : NAN;
+        if (impl.twin >= 0) std::cout << fmt::format("  {:.2f}x its unmasked time", vs_unmasked);
         if (o.profile) {
           std::cout << fmt::format("  ops fwd {} bwd {} (all aten events {} / {})", impl.ops.forward.compute,
                                    impl.ops.backward.compute, impl.ops.forward.all, impl.ops.backward.all);
@@ -256,6 +322,10 @@ void RunKernelBench(const KernelBenchOptions& o) {
                      {"threads", torch::get_num_threads()}, {"ms_median", ms}, {"ms_all", impl.ms},
                      {"peak_mib", mib}, {"gflops", gflops}};
         line["device"] = o.device;
+        if (impl.twin >= 0) {
+          line["documents_mean_length"] = o.document_mean;
+          line["time_vs_unmasked"] = vs_unmasked;
+        }
         if (o.profile) {
           line["ops_forward"] = impl.ops.forward.compute;
           line["ops_backward"] = impl.ops.backward.compute;

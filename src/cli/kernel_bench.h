@@ -26,6 +26,10 @@ struct KernelBenchOptions {
   // > 0: sharp, opposed attention (issue 38's fallback cost): queries near one direction, keys near
   // its opposite, every row of x = sqrt(s) q and y = sqrt(s) k of this norm; 0: N(0, 1) entries.
   double norm = 0.0;
+  // > 0: also time every implementation on packed windows of documents of this mean length
+  // (exponential lengths, seeded), with masking (Attend with document ids), beside the same call
+  // without; exact attention also one call per document. 0: off.
+  int64_t document_mean = 0;
   int64_t exact_max_length = 16384;               // exact attention is skipped above this length
   std::string json;                               // JSON lines file
   bool profile = false;                           // per-op self time of one run, and ops dispatched per call

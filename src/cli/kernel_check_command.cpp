@@ -329,6 +329,11 @@ void AddKernelCheckCommand(CLI::App& app) {
           [](std::string& value) { return std::stod(value) >= 0 ? std::string() : "must be >= 0, got " + value; },
           "NORM >= 0"))
       ->capture_default_str();
+  cmd->add_option("--bench-documents", b.document_mean,
+                  "--bench: > 0 also times each implementation on packed documents of this mean length, masked "
+                  "(data.document_masking), beside its unmasked time; exact also one call per document")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
   cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
       ->capture_default_str();
   cmd->add_flag("--estimators", args.estimators,

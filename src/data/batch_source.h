@@ -70,6 +70,11 @@ class BatchSource {
   // True for a benchmark's labelled records: `eval` scores one whole epoch (every record once)
   // unless told a batch count.
   virtual bool EvaluatedWhole() const { return false; }
+  // The token that ends a document inside a row (EOS): the next position starts another one
+  // (data.document_masking). -1: the source records none.
+  virtual int64_t document_separator() const { return -1; }
+  // Whether rows can hold several documents (token shards); false: one example per row (MQAR).
+  virtual bool PacksDocuments() const { return true; }
 
  protected:
   BatchSource(const DataConfig& config, std::string split);

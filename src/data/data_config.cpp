@@ -47,7 +47,13 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
   c.packing = reader.GetEnum("packing", c.packing, kPackingNames);
   c.bos_per_document = reader.Get<bool>("bos_per_document", c.bos_per_document);
   c.seed = reader.Get<uint64_t>("seed", c.seed);
+  c.document_masking = reader.Get<bool>("document_masking", c.document_masking);
+  c.document_positions = reader.GetEnum("document_positions", c.document_positions, kDocumentPositionNames);
   reader.RejectUnknown();
+  DF_CHECK(c.document_masking || c.document_positions == DocumentPositions::kContinue,
+           "config key '" << reader.KeyPath("document_positions")
+                          << "' is 'restart', which needs documents: set '" << reader.KeyPath("document_masking")
+                          << "' to true (positions restart at the boundaries it marks)");
   if (c.source == DataSource::kMqar) {
     c.mqar.task.seq_len = c.seq_len;
     c.mqar.task.Check(reader.KeyPath("mqar"), reader.KeyPath("seq_len"));

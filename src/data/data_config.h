@@ -24,6 +24,9 @@ struct MqarDataConfig {
   int64_t val_examples = 1000;    // rows of the val split (from val_seed: different examples)
   uint64_t val_seed = 1;
 };
+enum class DocumentPositions { kContinue, kRestart };
+inline const std::vector<std::pair<std::string, DocumentPositions>> kDocumentPositionNames = {
+    {"continue", DocumentPositions::kContinue}, {"restart", DocumentPositions::kRestart}};
 inline const std::vector<std::pair<std::string, Packing>> kPackingNames = {{"concat", Packing::kConcat},
                                                                           {"pad", Packing::kPad}};
 
@@ -46,6 +49,12 @@ struct DataConfig {
   Packing packing = Packing::kConcat;
   // Start every document with the BOS id recorded in the shards (Gemma does).
   bool bos_per_document = true;
+  // Packed windows: attention and every kernel's running state stay inside a document (a
+  // document starts after each EOS and at the window's start). Off: a row is one sequence, as
+  // transformers runs it.
+  bool document_masking = false;
+  // With masking: RoPE positions continue across the window, or restart at each document.
+  DocumentPositions document_positions = DocumentPositions::kContinue;
   // Seeds the per-epoch shuffle of rows.
   uint64_t seed = 0;
   // This process's data-parallel rank and the number of ranks (not config keys: the trainer sets

@@ -29,6 +29,7 @@ class LabelledLoader : public BatchSource {
   void FillRow(int64_t row, int64_t* inputs, int64_t* labels) const override;
   int64_t vocab_size() const override { return manifest_.tokenizer.vocab_size; }
   std::string Describe() const override;
+  int64_t document_separator() const override { return manifest_.eos_id; }
   bool EvaluatedWhole() const override { return true; }
 
  private:

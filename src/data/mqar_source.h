@@ -16,6 +16,7 @@ class MqarSource : public BatchSource {
   void FillRow(int64_t row, int64_t* inputs, int64_t* labels) const override;
   int64_t vocab_size() const override { return config_.mqar.task.vocab_size; }
   std::string Describe() const override;
+  bool PacksDocuments() const override { return false; }  // one example per row, no EOS
 
  private:
   MqarOptions task_;            // with this split's seed and the run's seq_len

@@ -40,6 +40,7 @@ class PackedLoader : public BatchSource {
   void FillRow(int64_t row, int64_t* inputs, int64_t* labels) const override;
   int64_t vocab_size() const override;
   std::string Describe() const override;
+  int64_t document_separator() const override { return manifest_.eos_id; }
 
  private:
   DatasetManifest manifest_;

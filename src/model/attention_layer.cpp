@@ -62,7 +62,9 @@ torch::Tensor AttentionLayerImpl::forward(const torch::Tensor& x_BLE, const Rota
     // runs with autocast excluded (attention_kernel.h: autocast_inside).
     std::optional<NoAutocastGuard> fp32;
     if (!kernel_->autocast_inside()) fp32.emplace();
-    out_BHLD = kernel_->forward(p.q_BHLD, p.k_BKLD, p.v_BKLD, call_);
+    AttentionCall call = call_;
+    call.document_ids_BL = rope.document_ids_BL;  // packed windows: attention stays in each document
+    out_BHLD = kernel_->Attend(p.q_BHLD, p.k_BKLD, p.v_BKLD, call);
   }
   return Output(out_BHLD, x_BLE);
 }

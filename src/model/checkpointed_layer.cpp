@@ -49,7 +49,7 @@ class CheckpointedLayerFunction : public torch::autograd::Function<CheckpointedL
     const auto generators = LayerGenerators(layer, x_BLE.device());
     auto capsule = c10::make_intrusive<LayerCapsule>(layer, AutocastState::Current(), States(generators),
                                                      x_BLE.requires_grad());
-    std::vector<torch::Tensor> saved = {x_BLE, rope.cos_LD, rope.sin_LD};
+    std::vector<torch::Tensor> saved = {x_BLE, rope.cos_LD, rope.sin_LD, rope.document_ids_BL};
     saved.insert(saved.end(), params.begin(), params.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["layer"] = c10::IValue::make_capsule(std::move(capsule));
@@ -60,8 +60,8 @@ class CheckpointedLayerFunction : public torch::autograd::Function<CheckpointedL
                                                  torch::autograd::variable_list grad_outputs) {
     const auto saved = ctx->get_saved_variables();
     const auto capsule = c10::static_intrusive_pointer_cast<LayerCapsule>(ctx->saved_data["layer"].toCapsule());
-    const RotaryTables rope{saved[1], saved[2]};
-    const std::vector<torch::Tensor> params(saved.begin() + 3, saved.end());
+    const RotaryTables rope{saved[1], saved[2], saved[3]};
+    const std::vector<torch::Tensor> params(saved.begin() + 4, saved.end());
     const auto x_leaf = saved[0].detach().requires_grad_(capsule->x_needs_grad);
     // Recompute as the forward ran: same autocast state, same draws; the generators then go on
     // from where they were before the recomputation.

@@ -1,6 +1,8 @@
 // The Gemma causal language model (see gemma_model.h).
 #include "model/gemma_model.h"
 
+#include "attention/document_mask.h"
+
 #include <spdlog/spdlog.h>
 
 #include <cmath>
@@ -95,16 +97,21 @@ RotaryTables GemmaModelImpl::RopeFor(int64_t layer, int64_t length, const torch:
   return MakeRotaryTables(length, config_.head_dim, config_.RopeTheta(layer), config_.RopeScaling(layer), device);
 }
 
+RotaryTables GemmaModelImpl::RopeFor(int64_t layer, const torch::Tensor& input_ids_BL) const {
+  auto tables = RopeFor(layer, input_ids_BL.size(1), input_ids_BL.device());
+  if (!documents_.enabled()) return tables;
+  tables.document_ids_BL = DocumentIdsFromTokens(input_ids_BL, documents_.separator_id);
+  return documents_.restart_positions ? RotaryTablesAt(tables, PositionsInDocument(tables.document_ids_BL)) : tables;
+}
+
 torch::Tensor GemmaModelImpl::Hidden(const torch::Tensor& input_ids_BL) {
   TORCH_CHECK(input_ids_BL.dim() == 2, "input_ids must be [batch, length], got ", input_ids_BL.sizes());
-  const int64_t length = input_ids_BL.size(1);
-  const auto device = input_ids_BL.device();
   auto x = Embed(input_ids_BL);
   // Two table sets at most (sliding and full layers); build each once per forward.
   std::optional<RotaryTables> full, local;
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
     auto& tables = config_.layer_types[i] == "sliding_attention" ? local : full;
-    if (!tables) tables = RopeFor(i, length, device);
+    if (!tables) tables = RopeFor(i, input_ids_BL);
     x = checkpoint_layers_ && torch::GradMode::is_enabled() ? CheckpointedLayerForward(layers_[i], x, *tables)
                                                              : layers_[i]->forward(x, *tables);
   }
@@ -127,10 +134,9 @@ GemmaModelImpl::EvalSums GemmaModelImpl::EvalChunked(const torch::Tensor& input_
 }
 
 void GemmaModelImpl::ForEachAttentionInput(const torch::Tensor& input_ids_BL, const AttentionInputFn& fn) {
-  const int64_t length = input_ids_BL.size(1);
   auto x_BLE = Embed(input_ids_BL);
   for (int64_t i = 0; i < config_.num_hidden_layers; ++i) {
-    const auto rope = RopeFor(i, length, input_ids_BL.device());
+    const auto rope = RopeFor(i, input_ids_BL);
     const auto h_BLE = layers_[i]->input_layernorm(x_BLE);
     fn(AttentionInput{i, *layers_[i]->self_attn, h_BLE, rope});
     x_BLE = layers_[i]->forward(x_BLE, rope);

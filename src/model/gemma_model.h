@@ -30,6 +30,15 @@ struct DecodeCache {
   }
 };
 
+// Packed windows of several documents (data.document_masking, data.document_positions): a
+// position after `separator_id` (EOS) starts a new document, which attention cannot see past
+// (document_mask.h); RoPE positions continue across the window or restart per document.
+struct DocumentMasking {
+  int64_t separator_id = -1;       // -1: off (each row is one document)
+  bool restart_positions = false;  // RoPE position = the index inside the document
+  bool enabled() const { return separator_id >= 0; }
+};
+
 class GemmaModelImpl : public torch::nn::Module {
  public:
   explicit GemmaModelImpl(GemmaConfig config, AttentionConfig attention = {});
@@ -47,6 +56,10 @@ class GemmaModelImpl : public torch::nn::Module {
     int64_t correct = 0, count = 0;
   };
   EvalSums EvalChunked(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL, int64_t chunk_tokens);
+  // Documents in every forward from here on (training, evaluation, calibration); generation keeps
+  // one document per prompt.
+  void SetDocumentMasking(const DocumentMasking& documents) { documents_ = documents; }
+  const DocumentMasking& document_masking() const { return documents_; }
   // Activation checkpointing per decoder layer (checkpointed_layer.h) while gradients are on.
   void SetActivationCheckpointing(bool on) { checkpoint_layers_ = on; }
   bool activation_checkpointing() const { return checkpoint_layers_; }
@@ -71,6 +84,8 @@ class GemmaModelImpl : public torch::nn::Module {
   // and kernel-check share.
   void ForEachAttentionInput(const torch::Tensor& input_ids_BL, const AttentionInputFn& fn);
   RotaryTables RopeFor(int64_t layer, int64_t length, const torch::Device& device) const;
+  // RopeFor the positions of input_ids_BL, with its documents when masking is on.
+  RotaryTables RopeFor(int64_t layer, const torch::Tensor& input_ids_BL) const;
 
   // Swaps every layer's attention kernel for those the config names; other parameters untouched.
   void SetAttention(const AttentionConfig& attention);
@@ -97,6 +112,7 @@ class GemmaModelImpl : public torch::nn::Module {
   AttentionConfig attention_;
   std::vector<DecoderLayer> layers_;
   bool checkpoint_layers_ = false;
+  DocumentMasking documents_;
 };
 TORCH_MODULE(GemmaModel);
 

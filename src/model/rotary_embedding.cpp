@@ -15,6 +15,13 @@ RotaryTables MakeRotaryTables(int64_t length, int64_t head_dim, double theta, do
   return {angles_LD.cos(), angles_LD.sin()};
 }
 
+RotaryTables RotaryTablesAt(const RotaryTables& tables, const torch::Tensor& positions_BL) {
+  const int64_t batch = positions_BL.size(0), length = positions_BL.size(1), dim = tables.cos_LD.size(-1);
+  const auto flat = positions_BL.reshape({-1});
+  return {tables.cos_LD.index_select(0, flat).view({batch, 1, length, dim}),
+          tables.sin_LD.index_select(0, flat).view({batch, 1, length, dim}), tables.document_ids_BL};
+}
+
 torch::Tensor ApplyRotary(const torch::Tensor& x_BHLD, const RotaryTables& tables) {
   const auto x = x_BHLD.to(torch::kFloat32);
   const int64_t half = x.size(-1) / 2;

@@ -109,6 +109,7 @@ struct KernelInfo {
   bool params_trainable = false;
   bool log_form = false;           // runs the causal operator (ops/), in the form `op` picks
   CausalOp op = CausalOp::kAuto;
+  bool documents = false;          // data.document_masking: exact attention takes a B x 1 x L x L mask
 };
 
 // Whether a log-form kernel runs the chunk-parallel form (CUDA's default).
@@ -157,6 +158,11 @@ Shadow KernelForward(Tape& tape, const KernelInfo& k, const ModelShape& s, int64
       tape.Save(vr);
       tape.Save(out);
       tape.Save(tape.New(T * s.H, kF32, true));  // logsumexp
+      if (k.documents) {
+        // The block-diagonal mask (bool), and SDPA's additive copy of it in q's dtype, both saved.
+        tape.Save(tape.New(B * L * L, 1, true));
+        tape.Save(tape.New(B * L * L, q.esz, true));
+      }
     }
     return out;
   }
@@ -277,6 +283,7 @@ KernelInfo DescribeKernel(const RunConfig& c, int64_t layer, const std::vector<s
     info.params_trainable = info.params_trainable || MatchesAny(full, trainable);
   }
   info.rank = c.model.head_dim;
+  info.documents = c.data.document_masking;
   const auto* features = dynamic_cast<const FeatureKernelBase*>(kernel.get());
   if (name == "exact" || !features) {
     info.kind = KernelInfo::Kind::kExact;

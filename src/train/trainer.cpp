@@ -118,6 +118,7 @@ void Trainer::Setup() {
   BuildOptimizer();
   train_loader_ = OpenBatchSource(config_.data, "train");
   CheckVocabulary(*train_loader_);
+  ApplyDocumentMasking(*train_loader_);
   val_loader_ = OpenBatchSource(config_.data, "val");
   spikes_ = std::make_unique<SpikeMonitor>(config_.train.spikes);
 }
@@ -364,6 +365,22 @@ void Trainer::CheckVocabulary(const BatchSource& loader) const {
            loader.Describe() << " was tokenized with a vocabulary of " << loader.vocab_size()
                              << " pieces, larger than model.vocab_size " << config_.model.vocab_size
                              << ": token ids up to " << loader.vocab_size() - 1 << " would index past the embedding");
+}
+
+void Trainer::ApplyDocumentMasking(const BatchSource& loader) {
+  const auto& data = config_.data;
+  if (!data.document_masking) return;
+  const int64_t separator = loader.document_separator();
+  if (!loader.PacksDocuments()) {
+    spdlog::info("{}.document_masking: {} holds one example per row; nothing to mask", data.key_path, loader.Describe());
+    return;
+  }
+  DF_CHECK(separator >= 0, "config key '" << data.key_path << ".document_masking' is true, but " << loader.Describe()
+                                          << " records no EOS id, so no document boundary can be found (prepare "
+                                             "pre-tokenized shards with their EOS id, or set it to false)");
+  model_->SetDocumentMasking({separator, data.document_positions == DocumentPositions::kRestart});
+  spdlog::info("document masking: a document starts after each EOS ({}); RoPE positions {}", separator,
+               data.document_positions == DocumentPositions::kRestart ? "restart per document" : "continue across the window");
 }
 
 // Data-aware kernel initialisation (DARKFormer's whitening, 000 App. C): each kernel that asks is

@@ -80,6 +80,9 @@ class Trainer {
   void BuildModel();
   void BuildOptimizer();
   void StoreFrozenLinearWeightsInBf16();
+  // data.document_masking: the model masks at the loader's separator (EOS); refused, naming the
+  // key, when the shards record none.
+  void ApplyDocumentMasking(const BatchSource& loader);
   void CheckVocabulary(const BatchSource& loader) const;
   void CalibrateKernels();
   void ApplyLr(double lr);

@@ -54,6 +54,7 @@ EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
 EvalResult Trainer::EvaluateFrom(BatchSource& loader, int64_t batches) {
   BuildModel();
   CheckVocabulary(loader);
+  ApplyDocumentMasking(loader);
   return Evaluate(loader, batches);
 }
 

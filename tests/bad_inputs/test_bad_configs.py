@@ -44,6 +44,26 @@ def mqar_keys_as_written(tmp):
           "a note says data.shards_dir is not read")
 
 
+@case
+def document_masking_without_boundaries(tmp):
+    path, run_dir, _ = setup_run(tmp)
+    expect_bad(train(path, "data.document_positions=restart"), "data.document_positions", "data.document_masking",
+               run_dir=run_dir, what="positions that restart per document without document masking")
+    expect_bad(train(path, "data.document_masking=true", "data.document_positions=sideways"),
+               "data.document_positions", run_dir=run_dir, what="an unknown data.document_positions")
+    expect_ok(train(path, "data.document_masking=true", "data.document_positions=restart", "train.steps=2"),
+              "document masking on C4 shards (EOS recorded)")
+    # Labelled records prepared without --eos-id: no boundary can be found, so masking is refused.
+    source = os.path.join(tmp, "bench.jsonl")
+    with open(source, "w") as f:
+        f.write('{"input_ids": [5, 6, 7], "labels": [6, 7, -100]}\n' * 8)
+    labelled = os.path.join(tmp, "labelled")
+    tk.run(["prepare", "--labelled", "--vocab-size", "50", "--val-input", source, "-o", labelled, "-j", "1"], check=True)
+    res = tk.run(["eval", "--config", path, "--checkpoint", run_dir, "--set", "data.shards_dir=" + labelled,
+                  "--set", "data.tokenizer=", "--set", "data.document_masking=true"])
+    expect_bad(res, "data.document_masking", "EOS", what="document masking on labelled records without an EOS id")
+
+
 def main(argv):
     return tk.run_case_main(argv, CASES, failures, "df-bad-configs")
 

@@ -160,6 +160,30 @@ def _refuse_padding(attention_mask, t, s):
                          "size 1 or rows of equal length (lm-eval: --batch_size 1)")
 
 
+_PACKED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "cu_seqlens_q", "cu_seqlens_k")
+
+
+def _refuse_packed(attention_mask, t, s, sliding_window, kwargs):
+    """A packed batch (several documents per row: flash-attention's cu_seq_lens, or a block-diagonal
+    mask) needs every running sum of a feature kernel restarted at each document's start. The
+    binary does that (data.document_masking); this plug-in does not, so it refuses instead of
+    attending across documents. A packed mask hides an earlier token from a later one on a layer
+    without a sliding window (sliding layers hide old tokens by design and are not checked)."""
+    if any(kwargs.get(k) is not None for k in _PACKED_KWARGS):
+        raise ValueError("darkformer_hf: a packed batch (cu_seq_lens): random-feature attention here has no "
+                         "per-document reset; run one document per row, or train and evaluate packed windows "
+                         "with the darkformer binary (data.document_masking: true)")
+    if attention_mask is None or t == 0 or sliding_window:
+        return
+    rows = attention_mask[..., -t:, -s:]
+    allowed = rows if rows.dtype == torch.bool else rows == 0
+    causal = torch.ones(t, s, dtype=torch.bool, device=allowed.device).tril(s - t)
+    if bool((causal & ~allowed).any()):
+        raise ValueError("darkformer_hf: a packed batch (the attention mask hides earlier tokens: documents "
+                         "masked from each other): random-feature attention here has no per-document reset; "
+                         "run one document per row, or use the darkformer binary (data.document_masking: true)")
+
+
 def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
                          sliding_window=None, softcap=None, **kwargs):
     kernel = kernel_of(module, query.device)
@@ -169,6 +193,7 @@ def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0,
     if name == "exact":
         return _exact(module, query, key, value, attention_mask, scaling, sliding_window, softcap, **kwargs)
     _refuse_padding(attention_mask, query.shape[2], key.shape[2])
+    _refuse_packed(attention_mask, query.shape[2], key.shape[2], sliding_window, kwargs)
     if name == "random":
         out = _random(kernel, query, value)
     elif name == "constant":

@@ -3,6 +3,8 @@
 // loop or the raw CPU kernel; the chunk-parallel form is its own function (chunk_parallel.h).
 #include "attention/ops/causal_function.h"
 
+#include "attention/document_mask.h"
+
 #include <ATen/Parallel.h>
 #include <ATen/ThreadLocalState.h>
 
@@ -291,7 +293,8 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
 }  // namespace
 
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
-                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {
+                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size,
+                                         const torch::Tensor& document_ids_BL) {
   DF_CHECK(chunk_size > 0, "FusedCausalLinearAttention: chunk_size must be positive, got " << chunk_size);
   // Features, running sums and the normaliser in fp32 (fp64 for fp64 inputs) whatever the inputs'
   // dtype, and no op inside autocast (a bf16 product folded into an fp32 state fails, or silently
@@ -299,10 +302,18 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   NoAutocastGuard no_autocast;
   const auto dtype = FeatureDtype(x_BHLD.scalar_type());
   DF_CHECK(map.op != CausalOp::kNaive, "FusedCausalLinearAttention: op 'naive' is the kernel's composite path, not an operator form");
-  ResetForwardDtypes();
   const bool parallel = map.op == CausalOp::kChunkParallel || (map.op == CausalOp::kAuto && !x_BHLD.is_cpu());
+  const bool documents = document_ids_BL.defined();
+  if (documents && !parallel) {
+    // The scans of the chunk loop and the raw kernel run per document: each starts empty.
+    return PerDocument(x_BHLD, y_BKLD, v_BKLD, document_ids_BL,
+                       [&](const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& v) {
+                         return FusedCausalLinearAttention(x, y, v, map, chunk_size);
+                       });
+  }
+  ResetForwardDtypes();
   const auto x = x_BHLD.to(dtype), y = y_BKLD.to(dtype), v = v_BKLD.to(dtype);
-  const auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size)
+  const auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size, document_ids_BL)
                             : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size);
   const auto den_BHL = causal_ops::TakeRowNormalisers();
   const double guard = causal_ops::MinFastNormaliser(x.size(2), map.num_features);
@@ -312,7 +323,12 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   // own normaliser reads keys j <= t only), so no output depends on a later token. The composite
   // form costs C^2 m exponentials and memory per chunk: its chunk is at most kFallbackChunk.
   constexpr int64_t kFallbackChunk = 16;
-  const auto exact = PerFeatureCausalAttention(x, y, v, map, std::min(chunk_size, kFallbackChunk));
+  const int64_t fallback_chunk = std::min(chunk_size, kFallbackChunk);
+  const auto exact = !documents ? PerFeatureCausalAttention(x, y, v, map, fallback_chunk)
+                                : PerDocument(x, y, v, document_ids_BL,
+                                              [&](const torch::Tensor& xd, const torch::Tensor& yd, const torch::Tensor& vd) {
+                                                return PerFeatureCausalAttention(xd, yd, vd, map, fallback_chunk);
+                                              });
   return torch::where((den_BHL < guard).unsqueeze(-1), exact, out);
 }
 

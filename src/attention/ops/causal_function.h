@@ -33,8 +33,12 @@ namespace darkformer {
 
 // out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in fp32 (fp64 for
 // fp64 x): bf16 inputs are converted, and autocast is excluded inside, its backward included.
+// With document_ids_BL (document_mask.h) the sums run over j in i's own document: the
+// chunk-parallel form masks inside its operator (op count independent of L and of the number of
+// documents); the chunk loop and the raw CPU kernel run once per document (PerDocument).
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
-                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
+                                         const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size,
+                                         const torch::Tensor& document_ids_BL = {});
 
 // Bytes the operator's autograd node holds for its backward (saved tensors), for the memory test
 // and the benchmark; 0 when `out` was not produced by the operator with gradients on.

@@ -108,13 +108,58 @@ struct Chunked {
   torch::Tensor s_BRNMV;     // S_{c-1}, the state entering chunk c (0 for c = 0)
 };
 
-// lq_BHLM and lk_BRLM are consumed (shifted and exponentiated in place).
-Chunked Build(torch::Tensor lq_BHLM, torch::Tensor lk_BRLM, const torch::Tensor& v_BRLD, const Shape& s) {
+// 0 where `crossing` is false, -inf where it is true: the decay of -inf a document boundary puts
+// between two positions (the factor exp(-inf) = 0 removes the pair exactly).
+torch::Tensor CrossingBias(const torch::Tensor& crossing, const torch::TensorOptions& options) {
+  return torch::zeros(crossing.sizes(), options).masked_fill_(crossing, -std::numeric_limits<double>::infinity());
+}
+
+// Document ids per chunk, B x 1 x N x C (broadcast over key rows); padded positions belong to
+// the last document (they follow every real position: nothing real reads them).
+torch::Tensor DocumentChunks(const torch::Tensor& document_ids_BL, const Shape& s) {
+  auto ids = document_ids_BL.to(torch::kLong);
+  if (s.padded != s.length) {
+    ids = torch::cat({ids, ids.narrow(1, s.length - 1, 1).expand({s.batch, s.padded - s.length})}, 1);
+  }
+  return ids.view({s.batch, 1, s.chunks, s.chunk});
+}
+
+// The document of each chunk's last position e_c and of the previous chunk's, e_{c-1} (for the
+// first chunk its own first position: nothing enters it anyway): B 1 N each.
+std::pair<torch::Tensor, torch::Tensor> EndDocuments(const torch::Tensor& doc_B1NC, const Shape& s) {
+  const auto end_B1N = doc_B1NC.select(-1, s.chunk - 1);
+  const auto prev_B1N = torch::cat({doc_B1NC.select(-1, 0).narrow(-1, 0, 1), end_B1N.narrow(-1, 0, s.chunks - 1)}, -1);
+  return {end_B1N, prev_B1N};
+}
+
+// The stabiliser's reference per document: r_t = max b_j over j <= t in t's document (causal, and
+// blind to every other document). Exact maxima, no scan: inside a chunk a C x C masked max; into
+// chunk c, the maxima of the earlier chunks' tails that lie in the document of e_{c-1}, an N x N
+// masked max. Op count independent of L and of the number of documents.
+torch::Tensor DocumentPrefixMax(const torch::Tensor& b_BRNC, const torch::Tensor& doc_B1NC, const Shape& s) {
+  const auto options = b_BRNC.options();
+  const auto inside_B1NCC = CrossingBias(doc_B1NC.unsqueeze(-1).ne(doc_B1NC.unsqueeze(-2)), options)
+                                .add_(Mask(s.chunk, 1, options));  // [t][j]: later j and other documents out
+  const auto in_BRNC = (b_BRNC.unsqueeze(-2) + inside_B1NCC).amax(-1);
+  const auto [end_B1N, prev_B1N] = EndDocuments(doc_B1NC, s);
+  const auto across_B1NN = CrossingBias(end_B1N.unsqueeze(-2).ne(prev_B1N.unsqueeze(-1)), options)
+                               .add_(Mask(s.chunks, 0, options));  // [c][c']: c' < c, end of c' in e_{c-1}'s document
+  const auto carried_BRN = (in_BRNC.select(-1, s.chunk - 1).unsqueeze(-2) + across_B1NN).amax(-1);
+  const auto reads_B1NC = CrossingBias(doc_B1NC.ne(prev_B1N.unsqueeze(-1)), options);
+  return torch::maximum(in_BRNC, carried_BRN.unsqueeze(-1) + reads_B1NC);
+}
+
+// lq_BHLM and lk_BRLM are consumed (shifted and exponentiated in place). doc_B1NC undefined: one
+// document per row.
+Chunked Build(torch::Tensor lq_BHLM, torch::Tensor lk_BRLM, const torch::Tensor& v_BRLD, const Shape& s,
+              const torch::Tensor& doc_B1NC) {
   const int64_t m = lq_BHLM.size(-1), n = s.chunks, c = s.chunk, b = s.batch, r = s.rows;
   const auto options = lq_BHLM.options();
+  const bool documents = doc_B1NC.defined();
   Chunked out;
   out.psi_BRNQM = QueryChunks(lq_BHLM.sub_(lq_BHLM.amax(-1, /*keepdim=*/true)).exp_(), s);
-  const auto r_BRL = std::get<0>(lk_BRLM.amax(-1).cummax(-1));
+  const auto r_BRL = documents ? DocumentPrefixMax(lk_BRLM.amax(-1).view({b, r, n, c}), doc_B1NC, s).view({b, r, s.padded})
+                               : std::get<0>(lk_BRLM.amax(-1).cummax(-1));
   const auto r_BRNC = r_BRL.view({b, r, n, c});
   const auto end_BRN = r_BRNC.select(-1, c - 1);
   // r_{e_{c-1}}; for the first chunk r_1 (any value <= its r_t: nothing enters it).
@@ -122,11 +167,24 @@ Chunked Build(torch::Tensor lq_BHLM, torch::Tensor lk_BRLM, const torch::Tensor&
   out.kt_BRNCM = lk_BRLM.sub_(r_BRL.unsqueeze(-1)).exp_().view({b, r, n, c, m});
   out.vh_BRNCV = torch::cat({v_BRLD, torch::ones({b, r, s.padded, 1}, options)}, -1).view({b, r, n, c, -1});
   // Later positions get -inf before the exp: exp(r_j - r_t) of a later key could overflow.
-  out.w_BRNCC = (r_BRNC.unsqueeze(-2) - r_BRNC.unsqueeze(-1)).add_(Mask(c, 1, options)).exp_();
-  out.e_BRNC = (r_BRNC - end_BRN.unsqueeze(-1)).exp_();
+  auto w_BRNCC = (r_BRNC.unsqueeze(-2) - r_BRNC.unsqueeze(-1)).add_(Mask(c, 1, options));
+  auto e_BRNC = r_BRNC - end_BRN.unsqueeze(-1);
+  auto read_BRNC = prev_BRN.unsqueeze(-1) - r_BRNC;
+  auto decay_BRNN = (end_BRN.unsqueeze(-2) - prev_BRN.unsqueeze(-1)).add_(Mask(n, 0, options));
+  if (documents) {
+    // A document boundary is a decay of -inf: between positions of a chunk (block-diagonal),
+    // from a key to its chunk's end state, from the entering state to a query, between chunks.
+    const auto [end_B1N, prev_B1N] = EndDocuments(doc_B1NC, s);
+    w_BRNCC.add_(CrossingBias(doc_B1NC.unsqueeze(-1).ne(doc_B1NC.unsqueeze(-2)), options));
+    e_BRNC.add_(CrossingBias(doc_B1NC.ne(end_B1N.unsqueeze(-1)), options));
+    read_BRNC.add_(CrossingBias(doc_B1NC.ne(prev_B1N.unsqueeze(-1)), options));
+    decay_BRNN.add_(CrossingBias(end_B1N.unsqueeze(-2).ne(prev_B1N.unsqueeze(-1)), options));
+  }
+  out.w_BRNCC = w_BRNCC.exp_();
+  out.e_BRNC = e_BRNC.exp_();
   out.khat_BRNCM = out.kt_BRNCM * out.e_BRNC.unsqueeze(-1);
-  out.read_BRNC = (prev_BRN.unsqueeze(-1) - r_BRNC).exp_();
-  out.decay_BRNN = (end_BRN.unsqueeze(-2) - prev_BRN.unsqueeze(-1)).add_(Mask(n, 0, options)).exp_();
+  out.read_BRNC = read_BRNC.exp_();
+  out.decay_BRNN = decay_BRNN.exp_();
   const auto u_BRNMV = torch::matmul(out.khat_BRNCM.transpose(-1, -2), out.vh_BRNCV);
   out.s_BRNMV = torch::matmul(out.decay_BRNN, u_BRNMV.view({b, r, n, -1})).view(u_BRNMV.sizes());
   RecordDtype(ProbeField::kFeatures, out.psi_BRNQM);
@@ -146,14 +204,21 @@ torch::Tensor PerPosition(const torch::Tensor& f_BRNC) { return f_BRNC.unsqueeze
 
 class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunction> {
  public:
+  // Document ids ride as a non-tensor argument: an undefined tensor cannot be an autograd input.
+  struct Documents {
+    torch::Tensor ids_BL;
+  };
+
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_BHLD,
                                const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD, at::TensorList params,
-                               const FeatureMap& map, int64_t chunk_size) {
+                               const FeatureMap& map, int64_t chunk_size, const Documents& documents) {
     const auto s = MakeShape(x_BHLD, y_BKLD, v_BKLD, map, chunk_size);
+    const auto& document_ids_BL = documents.ids_BL;
+    const auto doc_B1NC = document_ids_BL.defined() ? DocumentChunks(document_ids_BL, s) : torch::Tensor();
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
     auto [lq, lk] = LogFeatures(map, p, x, y);
-    const auto k = Build(std::move(lq), std::move(lk), v, s);
+    const auto k = Build(std::move(lq), std::move(lk), v, s, doc_B1NC);
     auto n_BRNQV = torch::matmul(IntraScores(k, s), k.vh_BRNCV);
     Heads(n_BRNQV, s).addcmul_(Heads(torch::matmul(k.psi_BRNQM, k.s_BRNMV), s), PerPosition(k.read_BRNC));
     // Rows below the guard take the per-feature form's values (normaliser_check.h).
@@ -170,6 +235,7 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["chunk"] = chunk_size;
+    if (doc_B1NC.defined()) ctx->saved_data["documents"] = document_ids_BL;
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
     return out_BHLD;
   }
@@ -243,8 +309,11 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   NoAutocastGuard no_autocast;
   torch::NoGradGuard no_grad;
   const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
+  const auto documents = ctx->saved_data.find("documents");
+  const auto doc_B1NC =
+      documents != ctx->saved_data.end() ? DocumentChunks(documents->second.toTensor(), s) : torch::Tensor();
   auto [lq, lk] = LogFeatures(map, p, x, y);
-  const auto k = Build(std::move(lq), std::move(lk), v, s);
+  const auto k = Build(std::move(lq), std::move(lk), v, s, doc_B1NC);
   // h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t] (padded positions: g = 0, so h = 0).
   const auto g_BHLD = grad_outputs[0].to(x.scalar_type());
   const auto inv_BRNQ1 = den_BRNQ.reciprocal().unsqueeze(-1);
@@ -284,14 +353,17 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   for (auto& pg : g.params) grads.push_back(pg);
   grads.push_back({});  // map
   grads.push_back({});  // chunk_size
+  grads.push_back({});  // document_ids
   return grads;
 }
 
 }  // namespace
 
 torch::Tensor ChunkParallelCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
-                                           const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {
-  return ChunkParallelFunction::apply(x_BHLD, y_BKLD, v_BKLD, at::TensorList(map.params), map, chunk_size);
+                                           const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size,
+                                           const torch::Tensor& document_ids_BL) {
+  return ChunkParallelFunction::apply(x_BHLD, y_BKLD, v_BKLD, at::TensorList(map.params), map, chunk_size,
+                                      ChunkParallelFunction::Documents{document_ids_BL});
 }
 
 int64_t ChunkParallelSavedBytes(const torch::Tensor& out) {

@@ -31,8 +31,12 @@
 namespace darkformer {
 
 // x_BHLD, y_BKLD, v_BKLD in fp32 or fp64 (the caller converts, and excludes autocast) -> out_BHLD.
+// document_ids_BL (document_mask.h), when defined: every sum stays inside a document, and the
+// stabiliser's reference restarts at each document's first position (a boundary is a decay of
+// -inf between chunks, a block-diagonal mask inside one).
 torch::Tensor ChunkParallelCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
-                                           const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
+                                           const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size,
+                                           const torch::Tensor& document_ids_BL = {});
 
 // Bytes its autograd node holds for the backward; 0 when `out` was not produced by it.
 int64_t ChunkParallelSavedBytes(const torch::Tensor& out);
