@@ -12,12 +12,12 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <random>
 
 #include <torch/csrc/autograd/profiler_kineto.h>
 
 #include <torch/cuda.h>
 
-#include <ATen/CPUGeneratorImpl.h>
 
 #include "attention/document_mask.h"
 #include "attention/kernel_registry.h"
@@ -48,15 +48,18 @@ torch::Tensor bench_documents;  // B x L ids of the current length, on the devic
 
 // Document ids of B rows of L positions: exponential lengths of mean `mean` (at least 1), seeded.
 torch::Tensor PackedDocuments(int64_t batch, int64_t length, int64_t mean) {
-  auto gen = at::make_generator<at::CPUGeneratorImpl>(1234);
+  std::mt19937_64 engine(1234);
+  std::exponential_distribution<double> lengths(1.0 / static_cast<double>(mean));
   auto ids = torch::zeros({batch, length}, torch::kLong);
+  auto* p = ids.data_ptr<int64_t>();
   for (int64_t b = 0; b < batch; ++b) {
-    int64_t pos = 0, doc = 0;
-    while (pos < length) {
-      const double u = at::rand({1}, gen, torch::kFloat64).item<double>();
-      const int64_t len = std::max<int64_t>(1, static_cast<int64_t>(std::llround(-std::log1p(-u) * mean)));
-      ids[b].narrow(0, pos, std::min(len, length - pos)).fill_(doc++);
-      pos += len;
+    int64_t doc = 0, left = 0;
+    for (int64_t t = 0; t < length; ++t, --left) {
+      if (left == 0) {
+        left = std::max<int64_t>(1, std::llround(lengths(engine)));
+        doc += t > 0 ? 1 : 0;
+      }
+      p[b * length + t] = doc;
     }
   }
   return ids.to(bench_device);

@@ -112,9 +112,9 @@ struct KernelInfo {
   bool documents = false;          // data.document_masking: exact attention takes a B x 1 x L x L mask
 };
 
-// Whether a log-form kernel runs the chunk-parallel form (CUDA's default).
+// Whether a log-form kernel runs the chunk-parallel form (CUDA's default; auto's with documents).
 bool ChunkParallel(const KernelInfo& k, bool cpu) {
-  return k.log_form && (k.op == CausalOp::kChunkParallel || (k.op == CausalOp::kAuto && !cpu));
+  return k.log_form && (k.op == CausalOp::kChunkParallel || (k.op == CausalOp::kAuto && (!cpu || k.documents)));
 }
 
 struct LayerWeights {

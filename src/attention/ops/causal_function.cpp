@@ -302,8 +302,11 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   NoAutocastGuard no_autocast;
   const auto dtype = FeatureDtype(x_BHLD.scalar_type());
   DF_CHECK(map.op != CausalOp::kNaive, "FusedCausalLinearAttention: op 'naive' is the kernel's composite path, not an operator form");
-  const bool parallel = map.op == CausalOp::kChunkParallel || (map.op == CausalOp::kAuto && !x_BHLD.is_cpu());
   const bool documents = document_ids_BL.defined();
+  // auto: chunk_parallel on a GPU, and on a CPU for packed documents (it masks inside its
+  // operator; the raw kernel would run once per document, several times slower at C4's lengths).
+  const bool parallel = map.op == CausalOp::kChunkParallel ||
+                        (map.op == CausalOp::kAuto && (!x_BHLD.is_cpu() || documents));
   if (documents && !parallel) {
     // The scans of the chunk loop and the raw kernel run per document: each starts empty.
     return PerDocument(x_BHLD, y_BKLD, v_BKLD, document_ids_BL,
