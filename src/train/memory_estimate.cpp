@@ -112,9 +112,11 @@ struct KernelInfo {
   bool documents = false;          // data.document_masking: exact attention takes a B x 1 x L x L mask
 };
 
-// Whether a log-form kernel runs the chunk-parallel form (CUDA's default; auto's with documents).
+// Whether a log-form kernel runs the chunk-parallel form (CUDA's default; with documents, auto's
+// on a CPU for maps the raw kernel does not take).
 bool ChunkParallel(const KernelInfo& k, bool cpu) {
-  return k.log_form && (k.op == CausalOp::kChunkParallel || (k.op == CausalOp::kAuto && (!cpu || k.documents)));
+  const bool raw = k.kind == KernelInfo::Kind::kPositive;
+  return k.log_form && (k.op == CausalOp::kChunkParallel || (k.op == CausalOp::kAuto && (!cpu || (k.documents && !raw))));
 }
 
 struct LayerWeights {

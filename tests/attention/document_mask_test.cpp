@@ -12,6 +12,8 @@
 #include "attention/derf_test_state.h"
 #include "attention/document_mask.h"
 #include "attention/kernel_registry.h"
+#include "attention/ops/fast_exp2.h"
+#include "attention/ops/raw_cpu_kernel.h"
 #include "util/op_count.h"
 
 namespace darkformer {
@@ -228,6 +230,23 @@ TEST(DocumentMaskOps, ChunkParallelOpCountIsIndependentOfDocumentsAndLength) {
   EXPECT_EQ(count(64, 7), base);
   EXPECT_EQ(count(256, 1), base);
   EXPECT_EQ(count(256, 23), base);
+}
+
+// On a CPU `auto` keeps the raw kernel for packed documents: one operator call, the kernel run
+// once per document of each key row, forward and backward.
+TEST(DocumentMaskOps, TheRawKernelScansEachDocumentInsideOneCall) {
+  if (!Exp2LoopsVectorised()) GTEST_SKIP() << "no AVX2: the raw kernel does not run here";
+  auto kernel = Make("performer", "auto");
+  torch::manual_seed(1);
+  const auto q = torch::randn({1, kHeads, kLength, kDim}).requires_grad_(),
+             k = torch::randn({1, 1, kLength, kDim}).requires_grad_(), v = torch::randn({1, 1, kLength, kDim});
+  const auto ids = DocumentIds().narrow(0, 0, 1);  // row 0: 6 documents
+  const int64_t threads = torch::get_num_threads();
+  torch::set_num_threads(1);  // one unit: a row's query heads are not split into parts
+  const int64_t before = PositiveRowKernelRuns();
+  kernel->Attend(q, k, v, Call(ids)).sum().backward();
+  EXPECT_EQ(PositiveRowKernelRuns() - before, 2 * 6);
+  torch::set_num_threads(threads);
 }
 
 TEST(DocumentIds, FromSeparatorsAndPositionsInsideDocuments) {

@@ -142,9 +142,15 @@ std::vector<torch::Tensor> FoldParams(const FeatureMap& map, const std::vector<t
 
 class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction> {
  public:
+  // Packed documents for the raw kernel (it scans each alone); a non-tensor argument, since an
+  // undefined tensor cannot be an autograd input.
+  struct Documents {
+    torch::Tensor ids_BL;
+  };
+
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_BHLD,
                                const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD, at::TensorList params,
-                               const FeatureMap& feature_map, int64_t chunk_size) {
+                               const FeatureMap& feature_map, int64_t chunk_size, const Documents& documents) {
     MakeLayout(x_BHLD, y_BKLD, v_BKLD, feature_map);  // checks the unfolded shapes
     const int64_t batch = x_BHLD.size(0);
     // The CPU kernel reads per-head blocks of contiguous rows (a no-op for the usual layouts).
@@ -167,8 +173,12 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     // The raw kernel's checkpoints of the key state per row (raw_cpu_kernel.h); parts of a row
     // after the first write theirs into scratch copies, dropped after the forward.
     torch::Tensor states_1RS, refs_1RN, extra_states_P1RS, extra_refs_P1RN;
+    DF_CHECK(raw || !documents.ids_BL.defined(), "FusedCausalLinearAttention: documents reach the raw kernel only");
+    RowDocuments row_documents;
     if (raw) {
-      const int64_t m = p.at(0).size(0), count = CheckpointCount(l.length, m, KernelChunk(chunk_size, l.length));
+      const int64_t m = p.at(0).size(0);
+      row_documents = MakeRowDocuments(documents.ids_BL, units.rows, l.length, m, chunk_size);
+      const int64_t count = row_documents.checkpoints;
       states_1RS = torch::empty({1, units.rows, count * m * (l.value_dim + 1)}, options);
       refs_1RN = torch::empty({1, units.rows, count}, options);
       if (units.parts > 1) {
@@ -186,7 +196,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
         const auto& states = u.part == 0 ? states_1RS : extra_states_P1RS[u.part - 1];
         const auto& refs = u.part == 0 ? refs_1RN : extra_refs_P1RN[u.part - 1];
         ForwardUnitRaw(unit_params, units.layout(l, u), x, y, v, chunk_size, out, den, r,
-                       Take(states, u.row0, u.rows), Take(refs, u.row0, u.rows));
+                       Take(states, u.row0, u.rows), Take(refs, u.row0, u.rows), row_documents, u.row0);
       } else {
         ForwardUnit(feature_map, unit_params, units.layout(l, u), x, y, v, chunk_size, out, den, r);
       }
@@ -212,6 +222,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<FeatureMapCapsule>(feature_map));
     ctx->saved_data["chunk"] = chunk_size;
     ctx->saved_data["batch"] = batch;
+    if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
     return out_BHLD;
   }
 
@@ -233,6 +244,12 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     const auto g_1NLD = FoldBatch(grad_outputs[0].to(out_1NLD.scalar_type()).contiguous());
     const auto y_1RLD = PerRow(y_1NLD, l), v_1RLD = PerRow(v_1NLD, l);
 
+    const auto saved_documents = ctx->saved_data.find("documents");
+    const auto row_documents =
+        states_1RS.defined()
+            ? MakeRowDocuments(saved_documents != ctx->saved_data.end() ? saved_documents->second.toTensor() : torch::Tensor(),
+                               units.rows, l.length, params.at(0).size(0), chunk_size)
+            : RowDocuments{};
     auto dx_1NLD = torch::empty_like(x_1NLD);
     // dy, dv per part of a row's query heads (summed below when a row is split).
     auto dy_P1RLD = torch::empty({units.parts, 1, units.rows, l.length, y_1RLD.size(3)}, y_1RLD.options());
@@ -251,7 +268,8 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
       // The raw kernel's forward left checkpoints: its backward reads them.
       unit_param_grads[i] = states_1RS.defined()
                                 ? BackwardUnitRaw(unit_params, units.layout(l, u), s, Take(states_1RS, u.row0, u.rows),
-                                                  Take(refs_1RN, u.row0, u.rows), chunk_size, dx, dy, dv)
+                                                  Take(refs_1RN, u.row0, u.rows), chunk_size, dx, dy, dv,
+                                                  row_documents, u.row0)
                                 : BackwardUnit(map, unit_params, units.layout(l, u), s, chunk_size, dx, dy, dv);
     });
     const auto dy_1RLD = units.parts == 1 ? dy_P1RLD[0] : dy_P1RLD.sum(0);
@@ -286,6 +304,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     }
     grads.push_back({});  // map
     grads.push_back({});  // chunk_size
+    grads.push_back({});  // documents
     return grads;
   }
 };
@@ -303,21 +322,24 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   const auto dtype = FeatureDtype(x_BHLD.scalar_type());
   DF_CHECK(map.op != CausalOp::kNaive, "FusedCausalLinearAttention: op 'naive' is the kernel's composite path, not an operator form");
   const bool documents = document_ids_BL.defined();
-  // auto: chunk_parallel on a GPU, and on a CPU for packed documents (it masks inside its
-  // operator; the raw kernel would run once per document, several times slower at C4's lengths).
-  const bool parallel = map.op == CausalOp::kChunkParallel ||
-                        (map.op == CausalOp::kAuto && (!x_BHLD.is_cpu() || documents));
+  const auto x = x_BHLD.to(dtype), y = y_BKLD.to(dtype), v = v_BKLD.to(dtype);
+  bool parallel = map.op == CausalOp::kChunkParallel || (map.op == CausalOp::kAuto && !x.is_cpu());
+  bool raw_documents = false;
   if (documents && !parallel) {
-    // The scans of the chunk loop and the raw kernel run per document: each starts empty.
-    return PerDocument(x_BHLD, y_BKLD, v_BKLD, document_ids_BL,
-                       [&](const torch::Tensor& x, const torch::Tensor& y, const torch::Tensor& v) {
-                         return FusedCausalLinearAttention(x, y, v, map, chunk_size);
-                       });
+    // Packed documents: the raw kernel scans each alone inside one call; otherwise auto takes the
+    // chunk-parallel form (masked in its operator), and the chunk loop runs once per document.
+    raw_documents = causal_ops::CpuKernelApplies(map, x);
+    if (!raw_documents && map.op == CausalOp::kAuto) parallel = true;
+    if (!raw_documents && !parallel) {
+      return PerDocument(x, y, v, document_ids_BL, [&](const torch::Tensor& xd, const torch::Tensor& yd, const torch::Tensor& vd) {
+        return FusedCausalLinearAttention(xd, yd, vd, map, chunk_size);
+      });
+    }
   }
   ResetForwardDtypes();
-  const auto x = x_BHLD.to(dtype), y = y_BKLD.to(dtype), v = v_BKLD.to(dtype);
   const auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size, document_ids_BL)
-                            : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size);
+                            : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size,
+                                                         FusedCausalFunction::Documents{raw_documents ? document_ids_BL : torch::Tensor()});
   const auto den_BHL = causal_ops::TakeRowNormalisers();
   const double guard = causal_ops::MinFastNormaliser(x.size(2), map.num_features);
   if (!causal_ops::AnyRowBelowGuard(den_BHL, guard)) return out;

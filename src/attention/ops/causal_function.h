@@ -35,8 +35,9 @@ namespace darkformer {
 // fp64 x): bf16 inputs are converted, and autocast is excluded inside, its backward included.
 // With document_ids_BL (document_mask.h) the sums run over j in i's own document: the
 // chunk-parallel form masks inside its operator (op count independent of L and of the number of
-// documents), and `auto` takes it on a CPU too; the chunk loop and the raw CPU kernel, asked for
-// by name, run once per document (PerDocument).
+// documents); the raw CPU kernel scans each document of a row alone inside one call (`auto` where
+// it applies, else the chunk-parallel form); the chunk loop, asked for by name, runs once per
+// document (PerDocument).
 torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                          const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size,
                                          const torch::Tensor& document_ids_BL = {});

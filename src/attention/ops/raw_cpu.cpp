@@ -37,39 +37,66 @@ struct CpuRows {
     w_MD = params.at(0).detach().to(torch::kFloat32).contiguous();
     w2_DM = (w_MD * kLog2E).t().contiguous();
   }
+  // Positions [d.start, d.start + d.length) of key row `row`.
   PositiveRow Row(const Layout& l, const torch::Tensor& x_1HLD, const torch::Tensor& y_1KLD,
-                  const torch::Tensor& v_1KLD, int64_t chunk_size, int64_t row) const {
-    return {l.length,
+                  const torch::Tensor& v_1KLD, int64_t chunk_size, int64_t row, const DocumentSpan& d) const {
+    return {d.length,
             x_1HLD.size(3),
             l.value_dim,
             w_MD.size(0),
             l.group,
-            KernelChunk(chunk_size, l.length),
+            KernelChunk(chunk_size, d.length),
             w_MD.data_ptr<float>(),
             w2_DM.data_ptr<float>(),
-            x_1HLD.data_ptr<float>() + row * l.group * x_1HLD.stride(1),
+            x_1HLD.data_ptr<float>() + row * l.group * x_1HLD.stride(1) + d.start * x_1HLD.stride(2),
             x_1HLD.stride(1),
-            y_1KLD.data_ptr<float>() + row * y_1KLD.stride(1),
-            v_1KLD.data_ptr<float>() + row * v_1KLD.stride(1)};
+            y_1KLD.data_ptr<float>() + row * y_1KLD.stride(1) + d.start * y_1KLD.stride(2),
+            v_1KLD.data_ptr<float>() + row * v_1KLD.stride(1) + d.start * v_1KLD.stride(2)};
   }
 };
+
+RowDocuments MakeRowDocuments(const torch::Tensor& document_ids_BL, int64_t rows, int64_t length, int64_t features,
+                              int64_t chunk_size) {
+  RowDocuments documents;
+  if (!document_ids_BL.defined()) {
+    documents.checkpoints = CheckpointCount(length, features, KernelChunk(chunk_size, length));
+    return documents;
+  }
+  const auto spans = DocumentSpans(document_ids_BL);
+  const int64_t per_sequence = rows / static_cast<int64_t>(spans.size());
+  for (int64_t row = 0; row < rows; ++row) {
+    documents.spans.push_back(spans.at(row / per_sequence));
+    int64_t count = 0;
+    for (const auto& d : documents.spans.back()) count += CheckpointCount(d.length, features, KernelChunk(chunk_size, d.length));
+    documents.checkpoints = std::max(documents.checkpoints, count);
+  }
+  return documents;
+}
 
 // ForwardUnit and BackwardUnit through the raw kernel, one key row at a time; the forward also
 // writes each row's checkpoints of the key state (states_1RS, refs_1RN), which the backward reads.
 void ForwardUnitRaw(const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
                     const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size,
                     const torch::Tensor& out_1KGLD, const torch::Tensor& den_1KGL, const torch::Tensor& r_1K1L,
-                    const torch::Tensor& states_1RS, const torch::Tensor& refs_1RN) {
+                    const torch::Tensor& states_1RS, const torch::Tensor& refs_1RN, const RowDocuments& documents,
+                    int64_t row0) {
   DF_CHECK(AllRowsContiguous({x_1HLD, y_1KLD, v_1KLD, out_1KGLD, den_1KGL, r_1K1L, states_1RS, refs_1RN}),
            "FusedCausalLinearAttention: the CPU kernel got a block of non-contiguous rows");
   const CpuRows rows(p);
+  const int64_t state_floats = rows.w_MD.size(0) * (l.value_dim + 1);
   for (int64_t row = 0; row < l.kv_heads; ++row) {
-    RunPositiveRowForward(rows.Row(l, x_1HLD, y_1KLD, v_1KLD, chunk_size, row),
-                          {out_1KGLD.data_ptr<float>() + row * out_1KGLD.stride(1), out_1KGLD.stride(2),
-                           den_1KGL.data_ptr<float>() + row * den_1KGL.stride(1), den_1KGL.stride(2),
-                           r_1K1L.data_ptr<float>() + row * r_1K1L.stride(1),
-                           states_1RS.data_ptr<float>() + row * states_1RS.stride(1),
-                           refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1)});
+    int64_t checkpoint = 0;  // the row's slots its earlier documents took
+    for (const auto& d : documents.Of(row0 + row, l.length)) {
+      RunPositiveRowForward(rows.Row(l, x_1HLD, y_1KLD, v_1KLD, chunk_size, row, d),
+                            {out_1KGLD.data_ptr<float>() + row * out_1KGLD.stride(1) + d.start * out_1KGLD.stride(3),
+                             out_1KGLD.stride(2),
+                             den_1KGL.data_ptr<float>() + row * den_1KGL.stride(1) + d.start * den_1KGL.stride(3),
+                             den_1KGL.stride(2),
+                             r_1K1L.data_ptr<float>() + row * r_1K1L.stride(1) + d.start * r_1K1L.stride(3),
+                             states_1RS.data_ptr<float>() + row * states_1RS.stride(1) + checkpoint * state_floats,
+                             refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1) + checkpoint});
+      checkpoint += CheckpointCount(d.length, rows.w_MD.size(0), KernelChunk(chunk_size, d.length));
+    }
   }
 }
 
@@ -77,7 +104,7 @@ std::vector<torch::Tensor> BackwardUnitRaw(const std::vector<torch::Tensor>& par
                                            const UnitSaved& s, const torch::Tensor& states_1RS,
                                            const torch::Tensor& refs_1RN, int64_t chunk_size,
                                            const torch::Tensor& dx_1HLD, const torch::Tensor& dy_1KLD,
-                                           const torch::Tensor& dv_1KLD) {
+                                           const torch::Tensor& dv_1KLD, const RowDocuments& documents, int64_t row0) {
   DF_CHECK(AllRowsContiguous({s.x_1HLD, s.y_1KLD, s.v_1KLD, s.out_1KGLD, s.den_1KGL, s.r_1K1L, s.g_1KGLD, dx_1HLD,
                               dy_1KLD, dv_1KLD, states_1RS, refs_1RN}),
            "FusedCausalLinearAttention: the CPU kernel's backward got a block of non-contiguous rows");
@@ -85,13 +112,24 @@ std::vector<torch::Tensor> BackwardUnitRaw(const std::vector<torch::Tensor>& par
   const CpuRows rows(params);
   torch::Tensor dw_MD;
   if (params[0].requires_grad()) dw_MD = torch::zeros_like(rows.w_MD);
+  const int64_t state_floats = rows.w_MD.size(0) * (l.value_dim + 1);
   for (int64_t row = 0; row < l.kv_heads; ++row) {
-    auto at = [row](const torch::Tensor& t) { return t.data_ptr<float>() + row * t.stride(1); };
-    RunPositiveRowBackward(rows.Row(l, s.x_1HLD, s.y_1KLD, s.v_1KLD, chunk_size, row),
-                           {at(states_1RS), at(refs_1RN), at(s.out_1KGLD), s.out_1KGLD.stride(2), at(s.den_1KGL),
-                            s.den_1KGL.stride(2), at(s.r_1K1L), at(s.g_1KGLD), s.g_1KGLD.stride(2),
-                            dx_1HLD.data_ptr<float>() + row * l.group * dx_1HLD.stride(1), dx_1HLD.stride(1),
-                            at(dy_1KLD), at(dv_1KLD), dw_MD.defined() ? dw_MD.data_ptr<float>() : nullptr});
+    int64_t checkpoint = 0;
+    for (const auto& d : documents.Of(row0 + row, l.length)) {
+      // Row `row` of t at position d.start (dim 3 of 1 K G L X tensors, dim 2 of 1 K L X ones).
+      auto at = [&](const torch::Tensor& t, int64_t position_dim) {
+        return t.data_ptr<float>() + row * t.stride(1) + d.start * t.stride(position_dim);
+      };
+      RunPositiveRowBackward(rows.Row(l, s.x_1HLD, s.y_1KLD, s.v_1KLD, chunk_size, row, d),
+                             {states_1RS.data_ptr<float>() + row * states_1RS.stride(1) + checkpoint * state_floats,
+                              refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1) + checkpoint, at(s.out_1KGLD, 3),
+                              s.out_1KGLD.stride(2), at(s.den_1KGL, 3), s.den_1KGL.stride(2), at(s.r_1K1L, 3),
+                              at(s.g_1KGLD, 3), s.g_1KGLD.stride(2),
+                              dx_1HLD.data_ptr<float>() + row * l.group * dx_1HLD.stride(1) + d.start * dx_1HLD.stride(2),
+                              dx_1HLD.stride(1), at(dy_1KLD, 2), at(dv_1KLD, 2),
+                              dw_MD.defined() ? dw_MD.data_ptr<float>() : nullptr});
+      checkpoint += CheckpointCount(d.length, rows.w_MD.size(0), KernelChunk(chunk_size, d.length));
+    }
   }
   std::vector<torch::Tensor> param_grads(params.size());
   param_grads[0] = dw_MD.defined() ? dw_MD.to(params[0].scalar_type()) : dw_MD;
