@@ -17,6 +17,8 @@ torch::Tensor MakeAllowedMask(int64_t length, bool causal, int64_t sliding_windo
 
 ExactKernelImpl::ExactKernelImpl(const KernelShape& /*shape*/, const ConfigReader& options) {
   force_explicit_ = options.Get<bool>("explicit_softmax", false);
+  documents_ = options.GetEnum("documents", documents_,
+                               {{"auto", Documents::kAuto}, {"mask", Documents::kMask}, {"per_document", Documents::kPerDocument}});
   options.RejectUnknown();
 }
 

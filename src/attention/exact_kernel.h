@@ -23,14 +23,20 @@ class ExactKernelImpl : public AttentionKernelImpl {
   bool supports_softcap() const override { return true; }
   bool supports_sliding_window() const override { return true; }
   bool autocast_inside() const override { return true; }
-  // Packed documents: a block-diagonal causal mask (document_mask.h).
-  bool HandlesDocuments(const AttentionCall& /*call*/) const override { return true; }
+  // Packed documents (options.documents): a block-diagonal causal mask in one call (`mask`), or
+  // one call per document (`per_document`, Attend); `auto` masks on a GPU and calls per document
+  // on a CPU, where the masked SDPA is 2-3x slower than the unmasked one and per-document calls
+  // are not (kernel-check --bench-documents).
+  bool HandlesDocuments(const AttentionCall& call) const override {
+    return documents_ == Documents::kMask || (documents_ == Documents::kAuto && !call.document_ids_BL.is_cpu());
+  }
 
   // Largest |logit| of the last forward (for spike diagnostics); -1 when not tracked.
   double last_max_logit = -1.0;
 
  private:
   bool force_explicit_ = false;  // options.explicit_softmax: always take the fp32 path
+  enum class Documents { kAuto, kMask, kPerDocument } documents_ = Documents::kAuto;
 };
 TORCH_MODULE(ExactKernel);
 

@@ -274,6 +274,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
         for (int64_t i = 0; i < plain; ++i) {
           auto masked = impls[i];
           masked.name += "+mask";
+          // Exact: the block-diagonal mask itself (its `auto` calls per document on a CPU).
+          if (impls[i].name == "exact") masked.kernel = Build("exact", YAML::Load("{documents: mask}"), o.heads, d);
           masked.documents = Documents::kMasked;
           masked.twin = i;
           impls.push_back(masked);

@@ -53,8 +53,10 @@ bool RawCpuRuns(const std::string& name) {
   }
 }
 
-// The forms a kernel has: those of the operator (raw_cpu where it runs), else one ("").
+// The forms a kernel has: those of the operator (raw_cpu where it runs); exact's two ways with
+// documents (a mask, or one call each); else one ("").
 std::vector<std::string> FormsOf(const std::string& name) {
+  if (Builds(name, "{documents: mask}")) return {"mask", "per_document"};
   if (!Builds(name, Options(name, "naive"))) return {""};
   std::vector<std::string> forms;
   for (const auto& form : kForms) {
@@ -66,7 +68,7 @@ std::vector<std::string> FormsOf(const std::string& name) {
 AttentionKernel Make(const std::string& name, const std::string& op) {
   torch::manual_seed(5);
   const bool features = Builds(name, Options(name, "naive")) || Builds(name, Options(name, ""));
-  const std::string yaml = features ? Options(name, op) : "{}";
+  const std::string yaml = features ? Options(name, op) : op.empty() ? "{}" : "{documents: " + op + "}";
   auto kernel = MakeAttentionKernel(name, KernelShape{kHeads, kDim}, ConfigReader(YAML::Load(yaml), "attention." + name));
   torch::NoGradGuard no_grad;
   torch::manual_seed(6);
