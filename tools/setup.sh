@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # One idempotent setup for darkformer on Debian 12: Debian build deps, a project-local
-# venv with the torch==2.11.0 wheel (its LibTorch), and the Python tools' packages.
+# venv with the torch==2.11.0 wheel (its LibTorch), the Python tools' packages, and the pinned
+# SentencePiece source archive that CMake builds (tools/fetch_sentencepiece.sh).
 # The second run checks a stamp and returns in seconds.
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,12 +17,14 @@ PY_PACKAGES=(numpy typing_extensions filelock sympy networkx jinja2 fsspec "setu
 NO_DEPS_PACKAGES=(accelerate==1.15.0)
 APT_PACKAGES=(cmake ninja-build g++ git pkg-config python3-venv
               libyaml-cpp-dev nlohmann-json3-dev libspdlog-dev libfmt-dev libcli11-dev libhdf5-dev
-              libsentencepiece-dev sentencepiece libgloo-dev libgtest-dev libgmock-dev zlib1g-dev python3.11-doc)
+              sentencepiece libgloo-dev libgtest-dev libgmock-dev zlib1g-dev python3.11-doc)
 
 stamp_key="$(printf '%s\n' "$TORCH_VERSION" "${NVIDIA_WHEELS[@]}" "${PY_PACKAGES[@]}" "${NO_DEPS_PACKAGES[@]}" \
-             "${APT_PACKAGES[@]}" \
+             "${APT_PACKAGES[@]}" "$(cat "$ROOT/third_party/sentencepiece.pin")" \
              "$(cat "$ROOT/tools/make_demo_corpus.sh" 2>/dev/null)" | sha256sum | cut -c1-16)"
 STAMP="$VENV/.setup-$stamp_key"
+# Before the stamp: an archive deleted since the last setup comes back (a checksum when present).
+"$ROOT/tools/fetch_sentencepiece.sh"
 if [[ -f "$STAMP" ]]; then exit 0; fi
 
 log() { echo "[setup] $*"; }
