@@ -109,7 +109,8 @@ struct KernelInfo {
   bool params_trainable = false;
   bool log_form = false;           // runs the causal operator (ops/), in the form `op` picks
   CausalOp op = CausalOp::kAuto;
-  bool documents = false;          // data.document_masking: exact attention takes a B x 1 x L x L mask
+  bool documents = false;          // data.document_masking on
+  bool exact_mask = false;         // exact attention then masks (a B x 1 x L x L mask) instead of one call per document
 };
 
 // Whether a log-form kernel runs the chunk-parallel form (CUDA's default; with documents, auto's
@@ -160,7 +161,7 @@ Shadow KernelForward(Tape& tape, const KernelInfo& k, const ModelShape& s, int64
       tape.Save(vr);
       tape.Save(out);
       tape.Save(tape.New(T * s.H, kF32, true));  // logsumexp
-      if (k.documents) {
+      if (k.documents && (k.exact_mask || !cpu)) {  // exact's documents: mask, or auto off the CPU
         // The block-diagonal mask (bool), and SDPA's additive copy of it in q's dtype, both saved.
         tape.Save(tape.New(B * L * L, 1, true));
         tape.Save(tape.New(B * L * L, q.esz, true));
@@ -286,6 +287,7 @@ KernelInfo DescribeKernel(const RunConfig& c, int64_t layer, const std::vector<s
   }
   info.rank = c.model.head_dim;
   info.documents = c.data.document_masking;
+  info.exact_mask = name == "exact" && c.attention.OptionsFor(name).Get<std::string>("documents", "auto") == "mask";
   const auto* features = dynamic_cast<const FeatureKernelBase*>(kernel.get());
   if (name == "exact" || !features) {
     info.kind = KernelInfo::Kind::kExact;
