@@ -4,7 +4,8 @@ each run evaluated afterwards with masking on (masked_eval.json, the JSON line `
 prints), so both arms are scored on the same masked task.
 
 Prints, as Markdown:
-- per kernel, the masked-eval accuracy of each arm and the seed-paired change masked - unmasked;
+- per kernel, the masked-eval accuracy of each arm and the seed-paired change masked - unmasked
+  (beside the unmasked arm's own, unmasked, final eval: what leakage does at evaluation);
 - per contrast (exact - constant, darkformer - performer), the difference in each arm and the
   seed-paired change of that difference;
 with 95 % Student-t intervals (n - 1 dof) and a plain verdict (an interval that excludes 0).
@@ -24,8 +25,20 @@ from aggregate_runs import interval  # noqa: E402
 CONTRASTS = [("exact", "constant"), ("darkformer", "performer")]
 
 
-def load_runs(sweep):
-    """{(kernel, masked, seed): masked-eval accuracy} of every run with a masked_eval.json."""
+def own_eval(run):
+    """The run's last validation accuracy in its own setting (metrics.jsonl), None without one."""
+    rows = []
+    with open(os.path.join(run, "metrics.jsonl")) as f:
+        for line in f:
+            row = json.loads(line)
+            if row.get("type") == "eval":
+                rows.append(row)
+    return rows[-1]["accuracy"] if rows else None
+
+
+def load_runs(sweep, own=None):
+    """{(kernel, masked, seed): masked-eval accuracy} of every run with a masked_eval.json; `own`
+    (a dict) also gets each run's accuracy in its own setting."""
     runs = {}
     for name in sorted(os.listdir(sweep)):
         run = os.path.join(sweep, name)
@@ -39,6 +52,8 @@ def load_runs(sweep):
         key = (config["attention"]["kernel"], bool(config["data"].get("document_masking", False)),
                int(config["train"].get("seed", 0)))
         runs[key] = json.loads(line)["accuracy"]
+        if own is not None:
+            own[key] = own_eval(run)
     return runs
 
 
@@ -65,23 +80,27 @@ def main(argv=None):
     parser.add_argument("--sweep", required=True)
     parser.add_argument("--json")
     args = parser.parse_args(argv)
-    runs = load_runs(args.sweep)
+    own = {}
+    runs = load_runs(args.sweep, own)
     if not runs:
         raise SystemExit(f"masking_effect.py: no run in {args.sweep} has a masked_eval.json")
     kernels = sorted({k for k, _, _ in runs})
     out = {"kernels": [], "contrasts": []}
     print("Masked-eval accuracy per kernel (mean over seeds) and the change from masking in training:\n")
-    print("| kernel | unmasked training | masked training | masked − unmasked per seed | mean | 95 % interval | verdict |")
-    print("|---|--:|--:|---|--:|---|---|")
+    print("| kernel | unmasked training, unmasked eval | unmasked training | masked training | masked − unmasked per seed "
+          "| mean | 95 % interval | verdict |")
+    print("|---|--:|--:|--:|---|--:|---|---|")
     for k in kernels:
         off, on = seeds_of(runs, k, False), seeds_of(runs, k, True)
         seeds = sorted(set(off) & set(on))
         r = row(k, [on[s] - off[s] for s in seeds])
         r["unmasked_mean"] = interval([off[s] for s in seeds])["mean"]
         r["masked_mean"] = interval([on[s] for s in seeds])["mean"]
+        r["unmasked_own_eval_mean"] = interval([own.get((k, False, s)) for s in seeds])["mean"]
         out["kernels"].append(r)
         line = fmt(r).split(" | ", 1)[1]
-        print(f"| {k} | {r['unmasked_mean']:.4f} | {r['masked_mean']:.4f} | {line}")
+        own_mean = "n/a" if r["unmasked_own_eval_mean"] is None else f"{r['unmasked_own_eval_mean']:.4f}"
+        print(f"| {k} | {own_mean} | {r['unmasked_mean']:.4f} | {r['masked_mean']:.4f} | {line}")
     print("\nContrasts in each arm and the change of the contrast (masked − unmasked training), per seed:\n")
     print("| contrast | per-seed values | mean | 95 % interval | verdict |")
     print("|---|---|--:|---|---|")
