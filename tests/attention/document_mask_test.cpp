@@ -142,6 +142,25 @@ double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
   return ((a.to(torch::kFloat64) - b64).abs().max() / b64.abs().max().clamp_min(1e-30)).item<double>();
 }
 
+// The random baseline draws from its own generator: Rewind() makes the next call draw what the
+// first one drew.
+class DrawReplay {
+ public:
+  explicit DrawReplay(AttentionKernel& kernel) : generators_(kernel->forward_generators()) {
+    for (auto& g : generators_) states_.push_back(g.get_state());
+  }
+  void Rewind() const {
+    for (size_t i = 0; i < generators_.size(); ++i) {
+      auto g = generators_[i];
+      g.set_state(states_[i]);
+    }
+  }
+
+ private:
+  std::vector<at::Generator> generators_;
+  std::vector<torch::Tensor> states_;
+};
+
 class DocumentMaskTest : public ::testing::TestWithParam<std::string> {};
 
 INSTANTIATE_TEST_SUITE_P(Kernels, DocumentMaskTest, ::testing::ValuesIn(KernelNames()),
@@ -180,12 +199,9 @@ TEST_P(DocumentMaskTest, ChangingOneDocumentLeavesTheOthersBitIdentical) {
   torch::NoGradGuard no_grad;
   for (const auto& form : FormsOf(name)) {
     auto kernel = Make(name, form);
-    // The random baseline draws from its own generator: the same draw for both calls.
-    auto generators = kernel->forward_generators();
-    std::vector<torch::Tensor> states;
-    for (auto& g : generators) states.push_back(g.get_state());
+    const DrawReplay replay(kernel);
     const auto a = kernel->Attend(in.q, in.k, in.v, Call(DocumentIds()));
-    for (size_t i = 0; i < generators.size(); ++i) generators[i].set_state(states[i]);
+    replay.Rewind();
     const auto b = kernel->Attend(changed.q, changed.k, changed.v, Call(DocumentIds()));
     const std::string where = name + " " + (form.empty() ? "-" : form);
     ASSERT_FALSE(torch::equal(a.select(0, 0).narrow(1, 8, 3), b.select(0, 0).narrow(1, 8, 3))) << where;
@@ -205,11 +221,9 @@ TEST_P(DocumentMaskTest, WithoutDocumentsAttendIsForward) {
   torch::NoGradGuard no_grad;
   for (const auto& form : FormsOf(name)) {
     auto kernel = Make(name, form);
-    auto generators = kernel->forward_generators();
-    std::vector<torch::Tensor> states;
-    for (auto& g : generators) states.push_back(g.get_state());
+    const DrawReplay replay(kernel);
     const auto a = kernel->Attend(in.q, in.k, in.v, Call({}));
-    for (size_t i = 0; i < generators.size(); ++i) generators[i].set_state(states[i]);
+    replay.Rewind();
     const auto b = kernel->forward(in.q, in.k, in.v, Call({}));
     EXPECT_TRUE(torch::equal(a, b)) << name << " " << form;
   }
