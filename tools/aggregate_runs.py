@@ -30,193 +30,36 @@ per-seed values, in --json FILE. tools/plot_runs.py imports the loading and aggr
 Usage: aggregate_runs.py --runs runs/experiments/cpu [--md FILE] [--json FILE] [--sweep NAME ...]
 """
 import argparse
-import functools
 import json
 import math
 import os
 import sys
 
 import numpy as np
-import yaml
 
-try:  # the C loader, when PyYAML was built with it, reads configs several times faster
-    _YAML_LOADER = yaml.CSafeLoader
-except AttributeError:  # pragma: no cover
-    _YAML_LOADER = yaml.SafeLoader
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import kernel_registry  # noqa: E402
+# Loading and statistics live in their own modules; re-exported here for the tools that import them.
+from run_loading import SWEEP_ORDER, find_sweeps, is_run_dir, load_run, load_sweep, run_status  # noqa: E402,F401
+from run_statistics import CONFIDENCE, interval, t_cdf, t_quantile  # noqa: E402,F401
 
-KERNEL_ORDER = ["exact", "darkformer", "performer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay",
-                "flexformer", "random", "constant"]
-# Kernels with attention.<kernel>.num_features (the m of the labels).
-FEATURE_KERNELS = ("performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay", "flexformer")
+
+def kernel_order():
+    """Row order of the tables: the registered kernels, as kernel_registry.display_order()."""
+    return kernel_registry.display_order()
+
+
+def kernel_rank(kernel):
+    """A kernel's place in kernel_order() (unregistered names last)."""
+    order = kernel_order()
+    return order.index(kernel) if kernel in order else len(order)
+
+
 # Options that name a kernel's form, with their defaults: part of the label ("flexformer m=64 stationary").
 FORM_OPTIONS = {"darkformer": ("init", None), "flexformer": ("variant", "stationary")}
-# Sweep folders in the order the tables are printed; other folders with run directories follow.
-SWEEP_ORDER = ["mqar_kernels", "mqar_qkv", "mqar_lr_sweep", "c4_kernels", "kernels", "qkv", "lr_sweep"]
 METRICS = ["final_eval_accuracy", "final_eval_loss", "best_eval_accuracy", "spikes", "skipped_updates",
            "diverged"]
-CONFIDENCE = 0.95
 DONE = ("finished", "diverged")  # run statuses that count in the statistics
-
-
-# ---- Student t quantiles (standard library only) -------------------------------------------------
-
-def _betacf(a, b, x):
-    """Continued fraction of the regularized incomplete beta function (modified Lentz)."""
-    tiny = 1e-300
-    qab, qap, qam = a + b, a + 1.0, a - 1.0
-    c, d = 1.0, 1.0 - qab * x / qap
-    d = 1.0 / (d if abs(d) > tiny else tiny)
-    h = d
-    for m in range(1, 300):
-        m2 = 2 * m
-        aa = m * (b - m) * x / ((qam + m2) * (a + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        h *= d * c
-        aa = -(a + m) * (qab + m) * x / ((a + m2) * (qap + m2))
-        d = 1.0 + aa * d
-        d = 1.0 / (d if abs(d) > tiny else tiny)
-        c = 1.0 + aa / c
-        c = c if abs(c) > tiny else tiny
-        delta = d * c
-        h *= delta
-        if abs(delta - 1.0) < 1e-15:
-            break
-    return h
-
-
-def _betainc(a, b, x):
-    """Regularized incomplete beta function I_x(a, b)."""
-    if x <= 0.0:
-        return 0.0
-    if x >= 1.0:
-        return 1.0
-    front = math.exp(math.lgamma(a + b) - math.lgamma(a) - math.lgamma(b) + a * math.log(x) + b * math.log1p(-x))
-    if x < (a + 1.0) / (a + b + 2.0):
-        return front * _betacf(a, b, x) / a
-    return 1.0 - front * _betacf(b, a, 1.0 - x) / b
-
-
-def t_cdf(t, dof):
-    """P(T <= t) for Student's t with dof degrees of freedom."""
-    tail = 0.5 * _betainc(dof / 2.0, 0.5, dof / (dof + t * t))
-    return 1.0 - tail if t >= 0 else tail
-
-
-@functools.lru_cache(maxsize=None)
-def t_quantile(p, dof):
-    """The p-quantile of Student's t with dof degrees of freedom (bisection on t_cdf; p in (0.5, 1))."""
-    if not 0.5 <= p < 1.0 or dof < 1:
-        raise ValueError(f"t_quantile needs 0.5 <= p < 1 and dof >= 1, got p={p}, dof={dof}")
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, dof) < p:
-        hi *= 2.0
-    for _ in range(200):
-        mid = 0.5 * (lo + hi)
-        if t_cdf(mid, dof) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-12 * max(1.0, hi):
-            break
-    return 0.5 * (lo + hi)
-
-
-def interval(values, confidence=CONFIDENCE):
-    """Mean and Student-t confidence interval of the finite values (None and NaN are left out).
-
-    Returns {n, mean, std, half_width, low, high}: std is the sample standard deviation (n - 1);
-    with n = 1 std, half_width, low and high are None (no interval from one seed); with n = 0 all
-    but n are None."""
-    finite = [float(v) for v in values if v is not None and math.isfinite(float(v))]
-    n = len(finite)
-    out = {"n": n, "mean": None, "std": None, "half_width": None, "low": None, "high": None}
-    if n == 0:
-        return out
-    mean = math.fsum(finite) / n
-    out["mean"] = mean
-    if n >= 2:
-        std = math.sqrt(math.fsum((v - mean) ** 2 for v in finite) / (n - 1))
-        half = t_quantile(0.5 + confidence / 2.0, n - 1) * std / math.sqrt(n)
-        out.update(std=std, half_width=half, low=mean - half, high=mean + half)
-    return out
-
-
-# ---- loading run directories -------------------------------------------------------------------
-
-def load_run(path):
-    """A run dir as a dict: config, train rows, eval rows (each sorted by step, last row per step
-    kept), summary (None when absent), kernel, lr, name, path."""
-    with open(os.path.join(path, "config.yaml")) as f:
-        config = yaml.load(f, Loader=_YAML_LOADER) or {}
-    train, evals = {}, {}
-    metrics = os.path.join(path, "metrics.jsonl")
-    if os.path.exists(metrics):
-        with open(metrics) as f:
-            for line in f:
-                line = line.strip()
-                if not line:
-                    continue
-                try:
-                    row = json.loads(line)
-                except json.JSONDecodeError:
-                    continue  # a torn last line of a run that was killed mid-write
-                if "step" not in row:
-                    continue
-                # A resumed run appends to metrics.jsonl: the last row per step wins.
-                (evals if row.get("type") == "eval" else train)[row["step"]] = row
-    summary = None
-    summary_path = os.path.join(path, "summary.json")
-    if os.path.exists(summary_path):
-        try:
-            with open(summary_path) as f:
-                summary = json.load(f)
-        except (OSError, json.JSONDecodeError):
-            summary = None  # a torn write reads as absent, as the sweep runner does
-    attention = config.get("attention") or {}
-    train_config = config.get("train") or {}
-    return {"path": path, "name": os.path.basename(os.path.normpath(path)), "config": config,
-            "train": [train[s] for s in sorted(train)], "eval": [evals[s] for s in sorted(evals)],
-            "summary": summary, "kernel": attention.get("kernel", "exact"),
-            "lr": float(train_config.get("lr", float("nan"))), "seed": train_config.get("seed")}
-
-
-def is_run_dir(path):
-    return os.path.isfile(os.path.join(path, "config.yaml"))
-
-
-def load_sweep(folder):
-    """Every run directory directly inside folder, sorted by name ([] when folder is absent)."""
-    if not os.path.isdir(folder):
-        return []
-    return [load_run(os.path.join(folder, name)) for name in sorted(os.listdir(folder))
-            if is_run_dir(os.path.join(folder, name))]
-
-
-def find_sweeps(runs_dir):
-    """Names of the sweep folders directly under runs_dir (folders holding run directories), in
-    SWEEP_ORDER first and the rest alphabetically."""
-    found = []
-    for name in sorted(os.listdir(runs_dir)) if os.path.isdir(runs_dir) else []:
-        path = os.path.join(runs_dir, name)
-        if os.path.isdir(path) and not is_run_dir(path) and any(
-                is_run_dir(os.path.join(path, child)) for child in os.listdir(path)):
-            found.append(name)
-    known = [n for n in SWEEP_ORDER if n in found]
-    return known + [n for n in found if n not in known]
-
-
-def run_status(run):
-    """finished | diverged | partial | pending, as the sweep runner classifies a run."""
-    s = run["summary"]
-    target = (run["config"].get("train") or {}).get("steps")
-    if s and s.get("diverged"):
-        return "diverged"
-    if s and target is not None and (s.get("steps") or 0) >= target:
-        return "finished"
-    return "partial" if s or run["train"] or run["eval"] else "pending"
 
 
 # ---- grouping ----------------------------------------------------------------------------------
@@ -237,7 +80,7 @@ def point_key(run):
     attention = dict(config.get("attention") or {})
     used = {attention.get("kernel", "exact")} | {str(v) for v in (attention.get("per_layer") or {}).values()}
     for kernel in list(attention):
-        if kernel in KERNEL_ORDER and kernel not in used:
+        if kernel in kernel_order() and kernel not in used:
             del attention[kernel]
     stripped = {k: v for k, v in config.items() if k not in ("log", "attention")}
     stripped["attention"] = attention
@@ -251,7 +94,7 @@ def kernel_options(run):
     kernel has no such option): form is darkformer's init or flexformer's variant."""
     attention = run["config"].get("attention") or {}
     options = attention.get(run["kernel"]) or {}
-    m = options.get("num_features") if run["kernel"] in FEATURE_KERNELS else None
+    m = options.get("num_features") if run["kernel"] in kernel_registry.with_option("num_features") else None
     form, default = FORM_OPTIONS.get(run["kernel"], (None, None))
     init = options.get(form, default) if form else None
     return (int(m) if m is not None else None), init
@@ -280,7 +123,7 @@ def base_label(run, with_lr):
 
 def _sort_key(group):
     kernel = group["kernel"]
-    return (KERNEL_ORDER.index(kernel) if kernel in KERNEL_ORDER else len(KERNEL_ORDER), kernel,
+    return (kernel_rank(kernel), kernel,
             group["num_features"] if group["num_features"] is not None else -1, str(group["init"] or ""),
             group["lr"] if math.isfinite(group["lr"]) else 0.0, group["label"])
 

@@ -4,8 +4,9 @@ in the same session and with the same thread count.
 
 Ours runs `darkformer train` on the config's shards for a few steps and reads step_ms from
 metrics.jsonl; HF runs on random token ids (timing does not depend on the tokens). Prints tokens/s
-for both, the ratio us/HF, and on CUDA the model FLOPs utilisation (6 N + attention FLOPs per
-token, against --peak-tflops).
+for both, the ratio us/HF, and on CUDA the model FLOPs utilisation against --peak-tflops, with
+the trainer's own FLOPs per token (metrics.jsonl's flops_per_token, src/train/model_flops.h) for
+both: the same model does the same work.
 
   .venv/bin/python tools/bench_train_vs_hf.py --config configs/demo/pretrain.yaml --batch 8 --seq 128
 """
@@ -105,15 +106,9 @@ def time_ours(args):
             sys.exit(f"{' '.join(cmd)} failed ({proc.returncode}):\n{proc.stdout}\n{proc.stderr}")
         with open(os.path.join(run_dir, "metrics.jsonl")) as f:
             lines = [json.loads(l) for l in f if l.strip()]
-        ms = [l["step_ms"] for l in lines if l["type"] == "train"][args.warmup:]
-        return statistics.median(ms) / 1000.0
-
-
-def flops_per_token(model_cfg, params, seq):
-    """6 N (forward + backward of every weight, the LM head included) plus causal attention's
-    QK^T and AV: 6 * layers * heads * head_dim * seq (half of the 12 L H D T for full attention)."""
-    attention = 6 * model_cfg["num_hidden_layers"] * model_cfg["num_attention_heads"] * model_cfg["head_dim"] * seq
-    return 6 * params + attention
+        train = [l for l in lines if l["type"] == "train"]
+        ms = [l["step_ms"] for l in train][args.warmup:]
+        return statistics.median(ms) / 1000.0, train[0]["flops_per_token"]
 
 
 def main():
@@ -122,7 +117,7 @@ def main():
     model_cfg, train_cfg = cfg["model"], cfg.get("train", {})
     torch.set_num_threads(args.threads)
     tokens = args.batch * args.seq
-    ours_s = time_ours(args)
+    ours_s, per_token = time_ours(args)
     hf_s, params = time_hf(args, model_cfg, train_cfg)
     print(f"model: {model_cfg['num_hidden_layers']} layers, hidden {model_cfg['hidden_size']}, "
           f"vocab {model_cfg['vocab_size']}, {params / 1e6:.2f}M parameters; batch {args.batch} x seq {args.seq}; "
@@ -132,7 +127,6 @@ def main():
     print(f"ratio us/HF (tokens/s): {hf_s / ours_s:.3f}")
     if args.device.startswith("cuda"):
         peak = (args.peak_tflops or 494.7) * 1e12
-        per_token = flops_per_token(model_cfg, params, args.seq)
         for name, s in (("ours", ours_s), ("HF", hf_s)):
             print(f"MFU {name}: {per_token * tokens / s / peak * 100:.2f}% of {peak / 1e12:.0f} TFLOP/s")
 

@@ -35,7 +35,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import numpy as np  # noqa: E402
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from aggregate_runs import CONFIDENCE, KERNEL_ORDER, aggregate, base_label, curve, load_run, load_sweep  # noqa: E402,E501
+from aggregate_runs import CONFIDENCE, aggregate, base_label, curve, kernel_rank, load_run, load_sweep  # noqa: E402,E501
 
 # The paper's colours where it names them (fig. 2): DARKFormer green, Performer orange, LFK blue,
 # random yellow, constant lime; exact attention black.
@@ -45,7 +45,7 @@ COLORS = {"exact": "black", "darkformer": "tab:green", "performer": "tab:orange"
 
 
 def kernel_key(run):
-    return KERNEL_ORDER.index(run["kernel"]) if run["kernel"] in KERNEL_ORDER else len(KERNEL_ORDER)
+    return kernel_rank(run["kernel"])
 
 
 def describe(run):
@@ -82,7 +82,7 @@ def plot_lr_loss(runs, out, title):
         return None
     fig, ax = plt.subplots(figsize=(7, 4.5))
     lrs = sorted({r["lr"] for r in runs})
-    for kernel in sorted({r["kernel"] for r in runs}, key=lambda k: KERNEL_ORDER.index(k) if k in KERNEL_ORDER else 99):
+    for kernel in sorted({r["kernel"] for r in runs}, key=kernel_rank):
         group = [r for r in runs if r["kernel"] == kernel]
         steps = sorted({row["step"] for r in group for row in r["train"]})
         if not steps:
@@ -124,7 +124,7 @@ def plot_spikes(runs, out, title):
     if not runs:
         return None
     lrs = sorted({r["lr"] for r in runs})
-    kernels = sorted({r["kernel"] for r in runs}, key=lambda k: KERNEL_ORDER.index(k) if k in KERNEL_ORDER else 99)
+    kernels = sorted({r["kernel"] for r in runs}, key=kernel_rank)
     fig, ax = plt.subplots(figsize=(7, 4.5))
     width = 0.8 / max(1, len(kernels))
     x = np.arange(len(lrs))

@@ -23,7 +23,8 @@ static void CheckKernelName(const std::string& name, const std::string& key_path
   }
   std::string valid;
   for (const auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
-  Fail("config key '" + key_path + "': unknown attention kernel '" + name + "'; valid kernels: " + valid);
+  Fail("config key '" + key_path + "': unknown attention kernel '" + name + "'" + DidYouMean(name, names) +
+       "; valid kernels: " + valid);
 }
 
 AttentionConfig AttentionConfig::FromConfig(const ConfigReader& reader, int64_t num_layers) {

@@ -24,12 +24,10 @@ class ExactKernelImpl : public AttentionKernelImpl {
   bool supports_sliding_window() const override { return true; }
   bool autocast_inside() const override { return true; }
   // Packed documents (options.documents): a block-diagonal causal mask in one call (`mask`), or
-  // one call per document (`per_document`, Attend); `auto` masks on a GPU and calls per document
-  // on a CPU, where the masked SDPA is 2-3x slower than the unmasked one and per-document calls
-  // are not (kernel-check --bench-documents).
-  bool HandlesDocuments(const AttentionCall& call) const override {
-    return documents_ == Documents::kMask || (documents_ == Documents::kAuto && !call.document_ids_BL.is_cpu());
-  }
+  // one call per document (`per_document`, Attend). `auto` calls per document on every device:
+  // the masked SDPA costs about 2x the unmasked one on a CPU and on an H200, per-document calls
+  // 0.4-1.0x (kernel-check --bench-documents; docs/data.md).
+  bool HandlesDocuments(const AttentionCall&) const override { return documents_ == Documents::kMask; }
 
   // Largest |logit| of the last forward (for spike diagnostics); -1 when not tracked.
   double last_max_logit = -1.0;

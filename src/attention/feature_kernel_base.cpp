@@ -3,9 +3,10 @@
 
 namespace darkformer {
 
-FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool with_redraw, bool with_op) {
+FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool with_redraw, bool with_op,
+                                                int64_t default_features) {
   FeatureKernelOptions o;
-  o.num_features = reader.Get<int64_t>("num_features", o.num_features);
+  o.num_features = reader.Get<int64_t>("num_features", default_features);
   DF_CHECK(o.num_features > 0, "config key '" << reader.KeyPath("num_features") << "' must be positive, got " << o.num_features);
   o.projection = ParseProjectionKind(reader.Get<std::string>("projection", "orthogonal"), reader.KeyPath("projection"));
   o.seed = reader.Get<int64_t>("seed", o.seed);

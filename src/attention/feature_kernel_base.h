@@ -22,7 +22,8 @@ enum class RedrawPolicy { kNever, kEveryStep, kEveryN };
 
 // Options every feature kernel reads from its YAML section. Defaults live here.
 struct FeatureKernelOptions {
-  int64_t num_features = 256;                              // m, random features per head
+  static constexpr int64_t kDefaultFeatures = 256;
+  int64_t num_features = kDefaultFeatures;                 // m, random features per head
   ProjectionKind projection = ProjectionKind::kOrthogonal;  // orthogonal (chi row norms) | iid
   RedrawPolicy redraw = RedrawPolicy::kNever;              // never | every_step | every_n
   int64_t redraw_interval = 1000;                          // steps between redraws for every_n
@@ -34,7 +35,9 @@ struct FeatureKernelOptions {
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown, and
   // `with_op` false (signed features: one composite path) leaves `op` and `fused` unknown keys.
-  static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw, bool with_op);
+  // `default_features`: num_features when absent (SLAY's is smaller), recorded as the default.
+  static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw, bool with_op,
+                                   int64_t default_features = kDefaultFeatures);
 };
 
 // exp(x.y) per pair of rows of x_BHPD and y_BHPD, in fp64: BHP. The softmax kernel most maps estimate.

@@ -55,7 +55,7 @@ AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& 
   if (it == registry.end()) {
     std::string valid;
     for (const auto& [n, f] : registry) valid += (valid.empty() ? "" : ", ") + n;
-    Fail("unknown attention kernel '" + name + "'; valid kernels: " + valid);
+    Fail("unknown attention kernel '" + name + "'" + DidYouMean(name, KernelNames()) + "; valid kernels: " + valid);
   }
   return it->second(shape, options);
 }

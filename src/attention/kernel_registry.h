@@ -1,5 +1,7 @@
-// Kernels are chosen by name from the config; adding one is its own files plus one line in
-// kernel_registry.cpp.
+// Kernels are chosen by name from the config; adding one is its own files, one line in
+// kernel_registry.cpp, and its port in the HF plug-in (python/darkformer_hf; test_plugin_ports.py
+// fails without it). What each kernel is (family, options, what it learns) is asked of it:
+// kernel_traits.h.
 #pragma once
 
 #include <functional>

@@ -31,7 +31,8 @@ class SignedFeatureKernel : public FeatureKernelBase {
 
  protected:
   // Reads the shared options (no `fused`: there is no fused path) and normaliser_floor.
-  SignedFeatureKernel(const KernelShape& shape, const ConfigReader& options, bool with_redraw);
+  SignedFeatureKernel(const KernelShape& shape, const ConfigReader& options, bool with_redraw,
+                      int64_t default_features = FeatureKernelOptions::kDefaultFeatures);
   // Whether the maps see x = sqrt(s) q (the default) or q itself (slay: a kernel of directions).
   virtual bool ScalesInputs() const { return true; }
 

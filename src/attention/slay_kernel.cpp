@@ -34,7 +34,7 @@ torch::Tensor YatQuadrature(const torch::Tensor& t, double epsilon, int64_t node
 }
 
 SlayKernelImpl::SlayKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : SignedFeatureKernel(shape, options, /*with_redraw=*/true) {
+    : SignedFeatureKernel(shape, options, /*with_redraw=*/true, kDefaultSlayFeatures) {
   nodes_ = options.Get<int64_t>("nodes", nodes_);
   DF_CHECK(nodes_ > 0, "config key '" << options.KeyPath("nodes") << "' must be positive, got " << nodes_);
   epsilon_ = options.Get<double>("epsilon", epsilon_);
@@ -42,8 +42,6 @@ SlayKernelImpl::SlayKernelImpl(const KernelShape& shape, const ConfigReader& opt
   sketch_dim_ = options.Get<int64_t>("sketch_dim", sketch_dim_);
   DF_CHECK(sketch_dim_ >= 0, "config key '" << options.KeyPath("sketch_dim") << "' must be >= 0 (0 = exact), got " << sketch_dim_);
   options.RejectUnknown();
-  // n * P * m features per head: a smaller m than the other kernels' default unless asked.
-  if (!options.Has("num_features")) options_.num_features = kDefaultSlayFeatures;
   RegisterDraw(shape.head_dim);
   if (sketch_dim_ > 0) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(DrawSeed(KernelSeed(options_.seed, shape), 0) + 7);

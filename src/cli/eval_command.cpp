@@ -8,6 +8,8 @@
 
 #include "cli/commands.h"
 #include "model/weights_io.h"
+#include "train/fit_check.h"
+#include "train/model_loading.h"
 #include "train/trainer.h"
 #include "util/json.h"
 
@@ -28,6 +30,12 @@ void AddEvalCommand(CLI::App& app) {
   cmd->callback([] {
     auto config = RunConfig::Load(config_path, overrides);
     config.train.init_from = checkpoint.empty() ? config.log.dir : checkpoint;
+    // Sizes first (as every command), then the checkpoint, naming what the user gave (or left
+    // out), not train.init_from, which eval only borrows.
+    CheckRunFits(config, Workload::kForward, ResolveDevice(config));
+    ResolveWeightsPath(config.train.init_from, checkpoint.empty()
+                                                   ? "config key 'log.dir' (eval's checkpoint when --checkpoint is not given)"
+                                                   : std::string("--checkpoint"));
     Trainer trainer(config);
     const auto loader = OpenEvalSource(config.data, split);
     DF_CHECK(loader, "--split " << split << ": the data has no such split");

@@ -1,9 +1,11 @@
 // `darkformer inspect`: parameter counts per component of a model config or weights file.
 #include <fmt/format.h>
+#include <fmt/ranges.h>
 
 #include <filesystem>
 #include <iostream>
 
+#include "attention/kernel_traits.h"
 #include "cli/commands.h"
 #include "model/model_spec.h"
 #include "model/parameter_count.h"
@@ -83,13 +85,27 @@ void PrintMemory(const std::string& path, const std::vector<std::string>& overri
   row("saved outside the layers (final norm, ids)", e.outside_layers);
   row("logits / loss buffers", e.loss_buffers);
   row("backward transient (worst)", e.backward_transient);
+  if (e.cublas_workspaces > 0) row("cuBLAS workspaces (GPU, every phase)", e.cublas_workspaces);
   std::cout << "  phases:\n";
   for (const auto& p : e.phases) row("  " + p.name, p.bytes);
   row("predicted peak", e.peak);
   std::cout << fmt::format("  (at: {})\n", e.peak_phase);
   for (const auto& note : e.notes) std::cout << "  note: " << note << "\n";
-  std::cout << "  an estimate from the config (tests/cuda/memory_estimate_test.cpp: within 15% of LibTorch's CPU "
-               "allocator; docs/gpu.md: 7% above CUDA's allocator peak for a Gemma 2B q/k/v step on an H200)\n";
+  std::cout << "  an estimate from the config (tests/cuda/memory_estimate_test.cpp: within 15% of the "
+               "allocator's peak on the CPU and on an H200; docs/gpu.md: 8% above it for a Gemma 2B q/k/v step)\n";
+}
+
+void PrintKernels(bool json) {
+  for (const auto& t : AllKernelTraits()) {
+    if (json) {
+      std::cout << ToJson(t).dump() << "\n";
+      continue;
+    }
+    std::string options;
+    for (const auto& [key, value] : t.option_defaults) options += (options.empty() ? "" : ", ") + key + ": " + value;
+    std::cout << fmt::format("{:<11} {:<9} {:<8} learns [{}]\n{:<11} options {{{}}}\n", t.name, KernelFamilyName(t.family),
+                             t.log_form ? "log-form" : "", fmt::join(t.learns, ", "), "", options);
+  }
 }
 
 }  // namespace
@@ -110,8 +126,16 @@ void AddInspectCommand(CLI::App& app) {
   static std::vector<std::string> overrides;
   cmd->add_option("--set", overrides, "override a run-config key (a.b.c=value), with --memory")->needs(memory_opt);
   memory_opt->excludes(weights_opt);
+  static bool kernels = false, json = false;
+  auto* kernels_opt = cmd->add_flag("--kernels", kernels,
+                                    "the registered attention kernels: family, forms, what each learns, its options' defaults");
+  cmd->add_flag("--json", json, "with --kernels: one JSON object per kernel per line (read by tools/ and the plug-in's tests)")
+      ->needs(kernels_opt);
+  kernels_opt->excludes(config_opt)->excludes(weights_opt)->excludes(memory_opt);
   cmd->callback([] {
-    if (memory) {
+    if (kernels) {
+      PrintKernels(json);
+    } else if (memory) {
       DF_CHECK(!config_path.empty(), "inspect --memory needs --config run.yaml");
       PrintMemory(config_path, overrides, devices);
     } else if (!weights_path.empty()) {

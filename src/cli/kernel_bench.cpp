@@ -22,6 +22,7 @@
 #include "attention/document_mask.h"
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
+#include "train/fit_check.h"
 #include "util/op_count.h"
 #include "util/peak_memory.h"
 #include "util/error.h"
@@ -213,6 +214,7 @@ AttentionKernel Build(const std::string& name, const YAML::Node& options, int64_
   KernelShape shape;
   shape.num_heads = heads;
   shape.head_dim = d;
+  CheckKernelOptionsFit(name, options, d);
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Clone(options), "attention." + name));
   kernel->to(bench_device);
   return kernel;
@@ -240,6 +242,10 @@ void RunKernelBench(const KernelBenchOptions& o) {
   if (log_form) naive_options["op"] = "naive";
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
+  for (const int64_t d : o.lengths.empty() ? std::vector<int64_t>{} : o.head_dims) {
+    CheckKernelOptionsFit(o.kernel, fused_options, d, o.batch, o.heads, *std::max_element(o.lengths.begin(), o.lengths.end()),
+                          bench_device);
+  }
   std::cout << fmt::format("forward+backward, {} fp32, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
                            o.device, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,

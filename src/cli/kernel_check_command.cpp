@@ -16,6 +16,7 @@
 #include "attention/kernel_registry.h"
 #include "cli/commands.h"
 #include "cli/kernel_bench.h"
+#include "train/fit_check.h"
 #include "data/packed_loader.h"
 #include "data/tokenizer.h"
 #include "model/weights_io.h"
@@ -63,6 +64,7 @@ AttentionKernel Build(const KernelCheckArgs& a, const std::string& name, const s
   shape.head_dim = head_dim;
   auto node = YAML::Load(options);
   if (seed_offset > 0) node["seed"] = node["seed"] ? node["seed"].as<int64_t>() + seed_offset : seed_offset;
+  CheckKernelOptionsFit(name, node, head_dim);
   return MakeAttentionKernel(name, shape, ConfigReader(node, "attention." + name));
 }
 

@@ -3,6 +3,7 @@
 // Gloo's own headers (Debian's libgloo-dev; the torch wheel does not ship them).
 #include "distributed/data_parallel.h"
 
+#include <c10/util/Logging.h>
 #include <spdlog/spdlog.h>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
@@ -52,6 +53,16 @@ std::shared_ptr<::gloo::transport::Device> GlooDevice(const std::string& master_
   return c10d::ProcessGroupGloo::createDefaultDevice();
 }
 
+// Raises c10's log threshold to FATAL for its lifetime (c10d's ERROR and WARNING lines included).
+class QuietC10Logging {
+ public:
+  QuietC10Logging() : previous_(FLAGS_caffe2_log_level) { FLAGS_caffe2_log_level = 3; }
+  ~QuietC10Logging() { FLAGS_caffe2_log_level = previous_; }
+
+ private:
+  int previous_;
+};
+
 }  // namespace
 
 std::unique_ptr<DataParallel> DataParallel::Join(const DistributedConfig& config, const LaunchEnvironment& env,
@@ -67,6 +78,9 @@ std::unique_ptr<DataParallel> DataParallel::Join(const DistributedConfig& config
   const std::string where = env.master_addr + ":" + std::to_string(env.master_port);
   auto group = std::make_unique<Group>();
   std::string backend_name;
+  // c10d logs each failed connect with a C++ stack dump (17 frames) before it gives up; our one
+  // error line below names the address, the key and c10d's reason, so its log is quiet meanwhile.
+  const QuietC10Logging quiet;
   try {
     c10d::TCPStoreOptions options;
     options.port = static_cast<uint16_t>(env.master_port);
@@ -105,9 +119,12 @@ std::unique_ptr<DataParallel> DataParallel::Join(const DistributedConfig& config
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
-    throw DistributedError("rank " + std::to_string(rank) + " of " + std::to_string(size) +
-                           " could not join the data-parallel group at " + where + " within " +
-                           std::to_string(config.timeout_s) + " s (train.distributed.timeout_s): " + CauseOf(e));
+    // Bad input (exit 2), not a peer that failed mid-run (exit 4): no rank has started, and the
+    // cause is the launch's address, port, world size or timeout.
+    throw Error("rank " + std::to_string(rank) + " of " + std::to_string(size) +
+                " could not join the data-parallel group at " + where + " within " +
+                std::to_string(config.timeout_s) + " s (train.distributed.timeout_s; check MASTER_ADDR, "
+                "MASTER_PORT and that all " + std::to_string(size) + " ranks were started): " + CauseOf(e));
   }
   auto parallel = std::unique_ptr<DataParallel>(
       new DataParallel(std::move(group), env.rank, env.world_size, device, config.timeout_s, backend_name, config));

@@ -220,4 +220,26 @@ void CheckKernelDrawsFit(const AttentionConfig& attention, const GemmaConfig& mo
   }
 }
 
+void CheckKernelOptionsFit(const std::string& kernel, const YAML::Node& options, int64_t head_dim, int64_t batch,
+                           int64_t heads, int64_t max_length, const torch::Device& device) {
+  AttentionConfig attention;
+  attention.options = YAML::Node(YAML::NodeType::Map);
+  attention.options[kernel] = YAML::Clone(options);
+  GemmaConfig model;
+  model.head_dim = head_dim;
+  CheckKernelDrawsFit(attention, model);
+  const int64_t features = ConfiguredFeatures(attention, kernel);
+  if (features == 0 || max_length <= 0) return;
+  const SizeTerm term{"one feature map",
+                      {{attention.path + "." + kernel + ".num_features", features},
+                       {"batch", batch}, {"heads", heads}, {"length", max_length}}, 4};
+  const long double bytes = term.Bytes();
+  const int64_t free = AvailableDeviceMemory(device);
+  if (bytes <= kInt64Max && (free <= 0 || bytes <= static_cast<long double>(free))) return;
+  Fail(fmt::format("config key '{}' = {} is too large for batch {}, {} heads and length {}: one feature map alone "
+                   "would take {}; {}", term.factors[0].first, features, batch, heads, max_length, HumanBytes(bytes),
+                   bytes > kInt64Max ? std::string("more than any device can address")
+                                     : "the " + device.str() + " has " + HumanBytes(free) + " available"));
+}
+
 }  // namespace darkformer

@@ -55,4 +55,10 @@ void CheckRunFits(const RunConfig& config, Workload workload, const torch::Devic
 // the CPU): a num_features whose projection cannot fit is refused before that, naming the key.
 void CheckKernelDrawsFit(const AttentionConfig& attention, const GemmaConfig& model);
 
+// kernel-check's kernels, built from --options (a YAML map) rather than a run config: the
+// projection check above, and (max_length > 0) one batch x heads x max_length x num_features fp32
+// feature map, against what `device` has free. Refused naming num_features, not in the allocator.
+void CheckKernelOptionsFit(const std::string& kernel, const YAML::Node& options, int64_t head_dim, int64_t batch = 1,
+                           int64_t heads = 1, int64_t max_length = 0, const torch::Device& device = torch::kCPU);
+
 }  // namespace darkformer

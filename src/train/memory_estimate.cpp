@@ -7,8 +7,11 @@
 #include <map>
 
 #include "attention/log_feature_kernel.h"
+#include "attention/ops/causal_form.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/kernel_registry.h"
+#include "model/linear_weights.h"
+#include "train/cublas_workspace.h"
 #include "train/trainer.h"
 #include "util/error.h"
 
@@ -113,11 +116,11 @@ struct KernelInfo {
   bool exact_mask = false;         // exact attention then masks (a B x 1 x L x L mask) instead of one call per document
 };
 
-// Whether a log-form kernel runs the chunk-parallel form (CUDA's default; with documents, auto's
-// on a CPU for maps the raw kernel does not take).
+// Whether a log-form kernel runs the chunk-parallel form, by the operator's own rule (the raw
+// kernel takes positive features in fp32 on a CPU: the training path's case).
 bool ChunkParallel(const KernelInfo& k, bool cpu) {
-  const bool raw = k.kind == KernelInfo::Kind::kPositive;
-  return k.log_form && (k.op == CausalOp::kChunkParallel || (k.op == CausalOp::kAuto && (!cpu || (k.documents && !raw))));
+  const bool raw_runs = cpu && k.kind == KernelInfo::Kind::kPositive;
+  return k.log_form && ResolveCausalForm(k.op, cpu, raw_runs, k.documents) == CausalForm::kChunkParallel;
 }
 
 struct LayerWeights {
@@ -161,7 +164,7 @@ Shadow KernelForward(Tape& tape, const KernelInfo& k, const ModelShape& s, int64
       tape.Save(vr);
       tape.Save(out);
       tape.Save(tape.New(T * s.H, kF32, true));  // logsumexp
-      if (k.documents && (k.exact_mask || !cpu)) {  // exact's documents: mask, or auto off the CPU
+      if (k.documents && k.exact_mask) {  // exact's documents: mask (auto calls per document)
         // The block-diagonal mask (bool), and SDPA's additive copy of it in q's dtype, both saved.
         tape.Save(tape.New(B * L * L, 1, true));
         tape.Save(tape.New(B * L * L, q.esz, true));
@@ -394,7 +397,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   for (const auto& p : ModelParameterSizes(m, config.attention)) {
     const bool train = MatchesAny(p.name, t.trainable);
     params[p.name] = Tape::Param(p.numel, train);
-    const bool linear = p.name.size() > 12 && p.name.compare(p.name.size() - 12, 12, "_proj.weight") == 0;
+    const bool linear = IsLinearWeight(p.name);
     if (t.frozen_weights_bf16 && !train && linear) {
       params[p.name].esz = kBf16;
       bf16_frozen += p.numel;
@@ -494,7 +497,9 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   const int64_t emb_grad = emb.rg ? V * E * kF32 : 0;
   const int64_t norm_grad = params.at("norm.weight").rg ? E * kF32 : 0;
 
-  auto add = [&](const std::string& name, int64_t bytes) { r.phases.push_back({name, bytes}); };
+  // On a GPU the cuBLAS workspaces are allocated at the first matmul and kept, so in every phase.
+  r.cublas_workspaces = options.cpu ? 0 : kCublasHandlesInTraining * CublasWorkspaceBytes();
+  auto add = [&](const std::string& name, int64_t bytes) { r.phases.push_back({name, bytes + r.cublas_workspaces}); };
   add("forward end + loss forward", base + carried + saved_layers + outside + loss_saved + loss_forward);
   add("loss backward", base + carried + saved_layers + outside + loss_saved + loss_backward);
   // Layer i's backward, from the last: layers below i still hold their activations, gradients of
@@ -529,6 +534,8 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   if (bf16) r.notes.push_back("bf16 autocast: Linear outputs and per-use weight casts are bf16 (2 bytes); "
                               "random-feature attention, norms and the residual stream fp32");
   if (options.cpu) r.notes.push_back("CPU: includes the fused operator's raw-kernel key-state checkpoints");
+  if (!options.cpu) r.notes.push_back(fmt::format("GPU: includes {} cuBLAS workspaces of {:.0f} MiB (the forward's and autograd's threads)",
+                                                  kCublasHandlesInTraining, r.cublas_workspaces / kCublasHandlesInTraining / 1048576.0));
   r.notes.push_back("not counted: the CUDA context and the allocator's cache / fragmentation (add ~1-2 GiB on a GPU)");
   return r;
 }

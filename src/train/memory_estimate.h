@@ -48,6 +48,7 @@ struct MemoryEstimate {
   int64_t outside_layers = 0;     // saved outside the decoder layers (embedding side, final norm)
   int64_t loss_buffers = 0;       // full logits path: logits + log-softmax (+ grads); chunked: dW, dh, C x V blocks
   int64_t backward_transient = 0; // the largest extra of the backward over what is saved
+  int64_t cublas_workspaces = 0;  // GPU only: cuBLAS's workspaces, kept by the allocator (cublas_workspace.h)
   int64_t peak = 0;               // max over phases
   std::string peak_phase;
   std::vector<MemoryPhase> phases;

@@ -2,13 +2,14 @@
 #include "train/model_flops.h"
 
 #include "attention/attention_flops.h"
+#include "model/linear_weights.h"
 
 namespace darkformer {
 
 namespace {
 
 bool MatmulWeight(const std::string& name) {
-  return name.find("_proj.weight") != std::string::npos || name == "embed_tokens.weight";
+  return IsLinearWeight(name) || name == "embed_tokens.weight";  // the LM head is the tied embedding
 }
 
 }  // namespace

@@ -130,6 +130,7 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
 RunConfig RunConfig::Load(const std::string& path, const std::vector<std::string>& overrides) {
   auto root = LoadWithBases(path, 0);
   for (const auto& assignment : overrides) ApplyOverride(root, assignment);
+  const ScopedSetOrigins origins(overrides);  // errors name a --set key's assignment, not a file line
   return FromNode(root, path);
 }
 

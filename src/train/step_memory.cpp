@@ -1,6 +1,7 @@
 // Peak memory since the last read (see step_memory.h).
 #include "train/step_memory.h"
 
+#include <ATen/Context.h>
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <cuda_runtime_api.h>
 
@@ -38,6 +39,9 @@ MemoryPeaks StepMemory::ReadAndReset() {
     rss_resets_ = static_cast<bool>(clear.flush());
   }
   if (device_.is_cuda()) {
+    // The allocator exists only once CUDA is initialised: a read before any tensor reached the
+    // device (a test's baseline) would otherwise throw "Invalid device argument".
+    at::globalContext().lazyInitDevice(c10::DeviceType::CUDA);
     namespace alloc = c10::cuda::CUDACachingAllocator;
     const int device = device_.has_index() ? device_.index() : 0;
     const auto stats = alloc::getDeviceStats(device);

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <limits>
 
+#include "model/linear_weights.h"
 #include "model/weights_io.h"
 #include "train/config_diff.h"
 #include "train/fit_check.h"
@@ -332,7 +333,7 @@ void Trainer::StoreFrozenLinearWeightsInBf16() {
   for (auto& item : model_->named_parameters()) {
     auto param = item.value();
     const auto& name = item.key();
-    const bool linear = name.size() > 12 && name.compare(name.size() - 12, 12, "_proj.weight") == 0;
+    const bool linear = IsLinearWeight(name);
     if (param.requires_grad() || !linear || param.scalar_type() != torch::kFloat32) continue;
     param.set_data(param.to(torch::kBFloat16));
     converted += param.numel();

@@ -10,7 +10,7 @@ ConfigReader::ConfigReader(YAML::Node node, std::string path)
       defaults_(std::make_shared<std::map<std::string, std::string>>()) {
   if (node_ && !node_.IsNull() && !node_.IsMap()) {
     Fail("config section '" + (path_.empty() ? std::string("<root>") : path_) + "' must be a map, got " +
-         YamlTypeName(node_) + " (line " + std::to_string(node_.Mark().line + 1) + ")");
+         YamlTypeName(node_) + ValueOrigin(path_, node_));
   }
 }
 
@@ -53,10 +53,67 @@ void ConfigReader::RejectUnknown() const {
     if (!seen_->count(key)) {
       std::string known;
       for (const auto& k : *seen_) known += (known.empty() ? "" : ", ") + k;
-      Fail("unknown config key '" + KeyPath(key) + "' (line " +
-           std::to_string(node_[key].Mark().line + 1) + "); known keys here: " + known);
+      const std::vector<std::string> declared(seen_->begin(), seen_->end());
+      Fail("unknown config key '" + KeyPath(key) + "'" + ValueOrigin(KeyPath(key), node_[key]) +
+           DidYouMean(key, declared, path_.empty() ? "" : path_ + ".") + "; known keys here: " + known);
     }
   }
+}
+
+namespace {
+
+// The command line's assignments while RunConfig::Load reads: (key path, parsed value, as typed).
+struct SetAssignment {
+  std::string path;
+  YAML::Node value;
+  std::string text;
+};
+thread_local const std::vector<SetAssignment>* set_assignments = nullptr;
+
+}  // namespace
+
+ScopedSetOrigins::ScopedSetOrigins(const std::vector<std::string>& assignments) : previous_(set_assignments) {
+  auto* parsed = new std::vector<SetAssignment>();
+  for (const auto& text : assignments) {
+    const auto eq = text.find('=');
+    if (eq == std::string::npos) continue;  // ApplyOverride refuses it
+    YAML::Node value;
+    try {
+      value = YAML::Load(text.substr(eq + 1));
+    } catch (const YAML::Exception&) {
+      continue;
+    }
+    parsed->push_back({text.substr(0, eq), value, text});
+  }
+  set_assignments = parsed;
+}
+
+ScopedSetOrigins::~ScopedSetOrigins() {
+  delete set_assignments;
+  set_assignments = static_cast<const std::vector<SetAssignment>*>(previous_);
+}
+
+std::string ValueOrigin(const std::string& key_path, const YAML::Node& value) {
+  if (set_assignments) {
+    // The last assignment wins, as in ApplyOverride: it gave the key if it names the key itself,
+    // or a section above it whose value holds the key.
+    for (auto it = set_assignments->rbegin(); it != set_assignments->rend(); ++it) {
+      if (it->path == key_path) return " (from --set " + it->text + ")";
+      if (key_path.rfind(it->path + ".", 0) != 0) continue;
+      YAML::Node node = it->value;
+      std::string rest = key_path.substr(it->path.size() + 1);
+      bool found = true;
+      while (found && !rest.empty()) {
+        const auto dot = rest.find('.');
+        const std::string key = rest.substr(0, dot);
+        rest = dot == std::string::npos ? "" : rest.substr(dot + 1);
+        found = node.IsMap() && node[key];
+        if (found) node.reset(node[key]);
+      }
+      if (found) return " (from --set " + it->text + ")";
+    }
+  }
+  return value ? " (line " + std::to_string(value.Mark().line + 1) + ")" : std::string();
 }
 
 }  // namespace darkformer

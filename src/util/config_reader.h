@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/nearest_name.h"
 
 namespace darkformer {
 
@@ -60,6 +61,22 @@ class ConfigReader {
 
 std::string YamlTypeName(const YAML::Node& node);
 
+// Where the value of a key came from, for error messages: " (line N)" of its config file, or
+// " (from --set a.b=v)" when a command-line assignment gave it. RunConfig::Load declares the
+// assignments for as long as it reads (a ScopedSetOrigins on its stack, this thread only).
+std::string ValueOrigin(const std::string& key_path, const YAML::Node& value);
+
+class ScopedSetOrigins {
+ public:
+  explicit ScopedSetOrigins(const std::vector<std::string>& assignments);
+  ~ScopedSetOrigins();
+  ScopedSetOrigins(const ScopedSetOrigins&) = delete;
+  ScopedSetOrigins& operator=(const ScopedSetOrigins&) = delete;
+
+ private:
+  const void* previous_;
+};
+
 // `node[key]` as T for files we wrote ourselves (manifests, checkpoint state): absent or of the
 // wrong type is an error naming `where`, the key and its line.
 template <typename T>
@@ -85,8 +102,7 @@ T ConfigReader::Convert(const YAML::Node& value, const std::string& key) const {
     else if constexpr (std::is_same_v<T, std::string>) type_name = "a string";
     else type_name = "a list of values";
     Fail("config key '" + KeyPath(key) + "' must be " + type_name + ", got " + YamlTypeName(value) +
-         (value.IsScalar() ? " '" + value.Scalar() + "'" : std::string()) + " (line " +
-         std::to_string(value.Mark().line + 1) + ")");
+         (value.IsScalar() ? " '" + value.Scalar() + "'" : std::string()) + ValueOrigin(KeyPath(key), value));
   }
 }
 
@@ -129,12 +145,14 @@ E ConfigReader::GetEnum(const std::string& key, E fallback, const std::vector<st
   }
   const auto text = Get<std::string>(key, "");
   std::string valid;
+  std::vector<std::string> spellings;
   for (const auto& [name, value] : names) {
     if (name == text) return value;
     valid += (valid.empty() ? "" : ", ") + name;
+    spellings.push_back(name);
   }
-  Fail("config key '" + KeyPath(key) + "' must be one of " + valid + "; got '" + text + "' (line " +
-       std::to_string(node_[key].Mark().line + 1) + ")");
+  Fail("config key '" + KeyPath(key) + "' must be one of " + valid + "; got '" + text + "'" +
+       ValueOrigin(KeyPath(key), node_[key]) + DidYouMean(text, spellings));
 }
 
 // The spelling of `value` in `names` (for logs and resolved configs).

@@ -6,6 +6,7 @@
 
 #include <iostream>
 
+#include "attention/kernel_traits.h"
 #include "attention/darkformer_kernel.h"
 #include "attention/feature_kernel_base.h"
 #include "attention/kernel_registry.h"
@@ -32,7 +33,7 @@ AttentionKernel Make(const std::string& name, const std::string& yaml, const Ker
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
-const std::vector<std::string> kAllKernels = {"exact", "performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay", "flexformer", "random", "constant"};
+const std::vector<std::string> kAllKernels = KernelNames();
 const char* kSmallOptions = "{num_features: 16, chunk_size: 4}";
 
 std::string OptionsFor(const std::string& name) {
@@ -86,7 +87,7 @@ TEST(FeatureKernelsTest, KernelForwardMatchesUnstabilisedFormula) {
              v = torch::randn({2, heads, length, d});
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(d));
-  for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
+  for (const std::string& name : KernelNames(KernelFamily::kPositive)) {
     for (bool causal : {true, false}) {
       call.causal = causal;
       auto kernel = std::dynamic_pointer_cast<LogFeatureKernel>(Make(name, OptionsFor(name), Shape(heads, d)).ptr());
@@ -123,7 +124,7 @@ TEST(FeatureKernelsTest, GradientsMatchFiniteDifferencesInFloat64) {
   const std::string options = "{num_features: 6, chunk_size: 3, projection: iid}";
   for (bool causal : {true, false}) {
     call.causal = causal;
-    for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
+    for (const std::string& name : KernelNames(KernelFamily::kPositive)) {
       auto kernel = Make(name, name == "gerf" ? "{num_features: 6, chunk_size: 3, projection: iid, a: -0.2}" : options,
                          Shape(heads, d));
       kernel->to(torch::kFloat64);
@@ -160,7 +161,7 @@ TEST(FeatureKernelsTest, FiniteOutputsAndGradientsAtLargeNorms) {
       const auto dir = [&] { auto x = torch::randn({1, heads, length, d}); return x / x.norm(2, -1, true) * norm; };
       auto q = dir().to(dtype).requires_grad_(), k = dir().to(dtype).requires_grad_(),
            v = torch::randn({1, heads, length, d}).to(dtype).requires_grad_();
-      for (const std::string name : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
+      for (const std::string& name : KernelNames(KernelFamily::kPositive)) {
         auto kernel = Make(name, "{num_features: 32, chunk_size: 16}", Shape(heads, d));
         Perturb(*kernel, 0.3);
         q.mutable_grad() = torch::Tensor();

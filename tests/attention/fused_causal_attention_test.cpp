@@ -10,6 +10,7 @@
 
 #include <iostream>
 
+#include "attention/kernel_traits.h"
 #include "attention/derf_test_state.h"
 #include "attention/darkformer_kernel.h"
 #include "attention/ops/fast_exp2.h"
@@ -23,8 +24,12 @@ namespace darkformer {
 namespace {
 
 // darkformer-shared: one M for all heads; darkformer-rank2: M is 2 x d (a low-rank Sigma).
-const std::vector<std::string> kFeatureKernels = {"performer", "darkformer", "darkformer-shared", "darkformer-rank2",
-                                                  "lfk", "gerf", "saderf", "aderf", "sderf"};
+std::vector<std::string> FeatureKernels() {
+  auto names = KernelNames(KernelFamily::kPositive);
+  names.insert(names.end(), {"darkformer-shared", "darkformer-rank2"});
+  return names;
+}
+const std::vector<std::string> kFeatureKernels = FeatureKernels();
 
 AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64_t m, int64_t chunk, const std::string& op) {
   KernelShape shape;

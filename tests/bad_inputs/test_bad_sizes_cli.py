@@ -46,6 +46,12 @@ def sizes_that_cannot_fit(tmp):
                           "--set", "attention.%s.num_features=1000000000" % kernel])
         expect_bad(res, "attention.%s.num_features" % kernel, "too large", run_dir=run_dir,
                    what="%s num_features 1e9" % kernel)
+    # kernel-check builds its kernels from --options: the same size checks name num_features there,
+    # for the projection (1e9) and for one feature map at the bench's longest length (1e7).
+    for features, needle in ((10 ** 9, "projection"), (10 ** 7, "feature map")):
+        res = run_capped(["kernel-check", "--bench", "--kernel", "darkformer", "--bench-lengths", "2048",
+                          "--options", "{num_features: %d}" % features])
+        expect_bad(res, "attention.darkformer.num_features", needle, what="kernel-check num_features %d" % features)
     # The same checks guard the forward-only commands.
     res = run_capped(["eval", "--config", path, "--set", "model.hidden_size=1000000000"])
     expect_bad(res, "model.hidden_size", "too large", what="eval with hidden_size 1e9")
@@ -131,6 +137,43 @@ def empty_log_dir(tmp):
         res = train(path, "log.dir=" + value)
         expect_bad(res, "log.dir", what="log.dir=%r" % value)
     check(not os.path.exists(os.path.join(os.getcwd(), "runs", "run", "summary.json")), "nothing under runs/run")
+
+
+@case
+def messages_name_their_source(tmp):
+    """A misspelt key suggests the declared one; a --set key is named as coming from --set (not line 1
+    of a file that does not hold it); eval without a checkpoint names log.dir, the key it read."""
+    path, run_dir, _ = setup_run(tmp)
+    res = train(path, "train.lrr=1")
+    expect_bad(res, "unknown config key 'train.lrr'", "(from --set train.lrr=1)", "did you mean 'train.lr'?",
+               what="--set train.lrr=1")
+    check("(line" not in error_line(res), "--set train.lrr=1: no file line is named")
+    res = train(path, "train.spikes={windw: 3}")
+    expect_bad(res, "train.spikes.windw", "(from --set train.spikes={windw: 3})", "did you mean 'train.spikes.window'?",
+               what="--set train.spikes={windw: 3}")
+    res = train(path, "attention.kernel=perfomer")
+    expect_bad(res, "attention.kernel", "did you mean 'performer'?", what="kernel perfomer")
+    res = train(path, "train.precision=bf16")
+    expect_bad(res, "train.precision", "(from --set train.precision=bf16)", "did you mean 'bf16_autocast'?",
+               what="precision bf16")
+    # The same key in the file: its line.
+    with open(path) as f:
+        lines = f.read().splitlines()
+    at = next(i for i, line in enumerate(lines) if line.startswith("train:"))
+    lines.insert(at + 1, "  lrr: 1")
+    bad_path = os.path.join(tmp, "bad.yaml")
+    with open(bad_path, "w") as f:
+        f.write("\n".join(lines) + "\n")
+    expect_bad(train(bad_path), "train.lrr", "(line %d)" % (at + 2), "did you mean 'train.lr'?", what="lrr in the file")
+    res = tk.run(["eval", "--config", path])
+    expect_bad(res, "log.dir", what="eval with no checkpoint in log.dir")
+    check("init_from" not in error_line(res), "eval: the error does not name train.init_from")
+    res = tk.run(["eval", "--config", path, "--checkpoint", os.path.join(tmp, "missing.h5")])
+    expect_bad(res, "--checkpoint", "missing.h5", what="eval --checkpoint missing.h5")
+
+
+def error_line(res):
+    return next((line for line in res.stderr.splitlines() if "[error]" in line), "")
 
 
 def main(argv):

@@ -10,6 +10,7 @@
 #include <cmath>
 #include <set>
 
+#include "attention/kernel_traits.h"
 #include "attention/fused_causal_attention.h"
 #include "data/batch_source.h"
 #include "data/data_test_util.h"
@@ -81,9 +82,7 @@ class Bf16TracksFp32Test : public ::testing::TestWithParam<KernelCase> {};
 
 // Kernels with a chunked causal path get chunk_size 8: the 32-token sequences span 4 chunks.
 std::vector<std::string> KernelOverrides(const std::string& kernel) {
-  static const std::set<std::string> chunked = {"performer", "darkformer", "lfk",  "gerf",      "saderf",
-                                                "aderf",     "sderf",      "trig", "slay", "flexformer"};
-  if (!chunked.count(kernel)) return {};
+  if (!TraitsOf(kernel).option_defaults.count("chunk_size")) return {};
   return {"attention." + kernel + ".chunk_size=8", "attention." + kernel + ".num_features=32"};
 }
 
@@ -102,9 +101,11 @@ TEST_P(Bf16TracksFp32Test, TwentyStepsWithinBf16Tolerance) {
 
 std::vector<KernelCase> Cases() {
   std::vector<KernelCase> cases;
-  for (const std::string k : {"exact", "trig", "slay", "flexformer", "random", "constant"}) cases.push_back({k, ""});
-  for (const std::string k : {"performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf"}) {
-    for (const std::string op : {"auto", "chunk_loop", "chunk_parallel"}) cases.push_back({k, op});
+  for (const auto& t : AllKernelTraits()) {
+    if (!t.log_form) cases.push_back({t.name, ""});
+    for (const std::string op : {"auto", "chunk_loop", "chunk_parallel"}) {
+      if (t.log_form) cases.push_back({t.name, op});
+    }
   }
   return cases;
 }

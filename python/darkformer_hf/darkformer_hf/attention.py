@@ -17,7 +17,7 @@ import math
 import torch
 from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-from . import features
+from . import features, spec
 from .loading import kernel_of
 
 
@@ -124,7 +124,7 @@ def _feature_attention(kernel, query, key, value, scaling):
     qf, _ = features.signed_features(name, state, kernel.options, q * scale)
     kf, c = features.signed_features(name, state, kernel.options, k * scale)
     b = c if c is not None else torch.zeros(kf.shape[:3], dtype=dtype, device=kf.device)
-    return causal_linear_attention(qf, kf, b, v, float(kernel.options.get("normaliser_floor", 1e-6)))
+    return causal_linear_attention(qf, kf, b, v, float(spec.option(name, kernel.options, "normaliser_floor")))
 
 
 def _random(kernel, query, value):

@@ -10,6 +10,8 @@ import math
 
 import torch
 
+from . import spec
+
 POSITIVE = ("performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf")
 SIGNED = ("trig", "slay", "flexformer")
 
@@ -70,13 +72,13 @@ def gauss_laguerre(n):
 
 def slay_features(state, options, x):
     unit = x / x.norm(2, -1, keepdim=True).clamp_min(1e-12)
-    sketch_dim = int(options.get("sketch_dim", 16))
+    sketch_dim = int(spec.option("slay", options, "sketch_dim"))
     if sketch_dim > 0:
         s = state["sketch"]
         poly = (unit @ s[0].t()) * (unit @ s[1].t()) / math.sqrt(float(sketch_dim))
     else:
         poly = (unit.unsqueeze(-1) * unit.unsqueeze(-2)).flatten(-2)
-    epsilon, nodes = float(options.get("epsilon", 0.1)), int(options.get("nodes", 3))
+    epsilon, nodes = float(spec.option("slay", options, "epsilon")), int(spec.option("slay", options, "nodes"))
     u, a = gauss_laguerre(nodes)
     c, w = 2 + epsilon, state["projection"]
     proj = unit @ w.t()
@@ -91,7 +93,7 @@ def slay_features(state, options, x):
 def flexformer_features(state, options, x):
     w = state["frequencies"]
     n = float(w.shape[-2])
-    if options.get("variant", "stationary") != "nonstationary":
+    if spec.option("flexformer", options, "variant") != "nonstationary":
         proj = x @ w.transpose(-1, -2).unsqueeze(0)
         return torch.cat([proj.cos(), proj.sin()], -1) / math.sqrt(n)
     w1, w2 = 0.5 * (w[:, 0] + w[:, 1]), 0.5 * (w[:, 0] - w[:, 1])  # 004 eq. 6

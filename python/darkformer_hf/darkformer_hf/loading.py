@@ -21,7 +21,7 @@ class LayerKernel(torch.nn.Module):
             self.register_buffer(key, tensor)
         if name == "random":  # RandomKernelImpl: a CPU generator per layer, drawn from in forward
             self.generator = torch.Generator().manual_seed(
-                spec.kernel_seed(self.options.get("seed", 0), layer, run_seed))
+                spec.kernel_seed(spec.option(name, self.options, "seed"), layer, run_seed))
 
     def tensors(self, dtype, device):
         return {k: (b.to(device, dtype) if b.is_floating_point() else b.to(device))

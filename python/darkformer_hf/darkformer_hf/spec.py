@@ -1,7 +1,8 @@
 """The `darkformer` block of an exported config.json and the kernel tensors each layer carries.
 
 Pure Python (no torch): tools/convert_hf_gemma.py imports it too. Names and shapes follow the C++
-kernels (src/attention/*_kernel.cpp); option defaults are theirs (feature_kernel_base.cpp etc.).
+kernels (src/attention/*_kernel.cpp); the option defaults below are theirs, and
+tests/tools/test_hf_plugin.py checks both lists against `darkformer inspect --kernels --json`.
 """
 
 BLOCK_KEY = "darkformer"
@@ -9,6 +10,25 @@ BLOCK_VERSION = 1
 KERNELS = ("exact", "performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay",
            "flexformer", "random", "constant")
 DRAW = ("projection", "draw_seed", "draw_count")  # FeatureKernelBase::RegisterDraw
+
+# The defaults of every kernel option the plug-in reads (an option absent from an exported block
+# takes the binary's default). Only these keys; the test compares each with the binary's.
+_FEATURES = {"num_features": 256, "seed": 0}
+OPTION_DEFAULTS = {
+    "exact": {}, "random": {"seed": 0}, "constant": {},
+    "performer": _FEATURES, "lfk": _FEATURES, "gerf": _FEATURES, "saderf": _FEATURES, "aderf": _FEATURES,
+    "sderf": _FEATURES,
+    "darkformer": {**_FEATURES, "rank": 0, "share_across_heads": False},
+    "trig": {**_FEATURES, "normaliser_floor": 1e-6},
+    "slay": {"num_features": 16, "seed": 0, "normaliser_floor": 1e-6, "sketch_dim": 16, "epsilon": 0.1, "nodes": 3},
+    "flexformer": {**_FEATURES, "normaliser_floor": 1e-6, "variant": "stationary"},
+}
+
+
+def option(name, options, key):
+    """A kernel option as the binary reads it: the block's value, else the binary's default."""
+    value = options.get(key)
+    return OPTION_DEFAULTS[name][key] if value is None else value
 
 
 class KernelStateError(ValueError):
@@ -39,19 +59,19 @@ def options_of(block, name):
 
 def expected_shapes(name, options, heads, head_dim):
     """{tensor name (relative to the layer's kernel prefix): shape} of one layer's kernel state."""
-    m = int(options.get("num_features", 16 if name == "slay" else 256))
     d = head_dim
     if name in ("exact", "random", "constant"):
         return {}
+    m = int(option(name, options, "num_features"))
     if name == "lfk":
         return {"W": (m, d)}
     if name == "flexformer":
-        freq = (heads, 2, m, d) if options.get("variant", "stationary") == "nonstationary" else (heads, m, d)
+        freq = (heads, 2, m, d) if option(name, options, "variant") == "nonstationary" else (heads, m, d)
         return {"frequencies": freq, "tau": (heads,)}
-    rank = int(options.get("rank", 0) or d) if name == "darkformer" else d
+    rank = int(option(name, options, "rank") or d) if name == "darkformer" else d
     shapes = {"projection": (m, rank), "draw_seed": (1,), "draw_count": (1,)}
     if name == "darkformer":
-        shared = bool(options.get("share_across_heads", False))
+        shared = bool(option(name, options, "share_across_heads"))
         shapes["M"] = (1 if shared else heads, rank, d)
     elif name in ("gerf", "saderf"):
         shapes["a"] = (1,)
@@ -60,7 +80,7 @@ def expected_shapes(name, options, heads, head_dim):
     elif name in ("aderf", "sderf"):
         shapes.update({"a": (d,), "p_query": (d, d), "p_key": (d, d)})
     elif name == "slay":
-        p = int(options.get("sketch_dim", 16))
+        p = int(option(name, options, "sketch_dim"))
         if p > 0:
             shapes["sketch"] = (2, p, d)
     return shapes

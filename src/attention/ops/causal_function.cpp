@@ -10,6 +10,7 @@
 
 #include <algorithm>
 
+#include "attention/ops/causal_form.h"
 #include "attention/ops/chunk_parallel.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/normaliser_check.h"
@@ -323,18 +324,15 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   DF_CHECK(map.op != CausalOp::kNaive, "FusedCausalLinearAttention: op 'naive' is the kernel's composite path, not an operator form");
   const bool documents = document_ids_BL.defined();
   const auto x = x_BHLD.to(dtype), y = y_BKLD.to(dtype), v = v_BKLD.to(dtype);
-  bool parallel = map.op == CausalOp::kChunkParallel || (map.op == CausalOp::kAuto && !x.is_cpu());
-  bool raw_documents = false;
-  if (documents && !parallel) {
-    // Packed documents: the raw kernel scans each alone inside one call; otherwise auto takes the
-    // chunk-parallel form (masked in its operator), and the chunk loop runs once per document.
-    raw_documents = causal_ops::CpuKernelApplies(map, x);
-    if (!raw_documents && map.op == CausalOp::kAuto) parallel = true;
-    if (!raw_documents && !parallel) {
-      return PerDocument(x, y, v, document_ids_BL, [&](const torch::Tensor& xd, const torch::Tensor& yd, const torch::Tensor& vd) {
-        return FusedCausalLinearAttention(xd, yd, vd, map, chunk_size);
-      });
-    }
+  const auto form = ResolveCausalForm(map.op, x.is_cpu(), causal_ops::RawKernelRuns(map, x), documents);
+  const bool parallel = form == CausalForm::kChunkParallel;
+  // Packed documents: the raw kernel scans each alone inside one call, the chunk-parallel form
+  // masks inside its operator, and the chunk loop runs once per document.
+  const bool raw_documents = documents && form == CausalForm::kRawCpu;
+  if (documents && form == CausalForm::kChunkLoop) {
+    return PerDocument(x, y, v, document_ids_BL, [&](const torch::Tensor& xd, const torch::Tensor& yd, const torch::Tensor& vd) {
+      return FusedCausalLinearAttention(xd, yd, vd, map, chunk_size);
+    });
   }
   ResetForwardDtypes();
   const auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size, document_ids_BL)

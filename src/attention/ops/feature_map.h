@@ -14,8 +14,8 @@ namespace darkformer {
 // The forms of causal linear attention with log-form features. Every form gives the numbers of
 // the naive reference (causal_linear_attention.h, which the kernels run for `op: naive`).
 enum class CausalOp {
-  kAuto,           // what the device runs: raw_cpu where it applies, chunk_loop elsewhere on a CPU (chunk_parallel
-                   // for packed documents, data.document_masking), chunk_parallel on CUDA
+  kAuto,           // what the device runs (causal_form.h): raw_cpu where it applies, chunk_loop elsewhere on a CPU
+                   // (chunk_parallel for packed documents, data.document_masking), chunk_parallel on CUDA
   kNaive,          // the whole-sequence composite reference: the kernel runs it, the operators refuse it
   kChunkLoop,      // LibTorch ops chunk by chunk (ops/chunk_loop.cpp): ~32 ops per chunk forward
   kChunkParallel,  // LibTorch ops over all chunks at once (ops/chunk_parallel.cpp): op count independent of L

@@ -3,19 +3,23 @@
 
 #include <algorithm>
 
+#include "attention/ops/causal_form.h"
 #include "attention/ops/fast_exp2.h"
 #include "attention/ops/raw_cpu_kernel.h"
 
 namespace darkformer::causal_ops {
 
+bool RawKernelRuns(const FeatureMap& map, const torch::Tensor& x) {
+  return map.positive_features && x.is_cpu() && x.scalar_type() == torch::kFloat32 && Exp2LoopsVectorised();
+}
+
 bool CpuKernelApplies(const FeatureMap& map, const torch::Tensor& x) {
-  const bool applies = map.positive_features && x.is_cpu() && x.scalar_type() == torch::kFloat32 && Exp2LoopsVectorised();
+  const bool applies = RawKernelRuns(map, x);
   DF_CHECK(map.op != CausalOp::kRawCpu || applies,
            "op: raw_cpu runs positive features in fp32 on a CPU with AVX2 only; got "
                << (map.positive_features ? "positive" : "another kernel's") << " features, " << x.scalar_type() << " on "
                << x.device() << (Exp2LoopsVectorised() ? "" : " without AVX2"));
-  if (map.op == CausalOp::kRawCpu) return true;
-  return applies && map.op == CausalOp::kAuto;
+  return ResolveCausalForm(map.op, x.is_cpu(), applies, /*documents=*/false) == CausalForm::kRawCpu;
 }
 
 // Every per-head block of a 1 x N x ... x L x W tensor is L contiguous rows (N's stride is free).

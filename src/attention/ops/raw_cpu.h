@@ -8,8 +8,11 @@
 
 namespace darkformer::causal_ops {
 
-// Positive features in fp32 on a CPU whose exp2 loops run vectorised, for `op: auto`; `op: raw_cpu`
-// insists (and is refused where it does not apply).
+// Whether the raw kernel can run these features: positive, fp32, on a CPU whose exp2 loops run
+// vectorised.
+bool RawKernelRuns(const FeatureMap& map, const torch::Tensor& x);
+// Whether the operator's non-parallel path takes the raw kernel (causal_form.h's rule): where it
+// runs, for `op: auto`; always for `op: raw_cpu`, which is refused where it cannot run.
 bool CpuKernelApplies(const FeatureMap& map, const torch::Tensor& x);
 // The kernel's chunk: at most L (its buffers are sized by it).
 int64_t KernelChunk(int64_t chunk_size, int64_t length);

@@ -1,0 +1,93 @@
+// Kernel traits by introspection of the registry (see kernel_traits.h).
+#include "attention/kernel_traits.h"
+
+#include <mutex>
+
+#include "attention/kernel_registry.h"
+#include "attention/log_feature_kernel.h"
+#include "attention/signed_feature_kernel.h"
+
+namespace darkformer {
+
+const char* KernelFamilyName(KernelFamily family) {
+  switch (family) {
+    case KernelFamily::kExact: return "exact";
+    case KernelFamily::kPositive: return "positive";
+    case KernelFamily::kSigned: return "signed";
+    case KernelFamily::kBaseline: return "baseline";
+  }
+  return "?";
+}
+
+namespace {
+
+KernelTraits Introspect(const std::string& name) {
+  KernelTraits t;
+  t.name = name;
+  const std::string path = "attention." + name;
+  const ConfigReader options(YAML::Node(YAML::NodeType::Map), path);
+  const auto kernel = MakeAttentionKernel(name, KernelShape{4, 16, 0, 0}, options);
+  const auto* impl = kernel.get();
+  if (dynamic_cast<const LogFeatureKernel*>(impl)) {
+    t.family = KernelFamily::kPositive;
+    t.log_form = true;
+  } else if (dynamic_cast<const SignedFeatureKernel*>(impl)) {
+    t.family = KernelFamily::kSigned;
+  } else if (name == "exact") {
+    t.family = KernelFamily::kExact;
+  } else {
+    t.family = KernelFamily::kBaseline;
+  }
+  t.supports_softcap = impl->supports_softcap();
+  t.supports_sliding_window = impl->supports_sliding_window();
+  t.wants_calibration = impl->wants_calibration();
+  for (const auto& p : kernel->named_parameters()) t.learns.push_back(p.key());
+  for (const auto& b : kernel->named_buffers()) t.buffers.push_back(b.key());
+  for (const auto& [key, value] : options.defaults_used()) t.option_defaults[key.substr(path.size() + 1)] = value;
+  return t;
+}
+
+}  // namespace
+
+const KernelTraits& TraitsOf(const std::string& name) {
+  static std::mutex mutex;
+  static std::map<std::string, KernelTraits> cache;
+  const std::lock_guard<std::mutex> lock(mutex);
+  auto it = cache.find(name);
+  if (it == cache.end()) it = cache.emplace(name, Introspect(name)).first;
+  return it->second;
+}
+
+std::vector<KernelTraits> AllKernelTraits() {
+  std::vector<KernelTraits> all;
+  for (const auto& name : KernelNames()) all.push_back(TraitsOf(name));
+  return all;
+}
+
+std::vector<std::string> KernelNames(KernelFamily family) {
+  std::vector<std::string> names;
+  for (const auto& name : KernelNames()) {
+    if (TraitsOf(name).family == family) names.push_back(name);
+  }
+  return names;
+}
+
+Json ToJson(const KernelTraits& t) {
+  Json options = Json::object();
+  for (const auto& [key, value] : t.option_defaults) {
+    // The YAML text of a scalar default as JSON where it is one (numbers, booleans), else a string.
+    const auto parsed = Json::parse(value, nullptr, /*allow_exceptions=*/false);
+    options[key] = parsed.is_discarded() ? Json(value) : parsed;
+  }
+  return {{"name", t.name},
+          {"family", KernelFamilyName(t.family)},
+          {"log_form", t.log_form},
+          {"supports_softcap", t.supports_softcap},
+          {"supports_sliding_window", t.supports_sliding_window},
+          {"wants_calibration", t.wants_calibration},
+          {"learns", t.learns},
+          {"buffers", t.buffers},
+          {"options", options}};
+}
+
+}  // namespace darkformer
