@@ -6,122 +6,26 @@
 #include <algorithm>
 #include <map>
 
-#include "attention/log_feature_kernel.h"
-#include "attention/ops/causal_form.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/kernel_registry.h"
 #include "model/linear_weights.h"
 #include "train/cublas_workspace.h"
-#include "train/trainer.h"
+#include "train/shadow_kernel.h"
+#include "train/shadow_tape.h"
+#include "train/trainable_set.h"
 #include "util/error.h"
 
 namespace darkformer {
 
 namespace {
 
-constexpr int64_t kF32 = 4, kBf16 = 2;
-
-// A tensor of the shadow forward: its size, element size and whether it needs a gradient.
-// Parameters have id -1: saving them costs nothing (the weights are counted once, elsewhere).
-struct Shadow {
-  int64_t numel = 0;
-  int64_t esz = kF32;
-  bool rg = false;
-  int64_t id = -1;
-  int64_t bytes() const { return numel * esz; }
-};
-
-// Replays ops on sizes: records which tensors autograd's nodes save (each storage once) and
-// the largest transient (allocated and dropped within the layer).
-class Tape {
- public:
-  explicit Tape(bool bf16) : bf16_(bf16) {}
-
-  Shadow New(int64_t numel, int64_t esz, bool rg) { return {numel, esz, rg, next_id_++}; }
-  static Shadow Param(int64_t numel, bool trainable) { return {numel, kF32, trainable, -1}; }
-  void Save(const Shadow& t) {
-    if (t.id >= 0) saved_[t.id] = t.bytes();
-  }
-  int64_t SavedBytes() const {
-    int64_t total = 0;
-    for (const auto& [id, bytes] : saved_) total += bytes;
-    return total;
-  }
-  bool IsSaved(const Shadow& t) const { return saved_.count(t.id) > 0; }
-  bool bf16() const { return bf16_; }
-  int64_t act() const { return bf16_ ? kBf16 : kF32; }  // a Linear output's element size
-
-  Shadow To(const Shadow& t, int64_t esz) { return t.esz == esz ? t : New(t.numel, esz, t.rg); }
-  Shadow Copy(const Shadow& t) { return New(t.numel, t.esz, t.rg); }
-  // a * b (same sizes, or b small): a is saved when b needs a gradient, b when a does.
-  Shadow Mul(const Shadow& a, const Shadow& b) {
-    if (b.rg) Save(a);
-    if (a.rg) Save(b);
-    return New(std::max(a.numel, b.numel), std::max(a.esz, b.esz), a.rg || b.rg);
-  }
-  Shadow Add(const Shadow& a, const Shadow& b) {
-    return New(std::max(a.numel, b.numel), std::max(a.esz, b.esz), a.rg || b.rg);
-  }
-  // torch::nn::Linear without bias: out = x W^T. Under autocast, x and W are cast to bf16 for
-  // this use (not cached: C++ Linear multiplies by a transposed view).
-  Shadow Linear(const Shadow& x, const Shadow& w, int64_t in, int64_t out) {
-    const int64_t rows = x.numel / in;
-    if (!x.rg && !w.rg) return New(rows * out, act(), false);
-    Shadow xin = x, win = w;
-    if (bf16_) {
-      xin = To(x, kBf16);
-      // A weight stored in bf16 (train.frozen_weights_bf16) is used as it is: no cast.
-      if (w.esz != kBf16) win = New(w.numel, kBf16, w.rg);
-    }
-    if (w.rg) Save(xin);
-    if (x.rg) Save(win);
-    return New(rows * out, act(), true);
-  }
-  // Gemma's RMSNorm in fp32: x * rsqrt(mean(x^2) + eps) * (1 + w), back to x's dtype.
-  Shadow RmsNorm(const Shadow& x, const Shadow& w, int64_t dim) {
-    const Shadow xf = To(x, kF32);
-    if (!xf.rg && !w.rg) return To(New(x.numel, kF32, false), x.esz);
-    if (xf.rg) {
-      Save(xf);                                  // pow, and x * rsqrt
-      Save(New(x.numel / dim, kF32, true));      // rsqrt's result
-    }
-    const Shadow normed = New(x.numel, kF32, xf.rg);
-    if (w.rg) Save(normed);                      // * (1 + w) with w trainable
-    return To(New(x.numel, kF32, true), x.esz);
-  }
-  // RoPE in fp32: products with the constant tables save nothing.
-  Shadow Rope(const Shadow& x) { return To(New(x.numel, kF32, x.rg), x.esz); }
-  Shadow Gelu(const Shadow& x) {
-    if (x.rg) Save(x);
-    return New(x.numel, x.esz, x.rg);
-  }
-
- private:
-  bool bf16_;
-  int64_t next_id_ = 0;
-  std::map<int64_t, int64_t> saved_;
-};
-
-// What the model shadow needs to know about a layer's kernel.
-struct KernelInfo {
-  enum class Kind { kExact, kPositive, kGenericFeatures } kind = Kind::kExact;
-  int64_t features = 0;     // m
-  int64_t rank = 0;         // width of M q (darkformer); head_dim otherwise
-  int64_t map_heads = 0;    // heads of the input map M (darkformer): H per head, 1 shared, 0 none
-  int64_t chunk = 64;
-  bool params_trainable = false;
-  bool log_form = false;           // runs the causal operator (ops/), in the form `op` picks
-  CausalOp op = CausalOp::kAuto;
-  bool documents = false;          // data.document_masking on
-  bool exact_mask = false;         // exact attention then masks (a B x 1 x L x L mask) instead of one call per document
-};
-
-// Whether a log-form kernel runs the chunk-parallel form, by the operator's own rule (the raw
-// kernel takes positive features in fp32 on a CPU: the training path's case).
-bool ChunkParallel(const KernelInfo& k, bool cpu) {
-  const bool raw_runs = cpu && k.kind == KernelInfo::Kind::kPositive;
-  return k.log_form && ResolveCausalForm(k.op, cpu, raw_runs, k.documents) == CausalForm::kChunkParallel;
-}
+using shadow::ChunkParallel;
+using shadow::DescribeKernel;
+using shadow::KernelInfo;
+using shadow::kBf16;
+using shadow::kF32;
+using shadow::Shadow;
+using shadow::Tape;
 
 struct LayerWeights {
   Shadow input_norm, post_attn_norm, pre_ff_norm, post_ff_norm, q_norm, k_norm;
@@ -279,98 +183,7 @@ LayerResult DecoderLayerForward(const ModelShape& s, const LayerWeights& w, cons
   return r;
 }
 
-KernelInfo DescribeKernel(const RunConfig& c, int64_t layer, const std::vector<std::string>& trainable) {
-  const std::string name = c.attention.KernelForLayer(layer);
-  KernelShape shape{c.model.num_attention_heads, c.model.head_dim, layer};
-  const auto kernel = MakeAttentionKernel(name, shape, c.attention.OptionsFor(name));
-  KernelInfo info;
-  for (const auto& p : kernel->named_parameters()) {
-    const std::string full = "layers." + std::to_string(layer) + ".self_attn.kernel." + p.key();
-    info.params_trainable = info.params_trainable || MatchesAny(full, trainable);
-  }
-  info.rank = c.model.head_dim;
-  info.documents = c.data.document_masking;
-  info.exact_mask = name == "exact" && c.attention.OptionsFor(name).Get<std::string>("documents", "auto") == "mask";
-  const auto* features = dynamic_cast<const FeatureKernelBase*>(kernel.get());
-  if (name == "exact" || !features) {
-    info.kind = KernelInfo::Kind::kExact;
-    return info;
-  }
-  info.chunk = features->options().chunk_size;
-  info.features = features->options().num_features;
-  info.kind = KernelInfo::Kind::kGenericFeatures;
-  const auto* log_form = dynamic_cast<const LogFeatureKernel*>(features);  // signed maps: no operator
-  info.log_form = log_form != nullptr && features->options().op != CausalOp::kNaive;
-  info.op = features->options().op;
-  if (info.log_form) {
-    if (const auto form = log_form->PositiveForm()) {
-      info.kind = KernelInfo::Kind::kPositive;
-      info.features = form->w_MR.size(0);
-      if (form->input_map_NRD.defined()) {
-        info.map_heads = form->input_map_NRD.size(0);
-        info.rank = form->input_map_NRD.size(1);
-      }
-    }
-  }
-  return info;
-}
-
 }  // namespace
-
-std::vector<NamedSize> ModelParameterSizes(const GemmaConfig& model, const AttentionConfig& attention) {
-  GemmaConfig m = model;
-  m.Finalize();
-  const int64_t E = m.hidden_size, HD = m.num_attention_heads * m.head_dim, KD = m.num_key_value_heads * m.head_dim;
-  std::vector<NamedSize> out;
-  out.push_back({"embed_tokens.weight", m.vocab_size * E});
-  const bool sandwich = m.Family() != GemmaFamily::kGemma1;
-  for (int64_t i = 0; i < m.num_hidden_layers; ++i) {
-    const std::string p = "layers." + std::to_string(i) + ".";
-    out.push_back({p + "input_layernorm.weight", E});
-    out.push_back({p + "self_attn.q_proj.weight", HD * E});
-    out.push_back({p + "self_attn.k_proj.weight", KD * E});
-    out.push_back({p + "self_attn.v_proj.weight", KD * E});
-    out.push_back({p + "self_attn.o_proj.weight", E * HD});
-    if (m.Family() == GemmaFamily::kGemma3) {
-      out.push_back({p + "self_attn.q_norm.weight", m.head_dim});
-      out.push_back({p + "self_attn.k_norm.weight", m.head_dim});
-    }
-    const std::string name = attention.KernelForLayer(i);
-    const auto kernel = MakeAttentionKernel(name, KernelShape{m.num_attention_heads, m.head_dim, i},
-                                            attention.OptionsFor(name));
-    for (const auto& q : kernel->named_parameters()) out.push_back({p + "self_attn.kernel." + q.key(), q.value().numel()});
-    out.push_back({p + "post_attention_layernorm.weight", E});
-    if (sandwich) {
-      out.push_back({p + "pre_feedforward_layernorm.weight", E});
-      out.push_back({p + "post_feedforward_layernorm.weight", E});
-    }
-    out.push_back({p + "mlp.gate_proj.weight", m.intermediate_size * E});
-    out.push_back({p + "mlp.up_proj.weight", m.intermediate_size * E});
-    out.push_back({p + "mlp.down_proj.weight", E * m.intermediate_size});
-  }
-  out.push_back({"norm.weight", E});
-  return out;
-}
-
-int64_t ModelBufferBytes(const GemmaConfig& model, const AttentionConfig& attention) {
-  int64_t bytes = 0;
-  for (int64_t i = 0; i < model.num_hidden_layers; ++i) {
-    const std::string name = attention.KernelForLayer(i);
-    const auto kernel = MakeAttentionKernel(name, KernelShape{model.num_attention_heads, model.head_dim, i},
-                                            attention.OptionsFor(name));
-    for (const auto& b : kernel->buffers()) bytes += static_cast<int64_t>(b.nbytes());
-  }
-  return bytes;
-}
-
-std::string FormatBytes(int64_t bytes) {
-  std::string digits = std::to_string(bytes), commas;
-  for (size_t i = 0; i < digits.size(); ++i) {
-    if (i > 0 && (digits.size() - i) % 3 == 0) commas += ',';
-    commas += digits[i];
-  }
-  return fmt::format("{:.2f} GiB ({} bytes)", static_cast<double>(bytes) / (1024.0 * 1024.0 * 1024.0), commas);
-}
 
 MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstimateOptions& options) {
   DF_CHECK(options.devices > 0, "memory estimate: the number of devices must be positive, got " << options.devices);

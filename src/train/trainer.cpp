@@ -2,7 +2,6 @@
 // rank in trainer_data_parallel.cpp.
 #include "train/trainer.h"
 
-#include <fnmatch.h>
 #include <spdlog/spdlog.h>
 
 #include <chrono>
@@ -11,13 +10,13 @@
 #include <filesystem>
 #include <limits>
 
-#include "model/linear_weights.h"
 #include "model/weights_io.h"
 #include "train/config_diff.h"
 #include "train/fit_check.h"
 #include "train/model_loading.h"
 #include "train/lr_schedule.h"
 #include "train/step_profiler.h"
+#include "train/trainable_set.h"
 #include "util/mixed_precision.h"
 
 namespace darkformer {
@@ -30,13 +29,6 @@ void InstallStopSignalHandlers() {
   auto handler = [](int) { g_stop_requested.store(true); };
   std::signal(SIGINT, handler);
   std::signal(SIGTERM, handler);
-}
-
-bool MatchesAny(const std::string& name, const std::vector<std::string>& globs) {
-  for (const auto& glob : globs) {
-    if (fnmatch(glob.c_str(), name.c_str(), 0) == 0) return true;
-  }
-  return false;
 }
 
 Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
@@ -116,7 +108,7 @@ bool Trainer::AlreadyFinished() const {
 
 void Trainer::Setup() {
   BuildModel();
-  BuildOptimizer();
+  optimizer_ = MakeAdamW(*model_, config_.train);
   train_loader_ = OpenBatchSource(config_.data, "train");
   CheckVocabulary(*train_loader_);
   ApplyDocumentMasking(*train_loader_);
@@ -304,59 +296,21 @@ int Trainer::Finish(int exit_code) {
   return exit_code;
 }
 
-// ---- Building blocks ----------------------------------------------------------------------
-
+// ---- Building blocks (freezing, bf16 storage and the optimizer: trainable_set.h) ----------
 void Trainer::BuildModel() {
   model_ = BuildModelFrom(config_, config_.train.init_from, "config key 'train.init_from'");
   model_->to(device_);
   model_->SetActivationCheckpointing(config_.train.activation_checkpointing);
-  int64_t trainable = 0, frozen = 0;
-  for (const auto& item : model_->named_parameters()) {
-    auto param = item.value();
-    const bool train = MatchesAny(item.key(), config_.train.trainable);
-    param.set_requires_grad(train);
-    (train ? trainable : frozen) += param.numel();
-    if (train) trainable_.push_back(param);
+  const auto set = FreezeByGlobs(*model_, config_.train.trainable);
+  trainable_ = set.parameters;
+  if (config_.train.frozen_weights_bf16) {
+    const int64_t converted = StoreFrozenLinearWeightsInBf16(*model_);
+    spdlog::info("frozen Linear weights stored in bf16: {} parameters ({:.2f} GiB saved)", converted,
+                 static_cast<double>(converted) * 2 / (1024.0 * 1024.0 * 1024.0));
   }
-  if (config_.train.frozen_weights_bf16) StoreFrozenLinearWeightsInBf16();
-  DF_CHECK(!trainable_.empty(), "config key 'train.trainable' matches no parameter");
   StartThroughputAccounting();
-  spdlog::info("parameters: {} trainable, {} frozen ({} tensors trainable)", trainable, frozen, trainable_.size());
-}
-
-// Frozen projection and MLP weights in bf16 (train.frozen_weights_bf16): under autocast their
-// GEMMs run in bf16 anyway, so only the storage changes (and no per-use cast is made). The
-// embedding (also the LM head), norms and kernel parameters keep fp32.
-void Trainer::StoreFrozenLinearWeightsInBf16() {
-  torch::NoGradGuard no_grad;
-  int64_t converted = 0;
-  for (auto& item : model_->named_parameters()) {
-    auto param = item.value();
-    const auto& name = item.key();
-    const bool linear = IsLinearWeight(name);
-    if (param.requires_grad() || !linear || param.scalar_type() != torch::kFloat32) continue;
-    param.set_data(param.to(torch::kBFloat16));
-    converted += param.numel();
-  }
-  spdlog::info("frozen Linear weights stored in bf16: {} parameters ({:.2f} GiB saved)", converted,
-               static_cast<double>(converted) * 2 / (1024.0 * 1024.0 * 1024.0));
-}
-
-void Trainer::BuildOptimizer() {
-  std::vector<torch::Tensor> decay, no_decay;
-  for (const auto& item : model_->named_parameters()) {
-    if (!item.value().requires_grad()) continue;  // frozen: no optimizer state at all
-    (MatchesAny(item.key(), config_.train.no_decay) ? no_decay : decay).push_back(item.value());
-  }
-  const auto& t = config_.train;
-  auto options = [&](double wd) {
-    return std::make_unique<torch::optim::AdamWOptions>(
-        torch::optim::AdamWOptions(t.lr).betas({t.beta1, t.beta2}).eps(t.eps).weight_decay(wd));
-  };
-  std::vector<torch::optim::OptimizerParamGroup> groups;
-  if (!decay.empty()) groups.emplace_back(decay, options(t.weight_decay));
-  if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
-  optimizer_ = std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
+  spdlog::info("parameters: {} trainable, {} frozen ({} tensors trainable)", set.trainable, set.frozen,
+               trainable_.size());
 }
 
 // Data with a larger vocabulary than the model's would index past the embedding at some later

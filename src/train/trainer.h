@@ -40,9 +40,6 @@ inline constexpr int kExitOk = 0;
 inline constexpr int kExitInterrupted = 130;
 inline constexpr int kExitDiverged = 3;
 
-// Whether `name` matches any glob (fnmatch, '*' also crosses dots).
-bool MatchesAny(const std::string& name, const std::vector<std::string>& globs);
-
 class Trainer {
  public:
   explicit Trainer(RunConfig config);
@@ -78,8 +75,6 @@ class Trainer {
   int Finish(int exit_code);
 
   void BuildModel();
-  void BuildOptimizer();
-  void StoreFrozenLinearWeightsInBf16();
   // data.document_masking: the model masks at the loader's separator (EOS); refused, naming the
   // key, when the shards record none.
   void ApplyDocumentMasking(const BatchSource& loader);

@@ -8,6 +8,7 @@
 #include "data/data_test_util.h"
 #include "model/weights_io.h"
 #include "train/tiny_run.h"
+#include "train/trainable_set.h"
 #include "train/trainer.h"
 
 namespace darkformer {
