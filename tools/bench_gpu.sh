@@ -5,6 +5,9 @@
 #     Gemma 2B's head shape (8 query heads, 1 KV head, head_dim 256, m = 256), L = 2k / 8k / 32k:
 #     ms, peak device memory and the ops each dispatches per layer call (the launch count), via
 #     `kernel-check --bench --device $DEVICE --profile` (each timed call ends in a device sync).
+#  1b. Packed documents (data.document_masking, issue 40): each implementation with masking beside
+#     its own unmasked time, at DOCUMENT_LENGTHS with DOCUMENT_BATCH rows of documents of mean
+#     length DOCUMENTS; exact also one call per document (`kernel-check --bench-documents`).
 #  2. A Gemma 2B q/k/v-only finetuning step (darkformer, bf16 autocast, activation checkpointing,
 #     chunked loss) at 2048 and 8192 tokens: tokens/s, MFU and peak device memory, and on CUDA the
 #     caching allocator's peak beside `inspect --memory`'s prediction for the same config.
@@ -12,7 +15,7 @@
 #   DEVICE=cuda tools/bench_gpu.sh
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/bench/gpu-$DEVICE], LENGTHS
-# [2048,8192,32768], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP
+# [2048,8192,32768], DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384], DOCUMENT_BATCH [4], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP
 # [auto: chunk_parallel on CUDA], STEP_TOKENS ["2048 8192": sequence lengths], STEP_BATCH [1], STEPS [4], MODEL
 # [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into OUT;
 # token ids only need to fit the model's vocabulary], PEAK_TFLOPS [989: H100/H200 dense bf16].
@@ -23,6 +26,7 @@ OUT="${OUT:-$ROOT/build/bench/gpu-$DEVICE}"
 LENGTHS="${LENGTHS:-2048,8192,32768}"
 HEADS="${HEADS:-8}" KV_HEADS="${KV_HEADS:-1}" HEAD_DIM="${HEAD_DIM:-256}" FEATURES="${FEATURES:-256}"
 REPEATS="${REPEATS:-3}" OP="${OP:-auto}"
+DOCUMENTS="${DOCUMENTS:-256}" DOCUMENT_LENGTHS="${DOCUMENT_LENGTHS:-4096,16384}" DOCUMENT_BATCH="${DOCUMENT_BATCH:-4}"
 STEP_TOKENS="${STEP_TOKENS:-2048 8192}" STEP_BATCH="${STEP_BATCH:-1}" STEPS="${STEPS:-4}"
 MODEL="${MODEL:-$ROOT/configs/model/gemma-2b.yaml}"
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}"
@@ -40,6 +44,16 @@ for kernel in exact performer darkformer; do
     --options "{num_features: $FEATURES}" --repeats "$REPEATS" --profile --json "$OUT/kernels_$kernel.jsonl" |
     grep -v '^  [a-z]\|^profile' || true
 done
+
+# 1b. Packed documents: masked / unmasked per implementation (documents_<kernel>.jsonl).
+if (( DOCUMENTS > 0 )); then
+  for kernel in performer darkformer; do
+    "$BIN" kernel-check --bench --device "$DEVICE" --kernel "$kernel" --heads "$HEADS" --kv-heads "$KV_HEADS" \
+      --bench-head-dims "$HEAD_DIM" --bench-lengths "$DOCUMENT_LENGTHS" --bench-batch "$DOCUMENT_BATCH" \
+      --bench-documents "$DOCUMENTS" --exact-max-length 32768 --op "$OP" --options "{num_features: $FEATURES}" \
+      --repeats "$REPEATS" --json "$OUT/documents_$kernel.jsonl"
+  done
+fi
 
 # 2. The training step.
 if [[ -z "${SHARDS_DIR:-}" ]]; then

@@ -86,6 +86,7 @@ stage_bench() {
   local sizes=(STEP_TOKENS=2048 STEP_BATCH=8)  # the Gemma 2B q/k/v step: 8 x 2048
   if [[ "$DEVICE" == cpu ]]; then  # toy sizes: proves the stage, measures nothing
     sizes=(LENGTHS=128,256 HEADS=2 HEAD_DIM=16 FEATURES=16 REPEATS=1 STEP_TOKENS=32 STEPS=2
+           DOCUMENTS=32 DOCUMENT_LENGTHS=256 DOCUMENT_BATCH=1
            MODEL="$ROOT/configs/model/tiny.yaml")
   fi
   env DEVICE="$DEVICE" OUT="$OUT/bench" DARKFORMER_BIN="$BUILD_DIR/darkformer" PYTHON="$PY" \

@@ -36,6 +36,7 @@ def main():
             name, status, seconds = line.rstrip("\n").split("\t")
             stages.append({"stage": name, "status": status, "seconds": int(seconds)})
     kernels = [r for p in sorted(glob.glob(os.path.join(out, "bench", "kernels_*.jsonl"))) for r in read_jsonl(p)]
+    documents = [r for p in sorted(glob.glob(os.path.join(out, "bench", "documents_*.jsonl"))) for r in read_jsonl(p)]
     steps_path = os.path.join(out, "bench", "steps.jsonl")
     steps = read_jsonl(steps_path) if os.path.exists(steps_path) else []
     hf_path = os.path.join(out, "hf.json")
@@ -45,6 +46,8 @@ def main():
                "kernels": [{k: r.get(k) for k in ("kernel", "impl", "length", "ms_median", "peak_mib", "ops_forward",
                                                   "ops_backward", "speedup_vs_exact", "memory_vs_exact")}
                            for r in kernels],
+               "documents": [{k: r.get(k) for k in ("kernel", "impl", "length", "batch", "documents_mean_length",
+                                                    "ms_median", "peak_mib", "time_vs_unmasked")} for r in documents],
                "steps": steps, "hf": hf}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
@@ -63,6 +66,14 @@ def main():
                 r["kernel"], r["impl"], r["length"], r["ms_median"], r["peak_mib"], r.get("ops_forward", "-"),
                 r.get("ops_backward", "-"),
                 "%.2fx" % r["speedup_vs_exact"] if r.get("speedup_vs_exact") is not None else "-"))
+    masked = [r for r in documents if r.get("time_vs_unmasked") is not None]
+    if masked:
+        md += ["", "Packed documents (data.document_masking): each implementation against its own unmasked time",
+               "", "| kernel | impl | L | mean document | ms | peak MiB | x unmasked |", "|---|---|---|---|---|---|---|"]
+        for r in masked:
+            md.append("| %s | %s | %d | %d | %.2f | %.0f | %.2fx |" % (
+                r["kernel"], r["impl"], r["length"], r.get("documents_mean_length", 0), r["ms_median"], r["peak_mib"],
+                r["time_vs_unmasked"]))
     for s in steps:
         md.append("\nStep at %d tokens: %.0f ms, %.0f tokens/s, MFU %.1f %%, peak %.2f GiB, loss %.4f -> %.4f" % (
             s["tokens"], s["step_ms_median"], s["tokens_per_s"], 100 * s["mfu"], s["peak_memory_gib"],

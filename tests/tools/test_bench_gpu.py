@@ -21,7 +21,8 @@ def main():
                                    "num_key_value_heads": 1, "head_dim": 16})
         out = os.path.join(work, "out")
         env = dict(os.environ, DEVICE="cpu", OUT=out, LENGTHS="128,512", HEADS="4", HEAD_DIM="16", FEATURES="16",
-                   REPEATS="1", OP="chunk_parallel", STEP_TOKENS="32 64", STEPS="3", MODEL=model,
+                   REPEATS="1", OP="chunk_parallel", DOCUMENTS="32", DOCUMENT_LENGTHS="256", DOCUMENT_BATCH="2",
+                   STEP_TOKENS="32 64", STEPS="3", MODEL=model,
                    SHARDS_DIR=shards["shards_dir"], TOKENIZER=shards["tokenizer"], DARKFORMER_BIN=testkit.BINARY,
                    PYTHON=sys.executable)
         script = os.path.join(testkit.SOURCE_DIR, "tools", "bench_gpu.sh")
@@ -43,6 +44,11 @@ def main():
             counts = {(r["ops_forward"], r["ops_backward"]) for r in ours}
             if len(counts) != 1:
                 failures.append("%s: chunk_parallel's ops per call differ between L = 128 and 512: %s" % (kernel, counts))
+        for kernel in ("performer", "darkformer"):
+            rows = testkit.read_jsonl(os.path.join(out, "documents_%s.jsonl" % kernel))
+            impls = sorted(r["impl"] for r in rows if r.get("time_vs_unmasked") is not None)
+            if impls != ["chunk_parallel+mask", "exact+mask", "exact+perdoc"]:
+                failures.append("%s: packed-document rows (each beside its unmasked time): %s" % (kernel, impls))
         steps = testkit.read_jsonl(os.path.join(out, "steps.jsonl"))
         if [s["tokens"] for s in steps] != [32, 64]:
             failures.append("training-step rows: %s" % steps)
