@@ -252,8 +252,7 @@ void Trainer::RecordStep(const StepResult& r) {
     state_.last_loss = r.loss;
     state_.final_loss = r.loss;
   }
-  segment_tokens_ += static_cast<double>(r.tokens);
-  segment_seconds_ += r.step_ms / 1000.0;
+  metrics_->Count(r.tokens, r.step_ms);
   if (log_) LogStep(r);
 }
 
@@ -287,9 +286,9 @@ int Trainer::Finish(int exit_code) {
   s.skipped_updates = state_.skipped_updates;
   s.diverged = exit_code == kExitDiverged;
   s.wall_seconds = state_.wall_seconds;
-  s.mean_tokens_per_s = segment_seconds_ > 0 ? segment_tokens_ / segment_seconds_ : 0.0;
-  s.mean_mfu = mfu_steps_ > 0 ? mfu_sum_ / static_cast<double>(mfu_steps_) : 0.0;
-  s.peak_memory_bytes = run_peak_memory_;
+  s.mean_tokens_per_s = metrics_->mean_tokens_per_s();  // Setup() made metrics_
+  s.mean_mfu = metrics_->mean_mfu();
+  s.peak_memory_bytes = metrics_->run_peak_memory();
   s.kernel = config_.attention.kernel;
   if (log_) log_->Summary(s);
   if (parallel_) CheckReplicasAgree();
@@ -308,7 +307,7 @@ void Trainer::BuildModel() {
     spdlog::info("frozen Linear weights stored in bf16: {} parameters ({:.2f} GiB saved)", converted,
                  static_cast<double>(converted) * 2 / (1024.0 * 1024.0 * 1024.0));
   }
-  StartThroughputAccounting();
+  metrics_ = std::make_unique<StepMetrics>(*model_, config_.data.seq_len, device_, config_.train.peak_tflops);
   spdlog::info("parameters: {} trainable, {} frozen ({} tensors trainable)", set.trainable, set.frozen,
                trainable_.size());
 }

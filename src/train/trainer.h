@@ -18,9 +18,8 @@
 #include "train/checkpoint.h"
 #include "train/run_config.h"
 #include "train/run_log.h"
-#include "train/model_flops.h"
 #include "train/spike_monitor.h"
-#include "train/step_memory.h"
+#include "train/step_metrics.h"
 
 namespace darkformer {
 
@@ -84,8 +83,6 @@ class Trainer {
   void WriteCheckpoint();
   void WriteNonfinite(const StepResult& step);
   void LogStep(const StepResult& step);
-  // Model FLOPs per token, the MFU peak and the memory peaks' baseline, once the model is built.
-  void StartThroughputAccounting();
   void LogEval(const EvalResult& r);
   // Data parallelism: joins the group torchrun's environment describes (none: a plain run).
   void JoinDataParallelGroup();
@@ -120,13 +117,7 @@ class Trainer {
   std::unique_ptr<DataParallel> parallel_;  // null in a plain run
   TrainerState state_;
   std::string attention_yaml_;
-  double segment_tokens_ = 0.0, segment_seconds_ = 0.0;  // this process's steps, for tokens/s
-  ModelFlops flops_;
-  double peak_flops_ = 0.0;  // 0: MFU unknown
-  double mfu_sum_ = 0.0;
-  int64_t mfu_steps_ = 0;
-  std::unique_ptr<StepMemory> memory_;
-  int64_t run_peak_memory_ = 0, line_peak_memory_ = 0;  // bytes: CUDA allocated on a GPU, RSS on the CPU
+  std::unique_ptr<StepMetrics> metrics_;  // throughput, MFU and memory peaks, once the model is built
 };
 
 }  // namespace darkformer
