@@ -3,8 +3,11 @@ and each run's status as the sweep runner classifies it."""
 import functools
 import json
 import os
+import subprocess
 
 import yaml
+
+import kernel_registry
 
 try:  # the C loader, when PyYAML was built with it, reads configs several times faster
     _YAML_LOADER = yaml.CSafeLoader
@@ -78,27 +81,23 @@ def find_sweeps(runs_dir):
 
 
 def run_status(run):
-    """finished | diverged | failed | partial | pending, as the sweep runner classifies a run
-    (src/train/sweep.cpp, ClassifyRun): `failed` is what the sweep recorded for the run's last exit
-    (sweep_state.yaml beside the run directories), which only the runner saw."""
-    s = run["summary"]
-    target = (run["config"].get("train") or {}).get("steps")
-    if s and s.get("diverged"):
-        return "diverged"
-    if s and target is not None and (s.get("steps") or 0) >= target:
-        return "finished"
-    if sweep_state(os.path.dirname(os.path.normpath(run["path"]))).get(run["name"]) == "failed":
-        return "failed"
-    return "partial" if s or run["train"] or run["eval"] else "pending"
+    """finished | diverged | failed | partial | pending: asked of the binary
+    (`darkformer inspect --run-status`, src/train/sweep.cpp's StatusOfRunDir), which classifies a
+    run as the sweep runner does; once per folder of runs."""
+    path = os.path.normpath(run["path"])
+    return folder_statuses(os.path.dirname(path), tuple(sorted(os.listdir(os.path.dirname(path) or "."))))[path]
 
 
 @functools.lru_cache(maxsize=None)
-def sweep_state(folder):
-    """{run name: status} as `darkformer sweep` last recorded them ({} without a sweep_state.yaml)."""
-    path = os.path.join(folder, "sweep_state.yaml")
-    try:
-        with open(path) as f:
-            runs = (yaml.load(f, Loader=_YAML_LOADER) or {}).get("runs") or {}
-    except (OSError, yaml.YAMLError):
-        return {}
-    return {str(name): str((entry or {}).get("status", "")) for name, entry in runs.items()}
+def folder_statuses(folder, names):
+    """{run path: status} for the run directories among `names` in `folder`, from one binary call."""
+    dirs = [os.path.join(folder, n) for n in names if os.path.isdir(os.path.join(folder, n))]
+    path = kernel_registry.binary()
+    if not os.path.isfile(path):
+        raise SystemExit(f"run statuses come from the darkformer binary, and there is none at {path}: "
+                         "build it (tools/build.sh) or set DARKFORMER_BIN")
+    res = subprocess.run([path, "inspect", "--run-status", *dirs], capture_output=True, text=True, check=False)
+    if res.returncode != 0:
+        raise SystemExit(f"{path} inspect --run-status failed ({res.returncode}): {res.stderr.strip()}")
+    rows = [json.loads(line) for line in res.stdout.splitlines() if line.strip()]
+    return {os.path.normpath(r["run"]): r["status"] for r in rows}

@@ -31,9 +31,12 @@ AttentionConfig AttentionConfig::FromConfig(const ConfigReader& reader, int64_t 
   AttentionConfig c;
   c.path = reader.path().empty() ? "attention" : reader.path();
   c.options = reader.node() ? YAML::Clone(reader.node()) : YAML::Node(YAML::NodeType::Map);
-  c.kernel = reader.Get<std::string>("kernel", c.kernel);
+  std::string kernels;
+  for (const auto& name : KernelNames()) kernels += (kernels.empty() ? "" : " | ") + name;
+  c.kernel = reader.Get<std::string>("kernel", c.kernel, KeySpec("every layer's kernel: " + kernels));
   CheckKernelName(c.kernel, reader.KeyPath("kernel"));
-  const auto per_layer = reader.Get<std::map<int64_t, std::string>>("per_layer", {});
+  const auto per_layer = reader.Get<std::map<int64_t, std::string>>(
+      "per_layer", {}, "kernels by layer index that override `kernel`, e.g. {0: exact}");
   for (const auto& [layer, name] : per_layer) {
     const std::string key = reader.KeyPath("per_layer") + "." + std::to_string(layer);
     DF_CHECK(layer >= 0 && layer < num_layers,

@@ -9,7 +9,7 @@
 namespace darkformer {
 
 RandomKernelImpl::RandomKernelImpl(const KernelShape& shape, const ConfigReader& options) {
-  const auto seed = options.Get<int64_t>("seed", 0);
+  const auto seed = options.Get<int64_t>("seed", 0, "layer i draws from seed + 1000 i (+ 1000003 train.seed)");
   options.RejectUnknown();
   generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(KernelSeed(seed, shape)));
 }

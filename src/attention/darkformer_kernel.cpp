@@ -8,17 +8,17 @@ namespace darkformer {
 DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
     : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
   const int64_t d = shape.head_dim;
-  int64_t rank = options.Get<int64_t>("rank", 0);  // 0 = head_dim
+  int64_t rank = options.Get<int64_t>("rank", 0, KeySpec("r, rows of M").Min(0, "0 = head_dim"));
   if (rank == 0) rank = d;
-  DF_CHECK(rank > 0, "config key '" << options.KeyPath("rank") << "' must be positive (or 0 for head_dim), got " << rank);
-  const bool shared = options.Get<bool>("share_across_heads", false);
+  const bool shared = options.Get<bool>("share_across_heads", false, "one M per layer instead of one per query head");
   init_ = options.GetEnum("init", init_,
                           {{"identity", DarkformerInit::kIdentity},
                            {"scaled_identity", DarkformerInit::kScaledIdentity},
-                           {"whitening", DarkformerInit::kWhitening}});
-  const double init_scale = options.Get<double>("init_scale", 1.0);
-  eigen_floor_ = options.Get<double>("eigen_floor", eigen_floor_);
-  DF_CHECK(eigen_floor_ > 0, "config key '" << options.KeyPath("eigen_floor") << "' must be positive, got " << eigen_floor_);
+                           {"whitening", DarkformerInit::kWhitening}},
+                          "M's start: identity, init_scale times identity, or Lambda^-1/2 from a calibration batch");
+  const double init_scale = options.Get<double>("init_scale", 1.0, "the scale of scaled_identity");
+  eigen_floor_ = options.Get<double>("eigen_floor", eigen_floor_,
+                                     KeySpec("floor on the covariance eigenvalues for whitening").Above(0));
   options.RejectUnknown();
 
   RegisterDraw(rank);  // W is m x r

@@ -11,10 +11,11 @@ DerfKernelImpl::DerfKernelImpl(const KernelShape& shape, const ConfigReader& opt
     : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)),
       variant_(variant) {
   if (variant_ == Variant::kAsymmetric) {
-    ridge_ = options.Get<double>("ridge", ridge_);
-    DF_CHECK(std::isfinite(ridge_) && ridge_ > 0 && ridge_ <= 1,
-             "config key '" << options.KeyPath("ridge") << "' must be in (0, 1] (a fraction of the mean eigenvalue "
-                            << "added to the calibration second moments), got " << ridge_);
+    ridge_ = options.Get<double>(
+        "ridge", ridge_,
+        KeySpec("M_k + ridge (tr M_k / d) I: keeps Thm 4.2's inverses finite on a singular batch")
+            .Above(0, "a fraction of the mean eigenvalue added to the calibration second moments")
+            .Max(1));
   }
   options.RejectUnknown();
   const int64_t d = shape.head_dim;

@@ -16,9 +16,10 @@ torch::Tensor MakeAllowedMask(int64_t length, bool causal, int64_t sliding_windo
 }
 
 ExactKernelImpl::ExactKernelImpl(const KernelShape& /*shape*/, const ConfigReader& options) {
-  force_explicit_ = options.Get<bool>("explicit_softmax", false);
+  force_explicit_ = options.Get<bool>("explicit_softmax", false, "always the fp32 masked softmax instead of SDPA");
   documents_ = options.GetEnum("documents", documents_,
-                               {{"auto", Documents::kAuto}, {"mask", Documents::kMask}, {"per_document", Documents::kPerDocument}});
+                               {{"auto", Documents::kAuto}, {"mask", Documents::kMask}, {"per_document", Documents::kPerDocument}},
+                               "data.document_masking: one masked call, or one call per document (auto: per_document)");
   options.RejectUnknown();
 }
 

@@ -6,27 +6,34 @@ namespace darkformer {
 FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool with_redraw, bool with_op,
                                                 int64_t default_features) {
   FeatureKernelOptions o;
-  o.num_features = reader.Get<int64_t>("num_features", default_features);
-  DF_CHECK(o.num_features > 0, "config key '" << reader.KeyPath("num_features") << "' must be positive, got " << o.num_features);
-  o.projection = ParseProjectionKind(reader.Get<std::string>("projection", "orthogonal"), reader.KeyPath("projection"));
-  o.seed = reader.Get<int64_t>("seed", o.seed);
-  o.chunk_size = reader.Get<int64_t>("chunk_size", o.chunk_size);
-  DF_CHECK(o.chunk_size > 0, "config key '" << reader.KeyPath("chunk_size") << "' must be positive, got " << o.chunk_size);
+  o.num_features = reader.Get<int64_t>("num_features", default_features,
+                                      KeySpec("m, random features (trig and flexformer use 2m, slay n P m)").Above(0));
+  o.projection = ParseProjectionKind(
+      reader.Get<std::string>("projection", "orthogonal",
+                              KeySpec("rows of W: orthogonal blocks with chi(d) row norms, or iid N(0, I)").OneOf({"orthogonal", "iid"})),
+      reader.KeyPath("projection"));
+  o.seed = reader.Get<int64_t>("seed", o.seed, "layer i draws from seed + 1000 i (+ 1000003 train.seed)");
+  o.chunk_size = reader.Get<int64_t>("chunk_size", o.chunk_size, KeySpec("causal linear attention's chunk length").Above(0));
   // Without an operator (signed maps) neither key is read: RejectUnknown refuses them.
   if (with_op) {
     DF_CHECK(!(reader.Has("fused") && reader.Has("op")),
              "config keys '" << reader.KeyPath("fused") << "' and '" << reader.KeyPath("op")
                              << "' both set: `op` replaces `fused` (fused: false is op: naive); keep one");
     if (reader.Has("fused")) o.op = reader.Get<bool>("fused", true) ? CausalOp::kAuto : CausalOp::kNaive;
-    o.op = ParseCausalOp(reader.Get<std::string>("op", CausalOpName(o.op)), reader.KeyPath("op"));
+    o.op = ParseCausalOp(
+        reader.Get<std::string>("op", CausalOpName(o.op),
+                                KeySpec("causal form: auto = ops/causal_form.h (CPU: raw_cpu where it applies, else chunk_loop; CUDA: chunk_parallel)")
+                                    .OneOf({"auto", "naive", "chunk_loop", "chunk_parallel", "raw_cpu"})),
+        reader.KeyPath("op"));
   }
   if (!with_redraw) return o;
   o.redraw = reader.GetEnum("redraw", o.redraw,
                              {{"never", RedrawPolicy::kNever},
                               {"every_step", RedrawPolicy::kEveryStep},
-                              {"every_n", RedrawPolicy::kEveryN}});
-  o.redraw_interval = reader.Get<int64_t>("redraw_interval", o.redraw_interval);
-  DF_CHECK(o.redraw_interval > 0, "config key '" << reader.KeyPath("redraw_interval") << "' must be positive, got " << o.redraw_interval);
+                              {"every_n", RedrawPolicy::kEveryN}},
+                             "when the projections are drawn again");
+  o.redraw_interval = reader.Get<int64_t>("redraw_interval", o.redraw_interval,
+                                          KeySpec("steps between redraws for every_n").Above(0));
   return o;
 }
 

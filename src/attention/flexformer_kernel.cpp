@@ -9,9 +9,9 @@ namespace darkformer {
 
 FlexformerKernelImpl::FlexformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
     : SignedFeatureKernel(shape, options, /*with_redraw=*/false) {
-  const auto variant = options.Get<std::string>("variant", "stationary");
-  DF_CHECK(variant == "stationary" || variant == "nonstationary",
-           "config key '" << options.KeyPath("variant") << "' must be stationary or nonstationary, got '" << variant << "'");
+  const auto variant = options.Get<std::string>(
+      "variant", "stationary",
+      KeySpec("stationary (004 eq. 5) or nonstationary (eq. 6, trainable pairs)").OneOf({"stationary", "nonstationary"}));
   nonstationary_ = variant == "nonstationary";
   options.RejectUnknown();
   // One draw (the layer's seed), the same for every head and for both members of a pair: at

@@ -45,7 +45,8 @@ GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& opt
 
 GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& options, bool reject_unknown)
     : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
-  const auto a_text = options.Get<std::string>("a", "0");
+  const auto a_text = options.Get<std::string>(
+      "a", "0", "A < 1/8 (0 = performer), or optimal: A* of 002 eq. 13 from a calibration batch (a buffer)");
   double a = 0.0;
   if (a_text == "optimal") {
     optimal_a_ = true;

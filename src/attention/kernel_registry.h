@@ -21,5 +21,8 @@ using KernelFactory = std::function<AttentionKernel(const KernelShape&, const Co
 AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& shape,
                                     const ConfigReader& options);
 std::vector<std::string> KernelNames();
+// The registry's one line on what `name` computes ("" for an unknown name): the doc of its
+// config section.
+std::string KernelDescription(const std::string& name);
 
 }  // namespace darkformer

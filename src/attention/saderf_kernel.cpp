@@ -16,7 +16,7 @@ torch::Tensor SaderfPsi(const torch::Tensor& x_ND, const torch::Tensor& y_ND) {
 SaderfKernelImpl::SaderfKernelImpl(const KernelShape& shape, const ConfigReader& options)
     : GerfKernelImpl(shape, options, /*reject_unknown=*/false) {
   // FAVOR# is defined with the optimal A; a fixed `a` is still accepted.
-  optimal_a_ = options.Get<std::string>("a", "optimal") == "optimal";
+  optimal_a_ = options.Get<std::string>("a", "optimal", "optimal (FAVOR#'s definition) or a fixed A < 1/8") == "optimal";
   options.RejectUnknown();
   psi_ = register_buffer("psi", torch::ones({shape.head_dim}, torch::kFloat32));
 }

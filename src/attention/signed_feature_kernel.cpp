@@ -13,9 +13,9 @@ namespace darkformer {
 SignedFeatureKernel::SignedFeatureKernel(const KernelShape& shape, const ConfigReader& options, bool with_redraw,
                                          int64_t default_features)
     : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, with_redraw, /*with_op=*/false, default_features)) {
-  normaliser_floor_ = options.Get<double>("normaliser_floor", normaliser_floor_);
-  DF_CHECK(normaliser_floor_ > 0, "config key '" << options.KeyPath("normaliser_floor") << "' must be positive, got "
-                                                 << normaliser_floor_);
+  normaliser_floor_ = options.Get<double>(
+      "normaliser_floor", normaliser_floor_,
+      KeySpec("the normaliser's magnitude is floored here (sign kept): finite where it crosses zero").Above(0));
 }
 
 torch::Tensor SignedFeatureKernel::Inputs(const torch::Tensor& q_BNLD, torch::ScalarType dtype,

@@ -35,12 +35,10 @@ torch::Tensor YatQuadrature(const torch::Tensor& t, double epsilon, int64_t node
 
 SlayKernelImpl::SlayKernelImpl(const KernelShape& shape, const ConfigReader& options)
     : SignedFeatureKernel(shape, options, /*with_redraw=*/true, kDefaultSlayFeatures) {
-  nodes_ = options.Get<int64_t>("nodes", nodes_);
-  DF_CHECK(nodes_ > 0, "config key '" << options.KeyPath("nodes") << "' must be positive, got " << nodes_);
-  epsilon_ = options.Get<double>("epsilon", epsilon_);
-  DF_CHECK(epsilon_ > 0, "config key '" << options.KeyPath("epsilon") << "' must be positive (003 Lemma 1), got " << epsilon_);
-  sketch_dim_ = options.Get<int64_t>("sketch_dim", sketch_dim_);
-  DF_CHECK(sketch_dim_ >= 0, "config key '" << options.KeyPath("sketch_dim") << "' must be >= 0 (0 = exact), got " << sketch_dim_);
+  nodes_ = options.Get<int64_t>("nodes", nodes_, KeySpec("Gauss-Laguerre nodes n").Above(0));
+  epsilon_ = options.Get<double>("epsilon", epsilon_, KeySpec("C = 2 + epsilon, so K <= 1/epsilon").Above(0, "003 Lemma 1"));
+  sketch_dim_ = options.Get<int64_t>("sketch_dim", sketch_dim_,
+                                     KeySpec("P: the product sketch of q^ (x) q^").Min(0, "0 = the exact d^2 coordinates"));
   options.RejectUnknown();
   RegisterDraw(shape.head_dim);
   if (sketch_dim_ > 0) {

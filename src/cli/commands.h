@@ -6,6 +6,7 @@
 
 namespace darkformer {
 
+void AddConfigCommand(CLI::App& app);
 void AddInspectCommand(CLI::App& app);
 void AddKernelCheckCommand(CLI::App& app);
 void AddTrainCommand(CLI::App& app);

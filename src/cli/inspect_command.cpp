@@ -12,6 +12,8 @@
 #include "model/weights_io.h"
 #include "train/memory_estimate.h"
 #include "train/run_config.h"
+#include "train/sweep.h"
+#include "util/json.h"
 
 namespace darkformer {
 
@@ -132,8 +134,18 @@ void AddInspectCommand(CLI::App& app) {
   cmd->add_flag("--json", json, "with --kernels: one JSON object per kernel per line (read by tools/ and the plug-in's tests)")
       ->needs(kernels_opt);
   kernels_opt->excludes(config_opt)->excludes(weights_opt)->excludes(memory_opt);
+  static std::vector<std::string> run_dirs;
+  cmd->add_option("--run-status", run_dirs,
+                  "run directories: one JSON line each, {\"run\": dir, \"status\": finished | diverged | failed | "
+                  "partial | pending}, as the sweep runner classifies them (read by tools/run_loading.py)")
+      ->excludes(kernels_opt)
+      ->excludes(config_opt)
+      ->excludes(weights_opt)
+      ->excludes(memory_opt);
   cmd->callback([] {
-    if (kernels) {
+    if (!run_dirs.empty()) {
+      for (const auto& dir : run_dirs) std::cout << Json{{"run", dir}, {"status", RunStatusName(StatusOfRunDir(dir))}}.dump() << "\n";
+    } else if (kernels) {
       PrintKernels(json);
     } else if (memory) {
       DF_CHECK(!config_path.empty(), "inspect --memory needs --config run.yaml");

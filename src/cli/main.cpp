@@ -62,6 +62,7 @@ int main(int argc, char** argv) {
   spdlog::set_default_logger(spdlog::stderr_color_mt("darkformer"));
   CLI::App app{"darkformer: train and finetune Gemma models with random-feature attention kernels"};
   app.require_subcommand(1);
+  darkformer::AddConfigCommand(app);
   darkformer::AddInspectCommand(app);
   darkformer::AddKernelCheckCommand(app);
   darkformer::AddTrainCommand(app);

@@ -5,14 +5,13 @@ namespace darkformer {
 
 DistributedConfig DistributedConfig::FromConfig(const ConfigReader& r) {
   DistributedConfig d;
-  d.backend = r.GetEnum("backend", d.backend, kDistributedBackendNames);
-  d.timeout_s = r.Get<int64_t>("timeout_s", d.timeout_s);
-  d.bucket_cap_mb = r.Get<int64_t>("bucket_cap_mb", d.bucket_cap_mb);
-  d.find_unused_parameters = r.Get<bool>("find_unused_parameters", d.find_unused_parameters);
+  d.backend = r.GetEnum("backend", d.backend, kDistributedBackendNames, "auto: nccl on CUDA, gloo on CPU");
+  d.timeout_s = r.Get("timeout_s", d.timeout_s,
+                      KeySpec("seconds a rendezvous or collective may wait for the other ranks before the job fails with an error").Above(0));
+  d.bucket_cap_mb = r.Get("bucket_cap_mb", d.bucket_cap_mb, KeySpec("gradient all-reduce bucket size, MiB (torch DDP's default)").Above(0));
+  d.find_unused_parameters = r.Get("find_unused_parameters", d.find_unused_parameters,
+                                   "allow trainable parameters without a gradient (constant attention's q/k); one graph traversal per step");
   r.RejectUnknown();
-  DF_CHECK(d.timeout_s > 0, "config key '" << r.KeyPath("timeout_s") << "' must be positive, got " << d.timeout_s);
-  DF_CHECK(d.bucket_cap_mb > 0,
-           "config key '" << r.KeyPath("bucket_cap_mb") << "' must be positive, got " << d.bucket_cap_mb);
   return d;
 }
 

@@ -73,7 +73,7 @@ void GemmaConfig::Finalize(const std::string& path) {
 GemmaConfig GemmaConfig::FromConfig(const ConfigReader& r) {
   GemmaConfig c;
   c.layer_types.clear();  // empty = the family's default pattern (Finalize)
-  VisitFields([&](const char* name, auto& field) { field = r.Get(name, field); }, c);
+  VisitFields([&](const ModelField& key, auto& field) { field = r.Get(key.name, field, KeySpec(key.doc)); }, c);
   if (!r.Has("rope_local_theta")) c.rope_local_theta = c.rope_theta;
   r.RejectUnknown();
   c.Finalize(r.path().empty() ? "model" : r.path());

@@ -13,56 +13,64 @@ namespace darkformer {
 
 enum class GemmaFamily { kGemma1, kGemma2, kGemma3 };
 
+// A field's key and its doc line (the reference config's comment); converts to the key, so a
+// visitor may take `const char* name`.
+struct ModelField {
+  const char* name;
+  const char* doc;
+  operator const char*() const { return name; }  // NOLINT: implicit by design
+};
+
 struct GemmaConfig {
-  std::string family = "gemma";         // gemma | gemma2 | gemma3
+  // Doc lines: in VisitFields.
+  std::string family = "gemma";
   int64_t vocab_size = 256000;
   int64_t hidden_size = 2048;
-  int64_t intermediate_size = 16384;    // GeGLU width
+  int64_t intermediate_size = 16384;
   int64_t num_hidden_layers = 18;
   int64_t num_attention_heads = 8;
-  int64_t num_key_value_heads = 1;      // < heads: grouped / multi-query attention
+  int64_t num_key_value_heads = 1;
   int64_t head_dim = 256;
   double rms_norm_eps = 1e-6;
-  double rope_theta = 10000.0;          // RoPE base of full-attention layers
-  double rope_local_theta = 10000.0;    // RoPE base of sliding-window layers (Gemma 3: 10k)
-  double rope_scaling_factor = 1.0;     // linear RoPE scaling of full-attention layers (Gemma 3 4B+: 8)
+  double rope_theta = 10000.0;
+  double rope_local_theta = 10000.0;  // absent: rope_theta
+  double rope_scaling_factor = 1.0;
   int64_t max_position_embeddings = 8192;
-  double query_pre_attn_scalar = 0.0;   // attention scale is query_pre_attn_scalar^-1/2; 0 = head_dim
-                                        // (Finalize stores head_dim, so 0 and head_dim compare equal)
-  double attn_logit_softcapping = 0.0;  // Gemma 2: 50; 0 = off
-  double final_logit_softcapping = 0.0; // Gemma 2: 30; 0 = off
-  int64_t sliding_window = 0;           // window of sliding layers; 0 = none
-  std::vector<std::string> layer_types; // per layer: full_attention | sliding_attention (default by family)
+  double query_pre_attn_scalar = 0.0;  // Finalize stores head_dim for 0, so 0 and head_dim compare equal
+  double attn_logit_softcapping = 0.0;
+  double final_logit_softcapping = 0.0;
+  int64_t sliding_window = 0;
+  std::vector<std::string> layer_types;  // empty: the family's default (Finalize)
   int64_t pad_token_id = 0;
   int64_t bos_token_id = 2;
   int64_t eos_token_id = 1;
 
-  // Calls fn(name, self.field...) for every field, in file order: the one list of fields that
-  // reading, writing and comparing configs share (gemma.cpp's VisitFields). With two configs,
-  // fn(name, a.field, b.field).
+  // Calls fn(field, self.field...) for every field, in file order: the one list of fields that
+  // reading, writing and comparing configs share (gemma.cpp's VisitFields), with each key's doc
+  // line. With two configs, fn(field, a.field, b.field).
   template <typename Fn, typename... Self>
   static void VisitFields(Fn&& fn, Self&... self) {
-    fn("family", self.family...);
-    fn("vocab_size", self.vocab_size...);
-    fn("hidden_size", self.hidden_size...);
-    fn("intermediate_size", self.intermediate_size...);
-    fn("num_hidden_layers", self.num_hidden_layers...);
-    fn("num_attention_heads", self.num_attention_heads...);
-    fn("num_key_value_heads", self.num_key_value_heads...);
-    fn("head_dim", self.head_dim...);
-    fn("rms_norm_eps", self.rms_norm_eps...);
-    fn("rope_theta", self.rope_theta...);
-    fn("rope_local_theta", self.rope_local_theta...);
-    fn("rope_scaling_factor", self.rope_scaling_factor...);
-    fn("max_position_embeddings", self.max_position_embeddings...);
-    fn("query_pre_attn_scalar", self.query_pre_attn_scalar...);
-    fn("attn_logit_softcapping", self.attn_logit_softcapping...);
-    fn("final_logit_softcapping", self.final_logit_softcapping...);
-    fn("sliding_window", self.sliding_window...);
-    fn("layer_types", self.layer_types...);
-    fn("pad_token_id", self.pad_token_id...);
-    fn("bos_token_id", self.bos_token_id...);
-    fn("eos_token_id", self.eos_token_id...);
+    fn(ModelField{"family", "gemma | gemma2 | gemma3"}, self.family...);
+    fn(ModelField{"vocab_size", "tokens in the vocabulary"}, self.vocab_size...);
+    fn(ModelField{"hidden_size", "the residual stream's width"}, self.hidden_size...);
+    fn(ModelField{"intermediate_size", "GeGLU width"}, self.intermediate_size...);
+    fn(ModelField{"num_hidden_layers", "decoder layers"}, self.num_hidden_layers...);
+    fn(ModelField{"num_attention_heads", "query heads"}, self.num_attention_heads...);
+    fn(ModelField{"num_key_value_heads", "key/value heads; fewer than the query heads: grouped / multi-query attention"}, self.num_key_value_heads...);
+    fn(ModelField{"head_dim", "d, each head's width"}, self.head_dim...);
+    fn(ModelField{"rms_norm_eps", "RMSNorm's epsilon"}, self.rms_norm_eps...);
+    fn(ModelField{"rope_theta", "RoPE base of full-attention layers"}, self.rope_theta...);
+    fn(ModelField{"rope_local_theta", "RoPE base of sliding-window layers (absent: rope_theta; Gemma 3: 10k)"}, self.rope_local_theta...);
+    fn(ModelField{"rope_scaling_factor", "linear RoPE scaling of full-attention layers (Gemma 3 4B+: 8)"}, self.rope_scaling_factor...);
+    fn(ModelField{"max_position_embeddings", "the longest sequence the model supports"}, self.max_position_embeddings...);
+    fn(ModelField{"query_pre_attn_scalar", "attention scale s = query_pre_attn_scalar^-1/2; 0 = head_dim"}, self.query_pre_attn_scalar...);
+    fn(ModelField{"attn_logit_softcapping", "Gemma 2: 50; 0 = off (random-feature kernels cannot apply it)"}, self.attn_logit_softcapping...);
+    fn(ModelField{"final_logit_softcapping", "Gemma 2: 30; 0 = off"}, self.final_logit_softcapping...);
+    fn(ModelField{"sliding_window", "window of sliding layers; 0 = none"}, self.sliding_window...);
+    fn(ModelField{"layer_types", "per layer full_attention | sliding_attention; [] = the family's default"}, self.layer_types...);
+    fn(ModelField{"pad_token_id", "padding id"}, self.pad_token_id...);
+    fn(ModelField{"bos_token_id", "beginning-of-sequence id"}, self.bos_token_id...);
+    fn(ModelField{"eos_token_id", "end-of-sequence id (document boundaries)"}, self.eos_token_id...);
   }
 
   GemmaFamily Family() const;

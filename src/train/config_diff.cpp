@@ -8,6 +8,7 @@
 #include <set>
 
 #include "train/checkpoint.h"
+#include "train/config_reference.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -128,11 +129,7 @@ std::optional<ConfigDifference> FirstDifference(const FlatConfig& first, const F
 }
 
 const std::vector<std::string>& KeysThatMayChangeOnResume() {
-  static const std::vector<std::string> keys = {
-      "train.steps",          "train.checkpoint_every", "train.keep_last",   "train.threads",
-      "train.profile",        "train.fault_injection",  "train.peak_tflops", "train.device",
-      "train.distributed",    "train.activation_checkpointing", "train.memory_check",
-      "train.loss_chunk_tokens", "train.deterministic", "eval.every",        "log"};
+  static const std::vector<std::string> keys = ResumableKeys(DeclaredRunConfigKeys());
   return keys;
 }
 

@@ -34,7 +34,8 @@ struct ConfigDifference {
 std::optional<ConfigDifference> FirstDifference(const FlatConfig& first, const FlatConfig& second,
                                                 const std::vector<std::string>& ignored = {});
 
-// The keys a resumed run may change: how long and how it runs, not what it trains.
+// The keys a resumed run may change (how long and how it runs, not what it trains): those
+// declared Resumable() where they are read (train/config_reference.h).
 const std::vector<std::string>& KeysThatMayChangeOnResume();
 
 // A run directory with checkpoints was made with its config.yaml: a resume whose config differs in

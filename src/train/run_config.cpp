@@ -2,7 +2,7 @@
 #include "train/run_config.h"
 
 #include <filesystem>
-#include <set>
+#include <algorithm>
 
 #include "attention/kernel_registry.h"
 #include "train/fit_check.h"
@@ -85,43 +85,53 @@ void ApplyOverride(YAML::Node& root, const std::string& assignment) {
   root = MergeYaml(root, overlay);
 }
 
+RunConfig RunConfig::Read(const ConfigReader& reader) {
+  RunConfig c;
+  c.model = GemmaConfig::FromConfig(reader.Child("model", "Gemma architecture (configs/model/*.yaml hold real ones)"));
+  const auto attention = reader.Child(
+      "attention", "each layer's kernel, and each kernel's options (attention.<kernel>), checked even when no layer uses it");
+  c.attention = AttentionConfig::FromConfig(attention, c.model.num_hidden_layers);
+  // Kernels read their own option sections when built: build each kernel in use once now, so a
+  // bad kernel option fails at load (naming its key path) rather than after the run has started.
+  // Sections of kernels this run does not use are checked too: an option that would be rejected
+  // once the kernel is switched on (a sweep axis, a finetune) is an error today, not later. They
+  // read through `attention`, so their defaults join the run's (a resume compares them filled in);
+  // a declaring reader builds every kernel, declaring every kernel's options.
+  std::vector<std::string> names;  // those in use first, then the other sections, each once
+  const auto add = [&names](const std::string& name) {
+    if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
+  };
+  for (int64_t layer = 0; layer < c.model.num_hidden_layers; ++layer) add(c.attention.KernelForLayer(layer));
+  for (const auto& name : KernelNames()) {
+    if (reader.declaring() || (c.attention.options.IsMap() && c.attention.options[name])) add(name);
+  }
+  CheckKernelDrawsFit(c.attention, c.model);
+  for (const auto& name : names) {
+    MakeAttentionKernel(name, KernelShape{c.model.num_attention_heads, c.model.head_dim, 0},
+                        attention.Child(name, KeySpec(KernelDescription(name))));
+  }
+  c.data = DataConfig::FromConfig(reader.Child("data", "the token stream: prepared shards or generated MQAR"));
+  // RoPE could compute later positions, but the model declares it does not support them.
+  DF_CHECK(c.data.seq_len <= c.model.max_position_embeddings,
+           "config key '" << c.data.key_path << ".seq_len' (" << c.data.seq_len << ") exceeds 'model.max_position_embeddings' ("
+                          << c.model.max_position_embeddings << "): raise the model's positions or shorten the sequences");
+  c.train = TrainConfig::FromConfig(reader.Child("train", "the optimizer, schedule, checkpoints and numerics"));
+  // train.seed is the run's seed (as in HF's and torchtitan's trainers): besides model init it
+  // offsets the data order and every kernel's draws, so a sweep over train.seed varies all of a
+  // run's randomness. Seed 0 leaves data.seed and the kernels' seeds as configured.
+  c.attention.run_seed = c.train.seed;
+  c.data.seed += static_cast<uint64_t>(c.train.seed) * 1000003u;
+  c.eval = EvalConfig::FromConfig(reader.Child("eval", "validation loss during training"));
+  c.log = LogConfig::FromConfig(reader.Child("log", KeySpec("where the run writes").Resumable()));
+  reader.RejectUnknown();
+  c.resolved = reader.node();
+  c.defaults = reader.defaults_used();
+  return c;
+}
+
 RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
   try {
-    const ConfigReader reader(root, "");
-    RunConfig c;
-    c.model = GemmaConfig::FromConfig(reader.Child("model"));
-    c.attention = AttentionConfig::FromConfig(reader.Child("attention"), c.model.num_hidden_layers);
-    // Kernels read their own option sections when built: build each kernel in use once now, so a
-    // bad kernel option fails at load (naming its key path) rather than after the run has started.
-    // Sections of kernels this run does not use are checked too: an option that would be rejected
-    // once the kernel is switched on (a sweep axis, a finetune) is an error today, not later.
-    std::set<std::string> names;
-    for (int64_t layer = 0; layer < c.model.num_hidden_layers; ++layer) names.insert(c.attention.KernelForLayer(layer));
-    for (const auto& name : KernelNames()) {
-      if (c.attention.options.IsMap() && c.attention.options[name]) names.insert(name);
-    }
-    CheckKernelDrawsFit(c.attention, c.model);
-    for (const auto& name : names) {
-      MakeAttentionKernel(name, KernelShape{c.model.num_attention_heads, c.model.head_dim, 0},
-                          c.attention.OptionsFor(name));
-    }
-    c.data = DataConfig::FromConfig(reader.Child("data"));
-    // RoPE could compute later positions, but the model declares it does not support them.
-    DF_CHECK(c.data.seq_len <= c.model.max_position_embeddings,
-             "config key '" << c.data.key_path << ".seq_len' (" << c.data.seq_len << ") exceeds 'model.max_position_embeddings' ("
-                            << c.model.max_position_embeddings << "): raise the model's positions or shorten the sequences");
-    c.train = TrainConfig::FromConfig(reader.Child("train"));
-    // train.seed is the run's seed (as in HF's and torchtitan's trainers): besides model init it
-    // offsets the data order and every kernel's draws, so a sweep over train.seed varies all of a
-    // run's randomness. Seed 0 leaves data.seed and the kernels' seeds as configured.
-    c.attention.run_seed = c.train.seed;
-    c.data.seed += static_cast<uint64_t>(c.train.seed) * 1000003u;
-    c.eval = EvalConfig::FromConfig(reader.Child("eval"));
-    c.log = LogConfig::FromConfig(reader.Child("log"));
-    reader.RejectUnknown();
-    c.resolved = root;
-    c.defaults = reader.defaults_used();
-    return c;
+    return Read(ConfigReader(root, ""));
   } catch (const Error& e) {
     Fail(origin + ": " + e.what());
   }

@@ -30,6 +30,8 @@ struct RunConfig {
   // Loads `path` (following `base:` chains), applies overrides, validates every section.
   static RunConfig Load(const std::string& path, const std::vector<std::string>& overrides = {});
   static RunConfig FromNode(YAML::Node root, const std::string& origin);
+  // Reads every section through `reader` (the document's root); errors name key paths only.
+  static RunConfig Read(const ConfigReader& reader);
 };
 
 // Deep-merges `overlay` into `base` (maps merge, anything else replaces).

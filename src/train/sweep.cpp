@@ -230,6 +230,22 @@ RunStatus ClassifyRun(const std::string& run_dir, const std::optional<RunSummary
   return RunStatus::kPending;
 }
 
+RunStatus StatusOfRunDir(const std::string& run_dir) {
+  const fs::path dir = fs::path(run_dir).lexically_normal();
+  const fs::path run = dir.has_filename() ? dir : dir.parent_path();  // "a/b/" names b
+  int64_t target_steps = TrainConfig().steps;
+  try {
+    const auto config = YAML::LoadFile((run / "config.yaml").string());
+    if (config["train"] && config["train"]["steps"]) target_steps = config["train"]["steps"].as<int64_t>();
+  } catch (const YAML::Exception&) {
+    // No readable config.yaml: a run that never started (pending) or not ours; the default stands.
+  }
+  const auto state = SweepState::Load((run.parent_path() / "sweep_state.yaml").string());
+  const auto it = state.runs.find(run.filename().string());
+  return ClassifyRun(run.string(), ReadRunSummary(run.string()), target_steps,
+                     it == state.runs.end() ? -1 : it->second.exit_code);
+}
+
 bool NeedsRun(RunStatus status) { return status != RunStatus::kFinished && status != RunStatus::kDiverged; }
 
 SweepState SweepState::Load(const std::string& path) {

@@ -90,6 +90,11 @@ const char* RunStatusName(RunStatus status);
 // `last_exit_code` is from sweep_state.yaml: -1 when unknown (never run by this sweep).
 RunStatus ClassifyRun(const std::string& run_dir, const std::optional<RunSummary>& summary,
                       int64_t target_steps, int last_exit_code);
+// The status of the run directory `run_dir` alone, as the sweep that made it would classify it:
+// its summary.json, its config.yaml's train.steps, and the last exit code recorded in
+// sweep_state.yaml beside it. The tools ask this (`darkformer inspect --run-status`), so the rule
+// is written once.
+RunStatus StatusOfRunDir(const std::string& run_dir);
 // Whether the sweep (re)starts a run in this status.
 bool NeedsRun(RunStatus status);
 

@@ -1,117 +1,102 @@
-// Reading the train, eval and log sections (see train_config.h).
+// Reading the train, eval and log sections (see train_config.h). Each key is declared where it is
+// read: name, type, default (the struct's), doc line, accepted values and the resume rule
+// (util/key_spec.h); configs/reference.yaml and docs/config_keys.md are made from these reads.
 #include "train/train_config.h"
 
 namespace darkformer {
 
 static SpikeConfig ReadSpikes(const ConfigReader& r) {
   SpikeConfig s;
-  s.window = r.Get<int64_t>("window", s.window);
-  s.min_history = r.Get<int64_t>("min_history", s.min_history);
-  s.loss_z = r.Get<double>("loss_z", s.loss_z);
-  s.grad_norm_z = r.Get<double>("grad_norm_z", s.grad_norm_z);
-  s.min_loss_ratio = r.Get<double>("min_loss_ratio", s.min_loss_ratio);
-  s.min_loss_increase = r.Get<double>("min_loss_increase", s.min_loss_increase);
-  DF_CHECK(s.min_loss_increase >= 0, "config key '" << r.KeyPath("min_loss_increase") << "' must be >= 0, got "
-                                                    << s.min_loss_increase);
-  s.skip_update = r.Get<bool>("skip_update", s.skip_update);
-  s.on_nonfinite = r.GetEnum("on_nonfinite", s.on_nonfinite, kNonfiniteActionNames);
+  s.window = r.Get("window", s.window, KeySpec("rolling window of recent steps for mean / std").Min(2));
+  s.min_history = r.Get("min_history", s.min_history, "steps in the window before spikes are flagged");
+  s.loss_z = r.Get("loss_z", s.loss_z, "loss z-score above which a step is a spike");
+  s.grad_norm_z = r.Get("grad_norm_z", s.grad_norm_z, "grad-norm z-score above which a step is a spike");
+  s.min_loss_ratio = r.Get("min_loss_ratio", s.min_loss_ratio, "loss / recent minimum above which a step is a spike; 0 = off");
+  // Near zero loss the z-scores and the ratio to the minimum fire on noise (a 1e-4 -> 2e-4 "spike").
+  s.min_loss_increase = r.Get("min_loss_increase", s.min_loss_increase,
+                              KeySpec("every flag also needs loss >= window mean + this (nats): no spikes from noise near 0").Min(0));
+  s.skip_update = r.Get("skip_update", s.skip_update, "drop the optimizer update of a spike step");
+  s.on_nonfinite = r.GetEnum("on_nonfinite", s.on_nonfinite, kNonfiniteActionNames,
+                             "non-finite loss or grad norm: skip the update, or stop (writes nonfinite.json with the batch position)");
   r.RejectUnknown();
-  DF_CHECK(s.window >= 2, "config key '" << r.KeyPath("window") << "' must be >= 2");
   return s;
 }
 
 static FaultInjectionConfig ReadFaultInjection(const ConfigReader& r) {
   FaultInjectionConfig f;
-  const auto lr = r.Child("lr_multiplier_at_step");
-  f.lr_multiplier_step = lr.Get<int64_t>("step", f.lr_multiplier_step);
-  f.lr_multiplier_factor = lr.Get<double>("factor", f.lr_multiplier_factor);
+  const auto lr = r.Child("lr_multiplier_at_step", "multiply that one step's lr by factor");
+  f.lr_multiplier_step = lr.Get("step", f.lr_multiplier_step, KeySpec("the step; 0 = off").Min(0));
+  f.lr_multiplier_factor = lr.Get("factor", f.lr_multiplier_factor, KeySpec("the lr multiplier").Above(0));
   lr.RejectUnknown();
-  f.nan_loss_at_step = r.Get<int64_t>("nan_loss_at_step", f.nan_loss_at_step);
-  f.nan_loss_rank = r.Get<int64_t>("nan_loss_rank", f.nan_loss_rank);
-  f.stop_at_step = r.Get<int64_t>("stop_at_step", f.stop_at_step);
+  f.nan_loss_at_step = r.Get("nan_loss_at_step", f.nan_loss_at_step,
+                             KeySpec("make that step's loss (and gradients) NaN; 0 = off").Min(0));
+  f.nan_loss_rank = r.Get("nan_loss_rank", f.nan_loss_rank, "... on that data-parallel rank only (-1: every rank)");
+  f.stop_at_step = r.Get("stop_at_step", f.stop_at_step, KeySpec("act as if SIGINT arrived during that step; 0 = off").Min(0));
   r.RejectUnknown();
-  DF_CHECK(f.lr_multiplier_step >= 0, "config key '" << lr.KeyPath("step") << "' must be >= 0");
-  DF_CHECK(f.lr_multiplier_factor > 0, "config key '" << lr.KeyPath("factor") << "' must be positive");
-  DF_CHECK(f.nan_loss_at_step >= 0, "config key '" << r.KeyPath("nan_loss_at_step") << "' must be >= 0");
-  DF_CHECK(f.stop_at_step >= 0, "config key '" << r.KeyPath("stop_at_step") << "' must be >= 0");
   return f;
 }
 
 TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   TrainConfig t;
-  t.steps = r.Get<int64_t>("steps", t.steps);
-  t.init_from = r.Get<std::string>("init_from", t.init_from);
-  t.init_std = r.Get<double>("init_std", t.init_std);
-  t.seed = r.Get<uint64_t>("seed", t.seed);
-  t.device = r.GetEnum("device", t.device, kTrainDeviceNames);
-  t.precision = r.GetEnum("precision", t.precision, kPrecisionNames);
-  t.tf32 = r.Get<std::string>("tf32", t.tf32);
-  t.peak_tflops = r.Get<double>("peak_tflops", t.peak_tflops);
-  DF_CHECK(t.peak_tflops >= 0, "config key '" << r.KeyPath("peak_tflops") << "' must be >= 0, got " << t.peak_tflops);
-  DF_CHECK(t.tf32 == "auto" || t.tf32 == "true" || t.tf32 == "false",
-           "config key '" << r.KeyPath("tf32") << "' must be auto, true or false, got '" << t.tf32 << "'");
-  t.activation_checkpointing = r.Get<bool>("activation_checkpointing", t.activation_checkpointing);
-  t.loss_chunk_tokens = r.Get<int64_t>("loss_chunk_tokens", t.loss_chunk_tokens);
-  DF_CHECK(t.loss_chunk_tokens >= 0, "config key '" << r.KeyPath("loss_chunk_tokens")
-                                                    << "' must be >= 0 (0 = the full-logit loss), got "
-                                                    << t.loss_chunk_tokens);
-  t.frozen_weights_bf16 = r.Get<bool>("frozen_weights_bf16", t.frozen_weights_bf16);
-  t.memory_check = r.Get<bool>("memory_check", t.memory_check);
-  t.deterministic = r.Get<bool>("deterministic", t.deterministic);
-  t.threads = r.Get<int64_t>("threads", t.threads);
-  t.lr = r.Get<double>("lr", t.lr);
-  t.beta1 = r.Get<double>("beta1", t.beta1);
-  t.beta2 = r.Get<double>("beta2", t.beta2);
-  t.eps = r.Get<double>("eps", t.eps);
-  t.weight_decay = r.Get<double>("weight_decay", t.weight_decay);
-  t.no_decay = r.Get<std::vector<std::string>>("no_decay", t.no_decay);
-  t.schedule = r.GetEnum("schedule", t.schedule, kLrScheduleNames);
-  t.warmup_steps = r.Get<int64_t>("warmup_steps", t.warmup_steps);
-  t.min_lr_ratio = r.Get<double>("min_lr_ratio", t.min_lr_ratio);
-  t.decay_fraction = r.Get<double>("decay_fraction", t.decay_fraction);
-  t.grad_clip = r.Get<double>("grad_clip", t.grad_clip);
-  t.grad_accum = r.Get<int64_t>("grad_accum", t.grad_accum);
-  t.trainable = r.Get<std::vector<std::string>>("trainable", t.trainable);
-  t.checkpoint_every = r.Get<int64_t>("checkpoint_every", t.checkpoint_every);
-  t.keep_last = r.Get<int64_t>("keep_last", t.keep_last);
-  t.spikes = ReadSpikes(r.Child("spikes"));
-  t.fault_injection = ReadFaultInjection(r.Child("fault_injection"));
+  t.steps = r.Get("steps", t.steps, KeySpec("optimizer steps").Above(0).Resumable());
+  t.init_from = r.Get("init_from", t.init_from, "weights .h5 (converted HF or ours), a run directory (its latest checkpoint), or \"\" for scratch");
+  t.init_std = r.Get("init_std", t.init_std, "normal init std from scratch");
+  t.seed = r.Get("seed", t.seed, "the run seed: model init, and offsets data.seed and every kernel draw seed (0: as configured)");
+  t.device = r.GetEnum("device", t.device, kTrainDeviceNames, KeySpec("where the run computes").Resumable());
+  t.precision = r.GetEnum("precision", t.precision, kPrecisionNames,
+                          "bf16_autocast: bf16 compute under autocast (CPU and CUDA), fp32 master weights, random features in fp32; eval and generate honour it");
+  t.tf32 = r.Get("tf32", t.tf32, KeySpec("TF32 for fp32 matmuls on CUDA (Ampere and later): auto = on for CUDA runs; true on the CPU is refused").OneOf({"auto", "true", "false"}));
+  t.peak_tflops = r.Get("peak_tflops", t.peak_tflops,
+                        KeySpec("MFU's peak, TFLOP/s: 0 = a known GPU's dense bf16 peak (H100/H200 989, A100 312); none on a CPU").Min(0).Resumable());
+  t.activation_checkpointing = r.Get("activation_checkpointing", t.activation_checkpointing,
+                                     KeySpec("recompute each decoder layer in the backward (keeps only layer inputs): memory for about one more forward").Resumable());
+  t.loss_chunk_tokens = r.Get("loss_chunk_tokens", t.loss_chunk_tokens,
+                              KeySpec("cross-entropy this many tokens at a time, gradients in the forward: the full logits never exist").Min(0, "0 = the full-logit loss").Resumable());
+  t.frozen_weights_bf16 = r.Get("frozen_weights_bf16", t.frozen_weights_bf16,
+                                "frozen Linear weights (projections, MLP) stored in bf16; needs bf16_autocast; embedding, norms and kernels stay fp32");
+  t.memory_check = r.Get("memory_check", t.memory_check,
+                         KeySpec("refuse to start when the memory estimate exceeds the device's free memory (sizes that cannot fit are refused regardless)").Resumable());
+  t.deterministic = r.Get("deterministic", t.deterministic, KeySpec("CPU: deterministic algorithms, one thread, bit-exact resume").Resumable());
+  t.threads = r.Get("threads", t.threads, KeySpec("CPU intra-op threads").Min(0, "0 = LibTorch's default").Resumable());
+  t.lr = r.Get("lr", t.lr, KeySpec("AdamW's peak learning rate").Above(0));
+  t.beta1 = r.Get("beta1", t.beta1, "AdamW beta1");
+  t.beta2 = r.Get("beta2", t.beta2, "AdamW beta2");
+  t.eps = r.Get("eps", t.eps, "AdamW epsilon");
+  t.weight_decay = r.Get("weight_decay", t.weight_decay, "AdamW's decoupled weight decay");
+  t.no_decay = r.Get("no_decay", t.no_decay, "parameter-name globs without weight decay");
+  t.schedule = r.GetEnum("schedule", t.schedule, kLrScheduleNames, "learning-rate schedule (wsd: warmup-stable-decay)");
+  t.warmup_steps = r.Get("warmup_steps", t.warmup_steps, KeySpec("linear warmup steps").Min(0));
+  t.min_lr_ratio = r.Get("min_lr_ratio", t.min_lr_ratio, KeySpec("final lr / peak lr for cosine, linear and wsd").Min(0).Max(1));
+  t.decay_fraction = r.Get("decay_fraction", t.decay_fraction, KeySpec("wsd: the final fraction of steps that decays").Min(0).Max(1));
+  t.grad_clip = r.Get("grad_clip", t.grad_clip, KeySpec("max global grad norm").Min(0, "0 = off"));
+  t.grad_accum = r.Get("grad_accum", t.grad_accum, KeySpec("micro-batches per optimizer step").Min(1));
+  t.trainable = r.Get("trainable", t.trainable, KeySpec("parameter-name globs that train; the rest is frozen").NonEmpty());
+  t.checkpoint_every = r.Get("checkpoint_every", t.checkpoint_every,
+                             KeySpec("steps between checkpoints (one at the end always)").Min(0, "0 = at the end only").Resumable());
+  t.keep_last = r.Get("keep_last", t.keep_last, KeySpec("checkpoints kept").Min(1).Resumable());
+  t.spikes = ReadSpikes(r.Child("spikes", "loss-spike detection (docs/training.md)"));
+  t.fault_injection = ReadFaultInjection(
+      r.Child("fault_injection", KeySpec("test hooks only (tests/train): faults on purpose; 1-based steps, 0 = off").Resumable()));
   {
-    const auto p = r.Child("profile");
-    t.profile.start_step = p.Get<int64_t>("start_step", t.profile.start_step);
-    t.profile.steps = p.Get<int64_t>("steps", t.profile.steps);
+    const auto p = r.Child("profile", KeySpec("a Chrome trace of these optimizer steps in the run directory (LibTorch's Kineto profiler)").Resumable());
+    t.profile.start_step = p.Get("start_step", t.profile.start_step, KeySpec("the first traced step").Min(1, "steps count from 1"));
+    t.profile.steps = p.Get("steps", t.profile.steps, KeySpec("steps traced").Min(0, "0 = off"));
     p.RejectUnknown();
-    DF_CHECK(t.profile.start_step >= 1, "config key '" << p.KeyPath("start_step") << "' must be >= 1 (steps count from 1)");
-    DF_CHECK(t.profile.steps >= 0, "config key '" << p.KeyPath("steps") << "' must be >= 0");
   }
-  t.distributed = DistributedConfig::FromConfig(r.Child("distributed"));
+  t.distributed = DistributedConfig::FromConfig(
+      r.Child("distributed", KeySpec("only under torchrun (WORLD_SIZE > 1); docs/distributed.md").Resumable()));
   r.RejectUnknown();
-  auto key = [&](const char* k) { return r.KeyPath(k); };
-  DF_CHECK(t.steps > 0, "config key '" << key("steps") << "' must be positive");
-  DF_CHECK(t.lr > 0, "config key '" << key("lr") << "' must be positive");
-  DF_CHECK(t.grad_accum >= 1, "config key '" << key("grad_accum") << "' must be >= 1");
-  DF_CHECK(t.keep_last >= 1, "config key '" << key("keep_last") << "' must be >= 1");
-  DF_CHECK(t.warmup_steps >= 0, "config key '" << key("warmup_steps") << "' must be >= 0, got " << t.warmup_steps);
-  DF_CHECK(t.checkpoint_every >= 0,
-           "config key '" << key("checkpoint_every") << "' must be >= 0 (0 = at the end only), got " << t.checkpoint_every);
-  DF_CHECK(t.min_lr_ratio >= 0 && t.min_lr_ratio <= 1, "config key '" << key("min_lr_ratio") << "' must be in [0, 1]");
-  DF_CHECK(t.decay_fraction >= 0 && t.decay_fraction <= 1, "config key '" << key("decay_fraction") << "' must be in [0, 1]");
-  DF_CHECK(t.grad_clip >= 0, "config key '" << key("grad_clip") << "' must be >= 0 (0 = off)");
-  DF_CHECK(t.threads >= 0, "config key '" << key("threads") << "' must be >= 0 (0 = LibTorch's default)");
   DF_CHECK(!t.frozen_weights_bf16 || t.precision == Precision::kBf16Autocast,
-           "config key '" << key("frozen_weights_bf16") << "' needs train.precision: bf16_autocast (bf16 weights "
+           "config key '" << r.KeyPath("frozen_weights_bf16") << "' needs train.precision: bf16_autocast (bf16 weights "
                           << "meet fp32 activations outside autocast)");
-  DF_CHECK(!t.trainable.empty(), "config key '" << key("trainable") << "' must list at least one glob");
   return t;
 }
 
 EvalConfig EvalConfig::FromConfig(const ConfigReader& r) {
   EvalConfig e;
-  e.every = r.Get<int64_t>("every", e.every);
-  e.batches = r.Get<int64_t>("batches", e.batches);
+  e.every = r.Get("every", e.every, KeySpec("steps between evals (one at the end always)").Min(0, "0 = at the end only").Resumable());
+  e.batches = r.Get("batches", e.batches, KeySpec("validation batches per eval (the same batches every time)").Min(1));
   r.RejectUnknown();
-  DF_CHECK(e.batches >= 1, "config key '" << r.KeyPath("batches") << "' must be >= 1");
-  DF_CHECK(e.every >= 0, "config key '" << r.KeyPath("every") << "' must be >= 0 (0 = at the end only)");
   return e;
 }
 
@@ -120,12 +105,9 @@ LogConfig LogConfig::FromConfig(const ConfigReader& r) {
   // A present but empty value (`dir:` or `--set log.dir=`) is not the default run directory.
   DF_CHECK(!(r.node().IsMap() && r.node()["dir"] && r.node()["dir"].IsNull()),
            "config key '" << r.KeyPath("dir") << "' must not be empty");
-  l.dir = r.Get<std::string>("dir", l.dir);
-  l.every = r.Get<int64_t>("every", l.every);
+  l.dir = r.Get("dir", l.dir, KeySpec("the run directory").NonEmpty());
+  l.every = r.Get("every", l.every, KeySpec("steps between progress lines (metrics.jsonl gets every step)").Min(0, "0 = no progress lines"));
   r.RejectUnknown();
-  DF_CHECK(l.dir.find_first_not_of(" \t\r\n") != std::string::npos,
-           "config key '" << r.KeyPath("dir") << "' must not be empty or only whitespace");
-  DF_CHECK(l.every >= 0, "config key '" << r.KeyPath("every") << "' must be >= 0 (0 = no progress lines)");
   return l;
 }
 

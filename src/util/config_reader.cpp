@@ -7,7 +7,8 @@ ConfigReader::ConfigReader(YAML::Node node, std::string path)
     : node_(std::move(node)),
       path_(std::move(path)),
       seen_(std::make_shared<std::set<std::string>>()),
-      defaults_(std::make_shared<std::map<std::string, std::string>>()) {
+      defaults_(std::make_shared<std::map<std::string, std::string>>()),
+      declarations_(std::make_shared<std::vector<KeyDeclaration>>()) {
   if (node_ && !node_.IsNull() && !node_.IsMap()) {
     Fail("config section '" + (path_.empty() ? std::string("<root>") : path_) + "' must be a map, got " +
          YamlTypeName(node_) + ValueOrigin(path_, node_));
@@ -28,11 +29,39 @@ bool ConfigReader::Has(const std::string& key) const {
   return node_.IsMap() && node_[key] && !node_[key].IsNull();
 }
 
+ConfigReader ConfigReader::Declaring() {
+  ConfigReader reader(YAML::Node(YAML::NodeType::Map), "");
+  reader.declaring_ = true;
+  return reader;
+}
+
 ConfigReader ConfigReader::Child(const std::string& key) const {
   seen_->insert(key);
   ConfigReader child(Has(key) ? node_[key] : YAML::Node(YAML::NodeType::Map), KeyPath(key));
   child.defaults_ = defaults_;
+  child.declarations_ = declarations_;
+  child.declaring_ = declaring_;
   return child;
+}
+
+ConfigReader ConfigReader::Child(const std::string& key, const KeySpec& spec) const {
+  Declare(key, spec, "", "", /*section=*/true);
+  return Child(key);
+}
+
+void ConfigReader::Declare(const std::string& key, const KeySpec& spec, std::string shown, std::string rule,
+                           bool section, bool required) const {
+  const auto path = KeyPath(key);
+  KeyDeclaration declaration{path, spec.doc(), std::move(shown), std::move(rule), spec.resumable(), section, required};
+  for (auto& declared : *declarations_) {
+    // Read twice (a derived kernel re-reads its base's key with its own default): the last read
+    // is the one that decides, as for defaults_used; the key keeps its first place.
+    if (declared.path == path) {
+      declared = std::move(declaration);
+      return;
+    }
+  }
+  declarations_->push_back(std::move(declaration));
 }
 
 void ConfigReader::Allow(const std::string& key) const { seen_->insert(key); }

@@ -12,14 +12,29 @@
 #include <vector>
 
 #include "util/error.h"
+#include "util/key_spec.h"
 #include "util/nearest_name.h"
 
 namespace darkformer {
+
+// One declared key or section as its read stated it (util/key_spec.h), in reading order.
+struct KeyDeclaration {
+  std::string path;     // full key path, "train.spikes.window"
+  std::string doc;
+  std::string shown;    // the default as YAML text (a required key: its example)
+  std::string rule;     // accepted values in words ("" = any value of the type)
+  bool resumable = false;
+  bool section = false;
+  bool required = false;
+};
 
 class ConfigReader {
  public:
   // `path` is the dotted key path of `node` from the document root ("" for the root).
   explicit ConfigReader(YAML::Node node, std::string path = "");
+  // A reader of an empty document that collects every declaration a read makes; a required key
+  // reads as its declared example. train/config_reference.h reads the whole run config with it.
+  static ConfigReader Declaring();
 
   bool Has(const std::string& key) const;
   // Value of `key`, or `fallback` when absent. A present value of the wrong type is an error.
@@ -32,8 +47,18 @@ class ConfigReader {
   // Absent: `fallback`. Any other string is an error naming the key path and the valid names.
   template <typename E>
   E GetEnum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& names) const;
+  // The declared forms: the same reads, which also record the key's declaration and refuse a value
+  // that breaks its rule (naming the key path and where the value came from).
+  template <typename T>
+  T Get(const std::string& key, const T& fallback, const KeySpec& spec) const;
+  template <typename T>
+  T Require(const std::string& key, const KeySpec& spec) const;
+  template <typename E>
+  E GetEnum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& names,
+            const KeySpec& spec) const;
   // The child section `key` (an empty map node when absent). Marks `key` as known.
   ConfigReader Child(const std::string& key) const;
+  ConfigReader Child(const std::string& key, const KeySpec& spec) const;
   // Marks `key` as known without reading it (for sections read elsewhere).
   void Allow(const std::string& key) const;
   // Throws naming the first key of this section that no Get/Require/Child/Allow asked for.
@@ -43,6 +68,9 @@ class ConfigReader {
   // The defaults this reader and its children used for absent keys: full key path -> the value
   // as YAML text. With the document, they make the config as the run saw it (train/config_diff.h).
   const std::map<std::string, std::string>& defaults_used() const { return *defaults_; }
+  // Every declaration made through this reader and its children, in reading order.
+  const std::vector<KeyDeclaration>& declarations() const { return *declarations_; }
+  bool declaring() const { return declaring_; }
   const std::string& path() const { return path_; }
   const YAML::Node& node() const { return node_; }
   std::vector<std::string> Keys() const;
@@ -52,12 +80,38 @@ class ConfigReader {
   T Convert(const YAML::Node& value, const std::string& key) const;
   template <typename T>
   void RecordDefault(const std::string& key, const T& fallback) const;
+  void Declare(const std::string& key, const KeySpec& spec, std::string shown, std::string rule, bool section,
+               bool required = false) const;
+  template <typename T>
+  void CheckRule(const std::string& key, const KeySpec& spec, const T& value) const;
 
   YAML::Node node_;
   std::string path_;
   std::shared_ptr<std::set<std::string>> seen_;
   std::shared_ptr<std::map<std::string, std::string>> defaults_;  // shared with every child
+  std::shared_ptr<std::vector<KeyDeclaration>> declarations_;      // shared with every child
+  bool declaring_ = false;
 };
+
+// A value as the reference config shows it: numbers in their shortest form, strings quoted only
+// where YAML needs it, lists and maps in flow style.
+template <typename T>
+std::string ShownValue(const T& value) {
+  if constexpr (std::is_same_v<T, bool>) {
+    return value ? "true" : "false";
+  } else if constexpr (std::is_floating_point_v<T>) {
+    return ShortestNumber(value);
+  } else if constexpr (std::is_integral_v<T>) {
+    return std::to_string(value);
+  } else {
+    if constexpr (std::is_same_v<T, std::string>) {
+      if (value.empty()) return "\"\"";
+    }
+    YAML::Emitter text;
+    text << YAML::Flow << value;
+    return text.c_str();
+  }
+}
 
 std::string YamlTypeName(const YAML::Node& node);
 
@@ -153,6 +207,46 @@ E ConfigReader::GetEnum(const std::string& key, E fallback, const std::vector<st
   }
   Fail("config key '" + KeyPath(key) + "' must be one of " + valid + "; got '" + text + "'" +
        ValueOrigin(KeyPath(key), node_[key]) + DidYouMean(text, spellings));
+}
+
+template <typename T>
+void ConfigReader::CheckRule(const std::string& key, const KeySpec& spec, const T& value) const {
+  const auto refusal = spec.Refusal(value);
+  if (!refusal.empty()) {
+    Fail("config key '" + KeyPath(key) + "' " + refusal + ValueOrigin(KeyPath(key), Has(key) ? node_[key] : YAML::Node()));
+  }
+}
+
+template <typename T>
+T ConfigReader::Get(const std::string& key, const T& fallback, const KeySpec& spec) const {
+  Declare(key, spec, ShownValue(fallback), spec.Rule(), /*section=*/false);
+  const T value = Get(key, fallback);
+  CheckRule(key, spec, value);
+  return value;
+}
+
+template <typename T>
+T ConfigReader::Require(const std::string& key, const KeySpec& spec) const {
+  Declare(key, spec, spec.example(), spec.Rule(), /*section=*/false, /*required=*/true);
+  if (declaring_ && !Has(key)) {
+    seen_->insert(key);
+    return YAML::Load(spec.example()).as<T>();
+  }
+  const T value = Require<T>(key);
+  CheckRule(key, spec, value);
+  return value;
+}
+
+template <typename E>
+E ConfigReader::GetEnum(const std::string& key, E fallback, const std::vector<std::pair<std::string, E>>& names,
+                        const KeySpec& spec) const {
+  std::string rule, shown;
+  for (const auto& [name, value] : names) {
+    rule += (rule.empty() ? "" : " | ") + name;
+    if (value == fallback && shown.empty()) shown = name;
+  }
+  Declare(key, spec, shown, rule, /*section=*/false);
+  return GetEnum(key, fallback, names);
 }
 
 // The spelling of `value` in `names` (for logs and resolved configs).

@@ -288,6 +288,24 @@ def test_plots(root, out, expected, subprocess_cli):
     check(printed == set(expected), f"plot_runs.py lists exactly the PNGs it wrote: {sorted(printed)}")
 
 
+def test_statuses_from_the_binary(root):
+    """Each status as the binary's rule gives it (`inspect --run-status`): the tools keep no copy."""
+    folder = os.path.join(root, "statuses")
+    os.makedirs(folder)
+    paths = {status: write_run(folder, status, finished=status in ("finished", "diverged"),
+                               diverged=status == "diverged") for status in ("finished", "diverged", "pending")}
+    for status in ("failed", "partial"):  # started, no summary: the sweep's recorded exit code decides
+        paths[status] = write_run(folder, status, finished=False)
+        with open(os.path.join(paths[status], "metrics.jsonl"), "w") as f:
+            f.write(json.dumps({"type": "train", "step": 1, "loss": 3.0}) + "\n")
+    with open(os.path.join(folder, "sweep_state.yaml"), "w") as f:
+        f.write("runs:\n  failed: {status: failed, exit_code: 2, attempts: 1}\n"
+                "  partial: {status: partial, exit_code: 130, attempts: 1}\n")
+    for status, path in paths.items():
+        got = agg.run_status({"path": path, "name": status})
+        check(got == status, f"run '{status}' is classified {got}")
+
+
 def main():
     test_t_quantiles()
     with tempfile.TemporaryDirectory() as tmp:
@@ -296,6 +314,7 @@ def main():
         build_micro_tree(micro)
         test_aggregate(cpu)
         test_seed_kernel_labels(tmp)
+        test_statuses_from_the_binary(tmp)
         test_cli(cpu, os.path.join(tmp, "out"))
         test_plots(cpu, os.path.join(tmp, "plots-cpu"),
                    ["mqar_pretrain_accuracy.png", "mqar_kernels_accuracy.png", "mqar_qkv_accuracy.png",
