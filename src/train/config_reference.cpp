@@ -5,6 +5,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cctype>
 #include <map>
 #include <memory>
 
@@ -126,7 +127,11 @@ std::string KeyTableMarkdown(const std::vector<KeyDeclaration>& keys) {
   const auto tree = BuildTree(keys);
   for (const auto& section : tree.children) {
     out += "\n## " + section->name + "\n\n";
-    if (section->declaration && !section->declaration->doc.empty()) out += section->declaration->doc + ".\n\n";
+    if (section->declaration && !section->declaration->doc.empty()) {
+      std::string doc = section->declaration->doc;
+      doc[0] = static_cast<char>(std::toupper(static_cast<unsigned char>(doc[0])));  // a sentence here
+      out += doc + ".\n\n";
+    }
     out += "| key | default | accepts | resume | what it does |\n|---|---|---|---|---|\n";
     for (const auto& child : section->children) {
       RenderRows(*child, section->name + "." + child->name,
