@@ -21,6 +21,7 @@ mean +- t_{0.975, n-1} * s / sqrt(n) (n/a for n = 1) of
   best_eval_accuracy   summary.json's best_eval_accuracy
   spikes               summary.json's spikes (loss-spike events)
   skipped_updates      summary.json's skipped_updates
+  rewinds              summary.json's rewinds (train.spikes.on_divergence: rewind; 0 before it existed)
   diverged             1 if the run stopped on a non-finite loss, else 0 (the table shows k/n)
 Non-finite values are left out of a metric's statistics (its own n says how many were used).
 
@@ -58,7 +59,7 @@ def kernel_rank(kernel):
 # Options that name a kernel's form, with their defaults: part of the label ("flexformer m=64 stationary").
 FORM_OPTIONS = {"darkformer": ("init", None), "flexformer": ("variant", "stationary")}
 METRICS = ["final_eval_accuracy", "final_eval_loss", "best_eval_accuracy", "spikes", "skipped_updates",
-           "diverged"]
+           "rewinds", "diverged"]
 DONE = ("finished", "diverged")  # run statuses that count in the statistics
 
 
@@ -141,6 +142,7 @@ def run_metrics(run):
         best = max(r.get("accuracy", float("nan")) for r in run["eval"])
     return {"final_eval_accuracy": last.get("accuracy"), "final_eval_loss": last.get("loss"),
             "best_eval_accuracy": best, "spikes": s.get("spikes"), "skipped_updates": s.get("skipped_updates"),
+            "rewinds": s.get("rewinds", 0) if run["summary"] is not None else None,
             "diverged": (1.0 if s.get("diverged") else 0.0) if run["summary"] is not None else None}
 
 
@@ -252,13 +254,13 @@ def markdown_table(name, groups, runs, confidence=CONFIDENCE):
     """A sweep's Markdown section: heading, setup line, one row per group, notes."""
     pct = f"{confidence * 100:g} %"
     lines = [f"### {name}", "", f"{len(runs)} runs, {len(groups)} points; {describe_sweep(runs)}.", "",
-             "| point | n | final eval acc | final eval loss | best eval acc | spikes | skipped | diverged |",
-             "|---|--:|--:|--:|--:|--:|--:|--:|"]
+             "| point | n | final eval acc | final eval loss | best eval acc | spikes | skipped | rewinds | diverged |",
+             "|---|--:|--:|--:|--:|--:|--:|--:|--:|"]
     for g in groups:
         st = g["stats"]
         lines.append(f"| {g['label']} | {g['n']} | {_cell(st['final_eval_accuracy'], 4)} | "
                      f"{_cell(st['final_eval_loss'], 4)} | {_cell(st['best_eval_accuracy'], 4)} | "
-                     f"{_cell(st['spikes'], 2)} | {_cell(st['skipped_updates'], 2)} | "
+                     f"{_cell(st['spikes'], 2)} | {_cell(st['skipped_updates'], 2)} | {_cell(st['rewinds'], 2)} | "
                      f"{st['diverged']['count']}/{st['diverged']['n']} |")
     lines += ["", f"Cells: mean ± half-width of the {pct} Student-t interval over seeds (n − 1 dof); n/a "
                   "when n = 1. diverged: runs that stopped on a non-finite loss / runs."]

@@ -7,7 +7,9 @@ Why a converter and not a second logger in the binary: metrics.jsonl stays the o
 during a run picks up the new rows (the output folder is rewritten each time).
 
 Scalars: train/{loss, lr, grad_norm, tokens_per_s, mfu, peak_memory_bytes, loss_z, grad_norm_z},
-eval/{loss, perplexity, accuracy}, spikes/{loss, z}; the x axis is the optimizer step.
+eval/{loss, perplexity, accuracy}, spikes/{loss, z}, and a marker per rewind (rewinds.jsonl):
+rewinds/{to_step, batches_skipped} at the step that declared the divergence; the x axis is the
+optimizer step.
 
 usage: metrics_to_tensorboard.py RUN_DIR [--out DIR]   (DIR defaults to RUN_DIR/tensorboard)
 """
@@ -70,6 +72,9 @@ def convert(run_dir, out_dir):
     for row in rows(os.path.join(run_dir, "spikes.jsonl")):
         count += scalar(writer, "spikes/loss", row.get("loss"), row.get("step", 0))
         count += scalar(writer, "spikes/z", row.get("z"), row.get("step", 0))
+    for row in rows(os.path.join(run_dir, "rewinds.jsonl")):
+        count += scalar(writer, "rewinds/to_step", row.get("to_step"), row.get("from_step", 0))
+        count += scalar(writer, "rewinds/batches_skipped", row.get("batches_skipped"), row.get("from_step", 0))
     writer.close()
     print("wrote %d scalars to %s (tensorboard --logdir %s)" % (count, out_dir, out_dir))
 

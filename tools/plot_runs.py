@@ -130,18 +130,20 @@ def plot_spikes(runs, out, title):
     x = np.arange(len(lrs))
     top = 0
     for i, kernel in enumerate(kernels):
-        spikes, skipped, diverged = [], [], []
+        spikes, skipped, diverged, rewinds = [], [], [], []
         for lr in lrs:
             match = [r for r in runs if r["kernel"] == kernel and r["lr"] == lr]
             s = match[0]["summary"] if match and match[0]["summary"] else {}
             spikes.append(s.get("spikes", 0) or 0)
             skipped.append(s.get("skipped_updates", 0) or 0)
             diverged.append(bool(s.get("diverged", False)))
+            rewinds.append(s.get("rewinds", 0) or 0)
         pos = x + (i - (len(kernels) - 1) / 2) * width
         ax.bar(pos, spikes, width, color=COLORS.get(kernel), label=f"{kernel}: loss spikes")
         top = max(top, max(spikes))
-        for p, n, n_skip, div in zip(pos, spikes, skipped, diverged):
-            note = str(n) + (" skip %d" % n_skip if n_skip else "") + (" div" if div else "")
+        for p, n, n_skip, div, n_rw in zip(pos, spikes, skipped, diverged, rewinds):
+            note = str(n) + (" skip %d" % n_skip if n_skip else "") + (" rw %d" % n_rw if n_rw else "") + \
+                (" div" if div else "")
             ax.annotate(note, (p, n), textcoords="offset points", xytext=(0, 2), ha="center", fontsize=7,
                         rotation=90 if len(note) > 2 else 0, va="bottom")
     ax.set_ylim(0, top * 1.35 + 1.5)
@@ -149,7 +151,7 @@ def plot_spikes(runs, out, title):
     ax.set_xticklabels([f"{lr:g}" for lr in lrs])
     ax.set_xlabel("peak learning rate")
     ax.set_ylabel("loss spikes flagged (count)")
-    ax.set_title(f"{title}\n'skip N': non-finite or skipped updates; 'div': run diverged", fontsize=10)
+    ax.set_title(f"{title}\n'skip N': non-finite or skipped updates; 'rw N': rewinds; 'div': run diverged", fontsize=10)
     ax.yaxis.get_major_locator().set_params(integer=True)
     ax.grid(alpha=0.3, axis="y")
     ax.legend(fontsize=8)

@@ -131,11 +131,6 @@ TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torc
   return s;
 }
 
-void PruneCheckpoints(const std::string& run_dir, int64_t keep) {
-  auto all = ListCheckpoints(run_dir);
-  for (size_t i = 0; i + keep < all.size(); ++i) fs::remove(all[i].second);
-}
-
 void RemoveStaleCheckpointFiles(const std::string& run_dir) {
   const fs::path dir = fs::path(run_dir) / "checkpoints";
   if (!fs::exists(dir)) return;

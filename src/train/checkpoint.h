@@ -34,6 +34,10 @@ struct TrainerState {
   double best_eval_accuracy = 0.0;
   double wall_seconds = 0.0;   // accumulated over resumed segments
   std::string spike_window;    // SpikeMonitor::Serialize()
+  std::string divergence;      // DivergenceDetector::Serialize()
+  int64_t rewinds = 0;         // rewinds so far (train/rewind.h)
+  int64_t batches_skipped = 0; // optimizer-step batches they skipped
+  int64_t lr_factor_until = 0; // steps up to this one run at rewind.lr_factor times the lr
   LoaderState loader;          // stored beside the fields below, as its own YAML map
 
   // fn(name, field...) for the scalar fields, the one list that saving and loading share.
@@ -50,6 +54,10 @@ struct TrainerState {
     fn("best_eval_accuracy", self.best_eval_accuracy...);
     fn("wall_seconds", self.wall_seconds...);
     fn("spike_window", self.spike_window...);
+    fn("divergence", self.divergence...);
+    fn("rewinds", self.rewinds...);
+    fn("batches_skipped", self.batches_skipped...);
+    fn("lr_factor_until", self.lr_factor_until...);
   }
 };
 
@@ -64,8 +72,6 @@ void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim
                     const TrainerState& state, const std::string& attention_yaml);
 // Restores model, optimizer, RNG and returns the trainer state.
 TrainerState LoadCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim::Optimizer& optimizer);
-// Deletes all but the newest `keep` checkpoints.
-void PruneCheckpoints(const std::string& run_dir, int64_t keep);
 // Deletes temporary files that a checkpoint write killed midway left behind.
 void RemoveStaleCheckpointFiles(const std::string& run_dir);
 

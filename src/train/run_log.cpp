@@ -25,9 +25,9 @@ int OpenForAppend(const std::string& path) {
   return fd;
 }
 
-// Keeps the lines of a JSONL file whose "step" is at most `step`; lines without a step are kept,
-// lines that do not parse (torn by a kill) are dropped.
-void TruncateJsonlAfterStep(const std::string& path, int64_t step) {
+// Keeps the lines of a JSONL file whose `key` ("step", "rewind") is at most `last`; lines without
+// it are kept, lines that do not parse (torn by a kill) are dropped.
+void TruncateJsonlAfter(const std::string& path, const char* key, int64_t last) {
   std::ifstream in(path);
   if (!in) return;
   std::string kept, line;
@@ -35,7 +35,7 @@ void TruncateJsonlAfterStep(const std::string& path, int64_t step) {
   while (std::getline(in, line)) {
     const auto record = Json::parse(line, nullptr, /*allow_exceptions=*/false);
     const bool torn = record.is_discarded() || !record.is_object();
-    if (torn || JsonGet<int64_t>(record, "step", 0) > step) {
+    if (torn || JsonGet<int64_t>(record, key, 0) > last) {
       dropped = true;
       continue;
     }
@@ -75,7 +75,7 @@ RunLog::RunLog(std::string dir) : dir_(std::move(dir)) {
 }
 
 RunLog::~RunLog() {
-  for (const int fd : {metrics_fd_, spikes_fd_, lock_fd_}) {
+  for (const int fd : {metrics_fd_, spikes_fd_, rewinds_fd_, lock_fd_}) {
     if (fd >= 0) ::close(fd);
   }
 }
@@ -88,14 +88,21 @@ void RunLog::WriteConfig(const YAML::Node& resolved) {
   WriteFileAtomically(Path("config.yaml"), std::string(out.c_str()) + "\n");
 }
 
-void RunLog::OpenAfterStep(int64_t step) {
-  for (const char* name : {"metrics.jsonl", "spikes.jsonl"}) {
+void RunLog::OpenAfterStep(int64_t step, int64_t rewinds) {
+  for (int* fd : {&metrics_fd_, &spikes_fd_, &rewinds_fd_}) {
+    if (*fd >= 0) ::close(*fd);
+    *fd = -1;
+  }
+  for (const char* name : {"metrics.jsonl", "spikes.jsonl", "rewinds.jsonl"}) {
     const auto path = Path(name);
     DF_CHECK(!fs::is_directory(path), path << ": is a directory; the run cannot write its log there");
-    TruncateJsonlAfterStep(path, step);
   }
+  TruncateJsonlAfter(Path("metrics.jsonl"), "step", step);
+  TruncateJsonlAfter(Path("spikes.jsonl"), "step", step);
+  TruncateJsonlAfter(Path("rewinds.jsonl"), "rewind", rewinds);
   metrics_fd_ = OpenForAppend(Path("metrics.jsonl"));
   spikes_fd_ = OpenForAppend(Path("spikes.jsonl"));
+  if (rewinds > 0 || fs::exists(Path("rewinds.jsonl"))) rewinds_fd_ = OpenForAppend(Path("rewinds.jsonl"));
 }
 
 void RunLog::Append(int fd, const std::string& name, const Json& record) {
@@ -112,6 +119,24 @@ void RunLog::Append(int fd, const std::string& name, const Json& record) {
 
 void RunLog::Metrics(const Json& record) { Append(metrics_fd_, "metrics.jsonl", record); }
 void RunLog::Spike(const Json& event) { Append(spikes_fd_, "spikes.jsonl", event); }
+
+void RunLog::Rewind(const Json& record) {
+  if (rewinds_fd_ < 0) rewinds_fd_ = OpenForAppend(Path("rewinds.jsonl"));  // made by the first rewind
+  Append(rewinds_fd_, "rewinds.jsonl", record);
+}
+
+std::vector<Json> RunLog::SpikesBetween(int64_t first, int64_t last) const {
+  std::vector<Json> events;
+  std::ifstream in(Path("spikes.jsonl"));
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto event = Json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!event.is_object()) continue;
+    const auto step = JsonGet<int64_t>(event, "step", 0);
+    if (step >= first && step <= last) events.push_back(event);
+  }
+  return events;
+}
 
 void RunLog::Nonfinite(const Json& record) { WriteFileAtomically(Path("nonfinite.json"), ToJsonLine(record) + "\n"); }
 

@@ -28,11 +28,15 @@ class RunLog {
   std::string Path(const std::string& name) const;
 
   void WriteConfig(const YAML::Node& resolved);
-  // Drops the metrics and spike lines of steps after `step` (they run again after a resume) and
-  // lines torn by a kill, then opens both files for appending.
-  void OpenAfterStep(int64_t step);
+  // Drops the metrics and spike lines of steps after `step` (they run again after a resume or a
+  // rewind), the rewinds.jsonl lines after rewind `rewinds`, and lines torn by a kill, then opens
+  // the three for appending (again, after a rewind).
+  void OpenAfterStep(int64_t step, int64_t rewinds = 0);
   void Metrics(const Json& record);
   void Spike(const Json& event);
+  void Rewind(const Json& record);
+  // spikes.jsonl's events of steps first..last.
+  std::vector<Json> SpikesBetween(int64_t first, int64_t last) const;
   void Nonfinite(const Json& record);
   void Summary(const RunSummary& summary);
   std::optional<RunSummary> ReadSummary() const { return ReadRunSummary(dir_); }
@@ -44,6 +48,7 @@ class RunLog {
   int lock_fd_ = -1;
   int metrics_fd_ = -1;
   int spikes_fd_ = -1;
+  int rewinds_fd_ = -1;
 };
 
 }  // namespace darkformer

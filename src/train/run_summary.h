@@ -19,12 +19,14 @@ struct RunSummary {
   double best_eval_accuracy = 0.0;
   int64_t spikes = 0;               // spike events
   int64_t skipped_updates = 0;
-  bool diverged = false;            // stopped on a non-finite loss
+  bool diverged = false;            // stopped on a non-finite loss or a declared divergence
   double wall_seconds = 0.0;        // over all resumed segments
   double mean_tokens_per_s = 0.0;   // over the steps of the last segment
   double mean_mfu = 0.0;            // over the steps of the last segment; 0 when no peak is known
   int64_t peak_memory_bytes = 0;    // the last segment's peak: CUDA allocated on a GPU, RSS on the CPU
   std::string kernel;               // attention.kernel
+  int64_t rewinds = 0;              // train.spikes.on_divergence: rewind (train/rewind.h)
+  int64_t batches_skipped = 0;      // optimizer-step batches the rewinds skipped
 
   // fn(name, field..., decimals): decimals is how tables print a double (ignored for others).
   template <typename Fn, typename... Self>
@@ -37,6 +39,8 @@ struct RunSummary {
     fn("spikes", self.spikes..., 0);
     fn("skipped_updates", self.skipped_updates..., 0);
     fn("diverged", self.diverged..., 0);
+    fn("rewinds", self.rewinds..., 0);
+    fn("batches_skipped", self.batches_skipped..., 0);
     fn("wall_seconds", self.wall_seconds..., 1);
     fn("mean_tokens_per_s", self.mean_tokens_per_s..., 1);
     fn("mean_mfu", self.mean_mfu..., 4);

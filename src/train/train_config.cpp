@@ -18,20 +18,48 @@ static SpikeConfig ReadSpikes(const ConfigReader& r) {
   s.skip_update = r.Get("skip_update", s.skip_update, "drop the optimizer update of a spike step");
   s.on_nonfinite = r.GetEnum("on_nonfinite", s.on_nonfinite, kNonfiniteActionNames,
                              "non-finite loss or grad norm: skip the update, or stop (writes nonfinite.json with the batch position)");
+  s.on_divergence = r.GetEnum("on_divergence", s.on_divergence, kDivergenceActionNames,
+                              "a diverged run (train.spikes.divergence): carry on, rewind to an earlier checkpoint past the bad batches, or stop (exit 3)");
+  {
+    const auto d = r.Child("divergence", "when a run has diverged: any one rule");
+    auto& v = s.divergence;
+    v.spikes = d.Get("spikes", v.spikes, KeySpec("this many flagged steps ...").Min(1));
+    v.window = d.Get("window", v.window, KeySpec("... within this many steps").Min(1));
+    v.nonfinite = d.Get("nonfinite", v.nonfinite, "a non-finite loss or grad norm");
+    v.consecutive_skips = d.Get("consecutive_skips", v.consecutive_skips,
+                                KeySpec("this many skipped updates in a row").Min(0, "0 = off"));
+    d.RejectUnknown();
+  }
+  {
+    const auto w = r.Child("rewind", "on_divergence: rewind (docs/training.md)");
+    auto& v = s.rewind;
+    v.min_steps_back = w.Get("min_steps_back", v.min_steps_back,
+                             KeySpec("reload the newest checkpoint this many steps or more before the update that preceded the episode's first bad step").Min(0));
+    v.skip_batches = w.Get("skip_batches", v.skip_batches,
+                           KeySpec("batches skipped past the divergence, besides those since the checkpoint").Min(0));
+    v.lr_factor = w.Get("lr_factor", v.lr_factor, KeySpec("the lr multiplier after a rewind ...").Above(0));
+    v.lr_steps = w.Get("lr_steps", v.lr_steps, KeySpec("... for this many steps").Min(0));
+    v.max_rewinds = w.Get("max_rewinds", v.max_rewinds, KeySpec("rewinds per run; one more divergence stops it (exit 3)").Min(1));
+    w.RejectUnknown();
+  }
   r.RejectUnknown();
   return s;
 }
 
 static FaultInjectionConfig ReadFaultInjection(const ConfigReader& r) {
   FaultInjectionConfig f;
-  const auto lr = r.Child("lr_multiplier_at_step", "multiply that one step's lr by factor");
-  f.lr_multiplier_step = lr.Get("step", f.lr_multiplier_step, KeySpec("the step; 0 = off").Min(0));
+  const auto lr = r.Child("lr_multiplier_at_step",
+                          "multiply the lr of the steps that train on these data batches (batch n is step n until a rewind skips some)");
+  f.lr_multiplier_step = lr.Get("step", f.lr_multiplier_step, KeySpec("the first batch; 0 = off").Min(0));
   f.lr_multiplier_factor = lr.Get("factor", f.lr_multiplier_factor, KeySpec("the lr multiplier").Above(0));
+  f.lr_multiplier_steps = lr.Get("steps", f.lr_multiplier_steps, KeySpec("batches from the first").Min(1));
   lr.RejectUnknown();
   f.nan_loss_at_step = r.Get("nan_loss_at_step", f.nan_loss_at_step,
                              KeySpec("make that step's loss (and gradients) NaN; 0 = off").Min(0));
   f.nan_loss_rank = r.Get("nan_loss_rank", f.nan_loss_rank, "... on that data-parallel rank only (-1: every rank)");
   f.stop_at_step = r.Get("stop_at_step", f.stop_at_step, KeySpec("act as if SIGINT arrived during that step; 0 = off").Min(0));
+  f.kill_in_rewind = r.Get("kill_in_rewind", f.kill_in_rewind,
+                           KeySpec("SIGKILL during the first rewind: 1 after the abandoned checkpoints go, 2 after the rewinds.jsonl row, 3 after the logs are cut back, 4 after the target is rewritten; 0 = off").Min(0).Max(4));
   r.RejectUnknown();
   return f;
 }
@@ -86,6 +114,9 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
   t.distributed = DistributedConfig::FromConfig(
       r.Child("distributed", KeySpec("only under torchrun (WORLD_SIZE > 1); docs/distributed.md").Resumable()));
   r.RejectUnknown();
+  DF_CHECK(t.spikes.on_divergence != DivergenceAction::kRewind || t.checkpoint_every > 0,
+           "config key '" << r.KeyPath("spikes.on_divergence") << "' is rewind, which needs checkpoints to rewind to: set '"
+                          << r.KeyPath("checkpoint_every") << "' above 0 (it is 0: a checkpoint at the end only)");
   DF_CHECK(!t.frozen_weights_bf16 || t.precision == Precision::kBf16Autocast,
            "config key '" << r.KeyPath("frozen_weights_bf16") << "' needs train.precision: bf16_autocast (bf16 weights "
                           << "meet fp32 activations outside autocast)");

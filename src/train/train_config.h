@@ -12,6 +12,7 @@
 namespace darkformer {
 
 enum class NonfiniteAction { kSkip, kStop };
+enum class DivergenceAction { kContinue, kRewind, kStop };
 enum class TrainDevice { kAuto, kCpu, kCuda };
 enum class Precision { kFloat32, kBf16Autocast };
 enum class LrSchedule { kConstant, kCosine, kLinear, kWsd };
@@ -19,6 +20,8 @@ enum class LrSchedule { kConstant, kCosine, kLinear, kWsd };
 // Spellings of the enum-valued keys (config files, logs).
 inline const std::vector<std::pair<std::string, NonfiniteAction>> kNonfiniteActionNames = {
     {"skip", NonfiniteAction::kSkip}, {"stop", NonfiniteAction::kStop}};
+inline const std::vector<std::pair<std::string, DivergenceAction>> kDivergenceActionNames = {
+    {"continue", DivergenceAction::kContinue}, {"rewind", DivergenceAction::kRewind}, {"stop", DivergenceAction::kStop}};
 inline const std::vector<std::pair<std::string, TrainDevice>> kTrainDeviceNames = {
     {"auto", TrainDevice::kAuto}, {"cpu", TrainDevice::kCpu}, {"cuda", TrainDevice::kCuda}};
 inline const std::vector<std::pair<std::string, Precision>> kPrecisionNames = {
@@ -36,16 +39,37 @@ struct SpikeConfig {
   double min_loss_increase = 0.05;
   bool skip_update = false;
   NonfiniteAction on_nonfinite = NonfiniteAction::kSkip;
+  // train/divergence.h: when a run has diverged, and what then.
+  DivergenceAction on_divergence = DivergenceAction::kContinue;
+  struct Divergence {
+    int64_t spikes = 3;             // flagged steps ...
+    int64_t window = 50;            // ... within this many steps
+    bool nonfinite = true;          // a non-finite loss or grad norm
+    int64_t consecutive_skips = 0;  // skipped updates in a row; 0 = off
+  } divergence;
+  struct Rewind {  // PaLM's remedy (train/rewind.h)
+    int64_t min_steps_back = 0;
+    int64_t skip_batches = 0;
+    double lr_factor = 1.0;
+    int64_t lr_steps = 0;
+    int64_t max_rewinds = 3;
+  } rewind;
 };
 
 // Test hooks (train.fault_injection): faults injected on purpose so tests can prove the spike,
 // non-finite and interruption paths. Leave unset in real runs.
 struct FaultInjectionConfig {
-  int64_t lr_multiplier_step = 0;     // lr_multiplier_at_step.step
-  double lr_multiplier_factor = 1.0;  // lr_multiplier_at_step.factor
+  // lr_multiplier_at_step.{step, factor, steps}: keyed to the data batch a step trains on (the
+  // step number until a rewind skips batches), so a rewound run does not meet it again.
+  int64_t lr_multiplier_step = 0;
+  double lr_multiplier_factor = 1.0;
+  int64_t lr_multiplier_steps = 1;
   int64_t nan_loss_at_step = 0;
   int64_t nan_loss_rank = -1;
   int64_t stop_at_step = 0;
+  // SIGKILL at a phase of the first rewind: 1 after the abandoned checkpoints are removed, 2 after
+  // rewinds.jsonl's row, 3 after the logs are cut back, 4 after the target is written again.
+  int64_t kill_in_rewind = 0;
 };
 
 struct TrainConfig {

@@ -14,6 +14,7 @@
 #include "train/config_diff.h"
 #include "train/fit_check.h"
 #include "train/model_loading.h"
+#include "train/rewind.h"
 #include "train/lr_schedule.h"
 #include "train/step_profiler.h"
 #include "train/trainable_set.h"
@@ -64,7 +65,7 @@ int Trainer::Run() {
   if (log_) log_->WriteConfig(config_.resolved);
   Setup();
   Resume();
-  if (log_) log_->OpenAfterStep(state_.step);
+  if (log_) log_->OpenAfterStep(state_.step, state_.rewinds);
   const auto& t = config_.train;
   model_->train();
   const auto run_start = Clock::now();
@@ -80,6 +81,9 @@ int Trainer::Run() {
       return Finish(kExitDiverged);
     }
     RecordStep(step);
+    const auto after = HandleDivergence(step);
+    if (after == AfterDivergence::kStop) return Finish(kExitDiverged);
+    if (after == AfterDivergence::kRewound) continue;  // at the checkpoint's step, which was evaluated and saved
     MaybeEvaluate();
     state_.wall_seconds = wall_before + std::chrono::duration<double>(Clock::now() - run_start).count();
     const bool stop = AnyRank(g_stop_requested.load() || t.fault_injection.stop_at_step == state_.step,
@@ -114,6 +118,7 @@ void Trainer::Setup() {
   ApplyDocumentMasking(*train_loader_);
   val_loader_ = OpenBatchSource(config_.data, "val");
   spikes_ = std::make_unique<SpikeMonitor>(config_.train.spikes);
+  divergence_ = std::make_unique<DivergenceDetector>(config_.train.spikes.divergence);
 }
 
 // Resumes from the newest checkpoint that loads; an unreadable one (a disk error, a bad copy) is
@@ -135,6 +140,7 @@ void Trainer::Resume() {
     }
     train_loader_->Restore(state_.loader);
     spikes_->Restore(state_.spike_window);
+    divergence_->Restore(state_.divergence);
     spdlog::info("resumed from {} at step {}", it->second, state_.step);
     break;
   }
@@ -167,7 +173,15 @@ Trainer::StepResult Trainer::TrainStep() {
   const int64_t this_step = state_.step + 1;  // 1-based, as logged
   StepResult r;
   r.lr = ScheduledLr(t.schedule, t.lr, state_.step, t.steps, t.warmup_steps, t.min_lr_ratio, t.decay_fraction);
-  if (t.fault_injection.lr_multiplier_step == this_step) r.lr *= t.fault_injection.lr_multiplier_factor;
+  if (this_step <= state_.lr_factor_until) r.lr *= t.spikes.rewind.lr_factor;  // after a rewind
+  {
+    // Keyed to the data batch, not the step: a rewind skips the batch, and so the fault with it.
+    const auto& f = t.fault_injection;
+    const int64_t batch = MicroBatchesRead(train_loader_->state()) / t.grad_accum + 1;
+    if (f.lr_multiplier_step > 0 && batch >= f.lr_multiplier_step && batch < f.lr_multiplier_step + f.lr_multiplier_steps) {
+      r.lr *= f.lr_multiplier_factor;
+    }
+  }
   ApplyLr(r.lr);
   ZeroGradients();
   r.position = train_loader_->state();
@@ -285,6 +299,8 @@ int Trainer::Finish(int exit_code) {
   s.spikes = state_.spikes;
   s.skipped_updates = state_.skipped_updates;
   s.diverged = exit_code == kExitDiverged;
+  s.rewinds = state_.rewinds;
+  s.batches_skipped = state_.batches_skipped;
   s.wall_seconds = state_.wall_seconds;
   s.mean_tokens_per_s = metrics_->mean_tokens_per_s();  // Setup() made metrics_
   s.mean_mfu = metrics_->mean_mfu();
@@ -372,8 +388,12 @@ void Trainer::ApplyLr(double lr) {
 void Trainer::WriteCheckpoint() {
   state_.loader = train_loader_->state();
   state_.spike_window = spikes_->Serialize();
+  state_.divergence = divergence_->Serialize();
   SaveCheckpoint(CheckpointPath(config_.log.dir, state_.step), *model_, *optimizer_, state_, attention_yaml_);
-  PruneCheckpoints(config_.log.dir, config_.train.keep_last);
+  // keep_last, and with rewinds on every checkpoint a later rewind could reach (train/rewind.h).
+  for (const auto& path : CheckpointsToPrune(ListCheckpoints(config_.log.dir), state_.step, config_.train)) {
+    fs::remove(path);
+  }
 }
 
 void Trainer::WriteNonfinite(const StepResult& step) {

@@ -16,6 +16,7 @@
 #include "model/gemma_model.h"
 #include "train/attention_stats.h"
 #include "train/checkpoint.h"
+#include "train/divergence.h"
 #include "train/run_config.h"
 #include "train/run_log.h"
 #include "train/spike_monitor.h"
@@ -69,6 +70,11 @@ class Trainer {
   void Resume();
   StepResult TrainStep();
   void RecordStep(const StepResult& step);
+  // train.spikes.on_divergence (trainer_rewind.cpp): after a recorded step, declares divergence
+  // by the rules and rewinds (train/rewind.h) or stops; every rank decides alike.
+  enum class AfterDivergence { kGoOn, kRewound, kStop };
+  AfterDivergence HandleDivergence(const StepResult& step);
+  void Rewind(const Divergence& divergence, const std::pair<int64_t, std::string>& target);
   void MaybeEvaluate();
   void MaybeCheckpoint(bool stop);
   int Finish(int exit_code);
@@ -113,6 +119,7 @@ class Trainer {
   std::unique_ptr<BatchSource> train_loader_;
   std::unique_ptr<BatchSource> val_loader_;  // null without a validation split
   std::unique_ptr<SpikeMonitor> spikes_;
+  std::unique_ptr<DivergenceDetector> divergence_;
   std::unique_ptr<RunLog> log_;  // rank 0 only
   std::unique_ptr<DataParallel> parallel_;  // null in a plain run
   TrainerState state_;

@@ -207,6 +207,33 @@ def nan_on_one_rank_is_seen_by_all(tmp):
 
 
 @case
+def rewind_on_two_ranks_matches_one_process(tmp):
+    # An lr times 300 on data batches 20-21 diverges the run; both ranks must rewind together, to
+    # the step and data position one process rewinds to, and stay bit-identical replicas.
+    train = {"steps": 30, "checkpoint_every": 5, "keep_last": 1, "schedule": "constant", "grad_clip": 0,
+             "spikes": {"window": 10, "min_history": 8, "on_divergence": "rewind",
+                        "divergence": {"spikes": 2, "window": 10}, "rewind": {"skip_batches": 3}},
+             "fault_injection": {"lr_multiplier_at_step": {"step": 20, "factor": 300, "steps": 2}}}
+    single_cfg, single_dir = write_config(tmp, "single", train=train)
+    rc, err = train_single(single_cfg)
+    check(rc == 0, "1 process rewinds and finishes", tail(err))
+    dp_cfg, dp_dir = write_config(tmp, "dp", train=train)
+    results = finish(start_ranks(dp_cfg, 2))
+    check(all(rc == 0 for rc, _ in results), "both ranks rewind and finish (got %s)" % [r for r, _ in results],
+          tail(results[0][1]) + " || " + tail(results[1][1]))
+    rows = [tk.read_jsonl(os.path.join(d, "rewinds.jsonl")) if os.path.exists(os.path.join(d, "rewinds.jsonl")) else []
+            for d in (single_dir, dp_dir)]
+    keys = ("from_step", "to_step", "first_bad_step", "batches_skipped", "data_resumes_at")
+    check(len(rows[0]) == 1 and [{k: r[k] for k in keys} for r in rows[1]] == [{k: r[k] for k in keys} for r in rows[0]],
+          "2 ranks rewind as 1 process does (%s)" % [{k: r[k] for k in keys} for r in rows[0]],
+          str(rows[1]))
+    check(all("rewind 1 of at most 3" in err for _, err in results), "each rank logged the rewind")
+    compare_losses(losses(dp_dir), losses(single_dir), list(range(1, 31)), "rewound: 2 ranks vs 1 process")
+    found = digests("\n".join(err for _, err in results))
+    check(len(found) == 2 and found[0] == found[1], "the replicas stay bit-identical (digests %s)" % found)
+
+
+@case
 def resume_two_ranks_on_one(tmp):
     # An uninterrupted 1-process run of 8 steps ...
     ref_cfg, ref_dir = write_config(tmp, "ref", kernel="darkformer", train={"steps": 8, "checkpoint_every": 0})

@@ -223,11 +223,12 @@ TEST(SweepSummary, CsvAndMarkdownHaveGridValuesAndResults) {
   const auto csv = Read(dir.File("s.csv"));
   EXPECT_EQ(csv,
             "run,attention.kernel,status,exit_code,steps,tokens_seen,final_loss,min_loss,best_eval_accuracy,spikes,"
-            "skipped_updates,diverged,wall_seconds,mean_tokens_per_s,mean_mfu,peak_memory_bytes,kernel\n"
-            "kernel-performer,performer,finished,0,10,1280,2.5000,2.2500,0.3125,1,0,false,12.3,0.0,0.0000,0,\n"
-            "kernel-darkformer,darkformer,pending,-1,,,,,,,,,,,,,\n");
+            "skipped_updates,diverged,rewinds,batches_skipped,wall_seconds,mean_tokens_per_s,mean_mfu,peak_memory_bytes,"
+            "kernel\n"
+            "kernel-performer,performer,finished,0,10,1280,2.5000,2.2500,0.3125,1,0,false,0,0,12.3,0.0,0.0000,0,\n"
+            "kernel-darkformer,darkformer,pending,-1,,,,,,,,,,,,,,,\n");
   const auto md = Read(dir.File("s.md"));
-  EXPECT_NE(md.find("| performer | finished | 0 | 10 | 1280 | 2.5000 | 2.2500 | 0.3125 | 1 | 0 | false | 12.3 | 0.0 | 0.0000 | 0 |  |"),
+  EXPECT_NE(md.find("| performer | finished | 0 | 10 | 1280 | 2.5000 | 2.2500 | 0.3125 | 1 | 0 | false | 0 | 0 | 12.3 | 0.0 | 0.0000 | 0 |  |"),
             std::string::npos)
       << md;
 }

@@ -241,7 +241,7 @@ def test_cli(root, out):
     text = open(md).read()
     check(buf.getvalue() == text + "\n", "the Markdown file has what stdout showed")
     check("| darkformer m=64 whitening | 3 | 0.6000 ± 0.2484 | 1.4000 ± 0.2484 | 0.6000 ± 0.2484 | "
-          "1.00 ± 2.48 | 0.00 ± 0.00 | 0/3 |" in text, "Markdown row: mean ± t half-width")
+          "1.00 ± 2.48 | 0.00 ± 0.00 | 0.00 ± 0.00 | 0/3 |" in text, "Markdown row: mean ± t half-width (spikes, skipped, rewinds)")
     check("| performer m=64 | 1 | 0.4200 ± n/a |" in text, "Markdown row: n = 1 shows n/a")
     check("attention-pf64_seed-1 (pending)" in text, "Markdown lists the run left out")
     check("| performer m=64 lr=1e-1 | 3 |" in text and "| 1/3 |" in text, "Markdown: lr label and diverged 1/3")

@@ -36,6 +36,8 @@ def main():
         testkit.write_yaml(path, config)
         testkit.run(["train", "--config", path], check=True)
         logged = testkit.read_jsonl(os.path.join(run_dir, "metrics.jsonl"))
+        with open(os.path.join(run_dir, "rewinds.jsonl"), "w") as f:  # as a rewind writes it (tests/train)
+            f.write('{"rewind": 1, "step": 5, "from_step": 5, "to_step": 2, "batches_skipped": 7}\n')
         for _ in range(2):  # the second conversion rewrites, never appends
             subprocess.run([sys.executable, TOOL, run_dir], check=True, capture_output=True, text=True)
         got = read_back(os.path.join(run_dir, "tensorboard"))
@@ -47,6 +49,8 @@ def main():
             print("[tensorboard] %s/%s: %d logged, %d read back" % (kind, key, len(want), len(have)))
             if not ok or not want:
                 failures.append("%s/%s: logged %s, read back %s" % (kind, key, want, have))
+        if got.get("rewinds/to_step") != [(5, 2.0)] or got.get("rewinds/batches_skipped") != [(5, 7.0)]:
+            failures.append("the rewind marker: %s, %s" % (got.get("rewinds/to_step"), got.get("rewinds/batches_skipped")))
         memory = got.get("train/peak_memory_bytes", [])
         if len(memory) != 6 or min(v for _, v in memory) <= 0:
             failures.append("train/peak_memory_bytes: %s" % memory)
