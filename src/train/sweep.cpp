@@ -34,20 +34,6 @@ void Flatten(const YAML::Node& node, const std::string& prefix, std::vector<std:
   out.emplace_back(prefix, node);
 }
 
-std::string LastComponent(const std::string& key) {
-  const auto dot = key.rfind('.');
-  return dot == std::string::npos ? key : key.substr(dot + 1);
-}
-
-std::string Sanitize(const std::string& text) {
-  std::string out;
-  for (const char c : text) {
-    const bool ok = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '+' || c == '-';
-    out += ok ? c : '-';
-  }
-  return out;
-}
-
 std::string CsvField(const std::string& text) {
   if (text.find_first_of(",\"\n") == std::string::npos) return text;
   std::string quoted = "\"";
@@ -162,19 +148,6 @@ std::string FlowYaml(const YAML::Node& node) {
   return out.c_str();
 }
 
-std::string RunName(const std::vector<std::pair<std::string, YAML::Node>>& values) {
-  std::map<std::string, int> last_count;
-  for (const auto& [key, value] : values) ++last_count[LastComponent(key)];
-  std::string name;
-  for (const auto& [key, value] : values) {
-    const auto label = last_count[LastComponent(key)] > 1 ? key : LastComponent(key);
-    const auto text = value.IsScalar() ? value.Scalar() : FlowYaml(value);
-    if (!name.empty()) name += "_";
-    name += Sanitize(label) + "-" + Sanitize(text);
-  }
-  return name.empty() ? "run" : name;
-}
-
 std::vector<SweepPoint> ExpandGrid(const std::vector<SweepAxis>& grid) {
   std::vector<SweepPoint> points(1);
   for (const auto& axis : grid) {
@@ -188,9 +161,15 @@ std::vector<SweepPoint> ExpandGrid(const std::vector<SweepAxis>& grid) {
     }
     points = std::move(next);
   }
+  // Short names; where two points would share one, every point keeps the long form instead.
+  std::set<std::string> short_names;
+  bool unique = true;
+  for (const auto& point : points) unique = short_names.insert(RunName(point.values)).second && unique;
   std::set<std::string> names;
   for (auto& point : points) {
-    point.name = RunName(point.values);
+    point.legacy_name = LegacyRunName(point.values);
+    point.name = unique ? RunName(point.values) : point.legacy_name;
+    for (auto& [key, value] : point.values) value = WithoutName(value);  // `name:` names, it sets nothing
     DF_CHECK(names.insert(point.name).second,
              "two grid points share the run name '" << point.name << "' (repeated values in the grid?)");
   }

@@ -29,6 +29,7 @@
 #include <vector>
 
 #include "train/run_summary.h"
+#include "train/sweep_names.h"
 
 namespace darkformer {
 
@@ -64,15 +65,14 @@ struct SweepSpec {
 // One grid point: its values in axis order and its run directory name.
 struct SweepPoint {
   std::string name;
+  std::string legacy_name;  // its name before short names (sweep_names.h), for migrating old output
   std::vector<std::pair<std::string, YAML::Node>> values;
 };
 
-// The Cartesian product of the axes (last axis fastest), each point named by RunName.
-// Names must be unique (fails naming the clash otherwise).
+// The Cartesian product of the axes (last axis fastest), each point named by RunName (every point
+// by LegacyRunName where two short names would clash). Names must be unique (fails naming the
+// clash otherwise).
 std::vector<SweepPoint> ExpandGrid(const std::vector<SweepAxis>& grid);
-// "kernel-performer_lr-0.001": each key's last component (the full path when two axes share a
-// last component) and its value, characters outside [A-Za-z0-9.+-] replaced by '-'.
-std::string RunName(const std::vector<std::pair<std::string, YAML::Node>>& values);
 // A YAML node as one line of flow YAML (what `--set key=<this>` parses back to the same node).
 std::string FlowYaml(const YAML::Node& node);
 

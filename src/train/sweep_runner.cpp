@@ -254,19 +254,26 @@ std::vector<std::string> RunCommand(const SweepSpec& spec, const SweepPoint& poi
   return argv;
 }
 
-std::vector<SweepRecord> InspectSweep(const SweepSpec& spec) {
+std::vector<SweepRecord> InspectSweep(const SweepSpec& spec, bool look_only) {
+  const auto points = ExpandGrid(spec.grid);
+  std::vector<std::pair<std::string, std::string>> renames;
+  for (const auto& point : points) renames.emplace_back(point.legacy_name, point.name);
+  if (!look_only) MigrateLegacyRunDirs(spec.output, renames);  // before the state is read: it renames entries too
   const auto state = SweepState::Load(StatePath(spec));
   std::vector<SweepRecord> records;
-  for (const auto& point : ExpandGrid(spec.grid)) {
+  for (const auto& point : points) {
     SweepRecord r;
     r.point = point;
     r.dir = RunDir(spec, point);
+    const auto legacy = (fs::path(spec.output) / point.legacy_name).string();
+    const bool long_named = look_only && !fs::exists(r.dir) && fs::is_directory(legacy);
+    if (long_named) r.dir = legacy;  // a dry run changes nothing: it reports the run where it is
     try {
       r.target_steps = RunConfig::Load(spec.base, RunOverrides(spec, point)).train.steps;
     } catch (const Error& e) {
       Fail("sweep run '" + point.name + "': " + e.what());
     }
-    const auto it = state.runs.find(point.name);
+    const auto it = state.runs.find(long_named ? point.legacy_name : point.name);
     r.exit_code = it == state.runs.end() ? -1 : it->second.exit_code;
     r.summary = ReadRunSummary(r.dir);
     r.status = ClassifyRun(r.dir, r.summary, r.target_steps, r.exit_code);
@@ -284,7 +291,7 @@ void WriteSweepSummaries(const SweepSpec& spec, const std::vector<SweepRecord>& 
 }
 
 int RunSweep(const SweepSpec& spec, const SweepOptions& options) {
-  auto records = InspectSweep(spec);
+  auto records = InspectSweep(spec, /*look_only=*/options.dry_run);
   int64_t parallel = options.parallel > 0 ? options.parallel : spec.parallel;
   const auto slots = DeviceSlots(spec);
   if (!slots.empty() && parallel > static_cast<int64_t>(slots.size())) {

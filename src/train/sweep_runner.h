@@ -19,8 +19,10 @@ struct SweepOptions {
 };
 
 // Every grid point with its target steps (from its resolved run config, which is validated
-// here, before anything is launched) and its current status.
-std::vector<SweepRecord> InspectSweep(const SweepSpec& spec);
+// here, before anything is launched) and its current status. Run directories of the long names
+// of earlier sweeps are renamed to the short ones first (sweep_names.h), unless `look_only`
+// (a dry run), which reports them where they are.
+std::vector<SweepRecord> InspectSweep(const SweepSpec& spec, bool look_only = false);
 // Writes <output>/summary.csv and <output>/summary.md.
 void WriteSweepSummaries(const SweepSpec& spec, const std::vector<SweepRecord>& records);
 // The argument vector of one run (program first).

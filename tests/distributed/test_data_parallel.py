@@ -332,7 +332,7 @@ def sweep_runs_under_torchrun(tmp):
     env["OMP_NUM_THREADS"] = "1"
     r = subprocess.run([tk.BINARY, "sweep", "--config", sweep], env=env, capture_output=True, text=True, timeout=300)
     check(r.returncode == 0, "the sweep exits 0", tail(r.stderr))
-    run_dir = os.path.join(tmp, "sweep", "lr-0.001")
+    run_dir = os.path.join(tmp, "sweep", "lr0.001")
     log = open(os.path.join(run_dir, "train.log"), encoding="utf-8").read() if os.path.exists(
         os.path.join(run_dir, "train.log")) else ""
     check("rank 1 of 2" in log, "its run trained as 2 torchrun ranks", log[-500:])

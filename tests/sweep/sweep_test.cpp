@@ -5,8 +5,11 @@
 
 #include <gtest/gtest.h>
 
+#include <fcntl.h>
 #include <set>
+#include <sys/file.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
@@ -104,9 +107,9 @@ TEST(ExpandGrid, CartesianProductLastAxisFastest) {
                                  {"train.seed", {YAML::Node(0), YAML::Node(1), YAML::Node(2)}}};
   const auto points = ExpandGrid(grid);
   ASSERT_EQ(points.size(), 6u);
-  EXPECT_EQ(points[0].name, "kernel-performer_seed-0");
-  EXPECT_EQ(points[2].name, "kernel-performer_seed-2");
-  EXPECT_EQ(points[3].name, "kernel-darkformer_seed-0");
+  EXPECT_EQ(points[0].name, "performer_seed0");
+  EXPECT_EQ(points[2].name, "performer_seed2");
+  EXPECT_EQ(points[3].name, "darkformer_seed0");
   EXPECT_EQ(points[5].values[1].second.as<int>(), 2);
 }
 
@@ -116,17 +119,54 @@ TEST(ExpandGrid, EmptyGridIsOneRun) {
   EXPECT_EQ(points[0].name, "run");
 }
 
-// Characters outside [A-Za-z0-9.+-] (so also "_", the separator between axes) become "-".
-TEST(RunName, SharedLastComponentsUseTheFullPathAndOddCharactersAreReplaced) {
-  const auto name = RunName({{"attention.performer.num_features", YAML::Node(64)},
-                             {"attention.darkformer.num_features", YAML::Node(32)},
-                             {"train.trainable", YAML::Load("['*q_proj*', '*k_proj*']")}});
+// The long names of sweeps before short ones (kept to migrate their output): characters outside
+// [A-Za-z0-9.+-] (so also "_", the separator between axes) become "-".
+TEST(RunName, LegacyNamesUseTheFullPathForSharedLastComponents) {
+  const auto name = LegacyRunName({{"attention.performer.num_features", YAML::Node(64)},
+                                   {"attention.darkformer.num_features", YAML::Node(32)},
+                                   {"train.trainable", YAML::Load("['*q_proj*', '*k_proj*']")}});
   EXPECT_EQ(name.rfind("attention.performer.num-features-64_attention.darkformer.num-features-32_trainable-", 0), 0u)
       << name;
   EXPECT_EQ(name.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-_"),
             std::string::npos)
       << name;
-  EXPECT_EQ(RunName({{"train.lr", YAML::Load("1.0e-4")}}), "lr-1.0e-4");
+  EXPECT_EQ(LegacyRunName({{"train.lr", YAML::Load("1.0e-4")}}), "lr-1.0e-4");
+}
+
+// The issue's example: mqar_lr_sweep.yaml's point reads performer-m64_lr1e-4_seed0.
+TEST(RunName, ShortNamesReadLikeThePapersTables) {
+  const GridValues point = {{"attention", YAML::Load("{kernel: performer, performer: {num_features: 64}}")},
+                            {"train.lr", YAML::Load("1.0e-4")},
+                            {"train.seed", YAML::Node(0)}};
+  EXPECT_EQ(RunName(point), "performer-m64_lr1e-4_seed0");
+  EXPECT_EQ(LegacyRunName(point), "attention--kernel--performer--performer---num-features--64--_lr-1.0e-4_seed-0");
+  EXPECT_EQ(RunName({{"train.lr", YAML::Load("3.0e-3")}, {"train.warmup_steps", YAML::Node(10)}}), "lr3e-3_warmup-steps10");
+  // Words are set apart from their key, and a word with an 'e' stays whole.
+  EXPECT_EQ(RunName({{"attention", YAML::Load("{kernel: darkformer, darkformer: {num_features: 64, init: whitening}}")},
+                     {"data.document_masking", YAML::Load("false")}}),
+            "darkformer-m64-init-whitening_document-masking-false");
+  EXPECT_EQ(RunName({{"train.trainable", YAML::Load("['*q_proj*']")}}).find_first_not_of(
+                "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789.+-_"),
+            std::string::npos);
+}
+
+TEST(ExpandGrid, AGridEntryNamesItselfAndTheNameIsNotAConfigKey) {
+  const auto points = ExpandGrid({{"attention", {YAML::Load("{name: dark-white, kernel: darkformer, darkformer: {init: whitening}}"),
+                                                 YAML::Load("{kernel: exact}")}},
+                                  {"train.seed", {YAML::Node(1)}}});
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].name, "dark-white_seed1");
+  EXPECT_EQ(points[1].name, "exact_seed1");
+  EXPECT_FALSE(points[0].values[0].second["name"]) << "name: is stripped from what the run gets";
+  EXPECT_EQ(points[0].values[0].second["kernel"].as<std::string>(), "darkformer");
+}
+
+TEST(ExpandGrid, ShortNamesThatWouldClashFallBackToTheLongOnes) {
+  // Two keys whose short forms read alike: 1 and 1.0 both print "1".
+  const auto points = ExpandGrid({{"train.lr", {YAML::Load("1"), YAML::Load("1.0")}}});
+  ASSERT_EQ(points.size(), 2u);
+  EXPECT_EQ(points[0].name, "lr-1");
+  EXPECT_EQ(points[1].name, "lr-1.0");
 }
 
 TEST(ExpandGrid, RepeatedValuesAreAnError) {
@@ -225,8 +265,8 @@ TEST(SweepSummary, CsvAndMarkdownHaveGridValuesAndResults) {
             "run,attention.kernel,status,exit_code,steps,tokens_seen,final_loss,min_loss,best_eval_accuracy,spikes,"
             "skipped_updates,diverged,rewinds,batches_skipped,wall_seconds,mean_tokens_per_s,mean_mfu,peak_memory_bytes,"
             "kernel\n"
-            "kernel-performer,performer,finished,0,10,1280,2.5000,2.2500,0.3125,1,0,false,0,0,12.3,0.0,0.0000,0,\n"
-            "kernel-darkformer,darkformer,pending,-1,,,,,,,,,,,,,,,\n");
+            "performer,performer,finished,0,10,1280,2.5000,2.2500,0.3125,1,0,false,0,0,12.3,0.0,0.0000,0,\n"
+            "darkformer,darkformer,pending,-1,,,,,,,,,,,,,,,\n");
   const auto md = Read(dir.File("s.md"));
   EXPECT_NE(md.find("| performer | finished | 0 | 10 | 1280 | 2.5000 | 2.2500 | 0.3125 | 1 | 0 | false | 0 | 0 | 12.3 | 0.0 | 0.0000 | 0 |  |"),
             std::string::npos)
@@ -234,15 +274,15 @@ TEST(SweepSummary, CsvAndMarkdownHaveGridValuesAndResults) {
 }
 
 // A stand-in for `darkformer train`: reads log.dir from the --set arguments and acts by run name:
-// lr-0.5 fails (exit 5), lr-0.9 diverges (exit 3), lr-0.3 is interrupted on its first attempt
+// lr0.5 fails (exit 5), lr0.9 diverges (exit 3), lr0.3 is interrupted on its first attempt
 // (exit 130 after 1 step), the rest finish 3 steps. Every launch appends to <dir>/launches.
 const char* kFakeTrain = R"(#!/bin/sh
 for a in "$@"; do case "$a" in log.dir=*) dir="${a#log.dir=}";; esac; done
 mkdir -p "$dir"; echo x >> "$dir/launches"
 case "$dir" in
-  *lr-0.5) exit 5;;
-  *lr-0.9) echo '{"steps":2,"diverged":true}' > "$dir/summary.json"; exit 3;;
-  *lr-0.3) if [ ! -f "$dir/once" ]; then touch "$dir/once"; echo '{"steps":1,"diverged":false}' > "$dir/summary.json"; exit 130; fi;;
+  *lr0.5) exit 5;;
+  *lr0.9) echo '{"steps":2,"diverged":true}' > "$dir/summary.json"; exit 3;;
+  *lr0.3) if [ ! -f "$dir/once" ]; then touch "$dir/once"; echo '{"steps":1,"diverged":false}' > "$dir/summary.json"; exit 130; fi;;
 esac
 echo '{"steps":3,"final_loss":2.0,"min_loss":1.5,"best_eval_accuracy":0.25,"spikes":0,"diverged":false}' > "$dir/summary.json"
 )";
@@ -262,7 +302,7 @@ TEST(RunSweep, SkipsFinishedResumesPartialRetriesFailedKeepsDiverged) {
   SweepOptions options;
   options.program = dir.File("fake_train.sh");
 
-  EXPECT_EQ(RunSweep(spec, options), 1);  // lr-0.5 failed; the sweep went on
+  EXPECT_EQ(RunSweep(spec, options), 1);  // lr0.5 failed; the sweep went on
   auto records = InspectSweep(spec);
   ASSERT_EQ(records.size(), 4u);
   EXPECT_EQ(records[0].status, RunStatus::kFinished);
@@ -282,8 +322,46 @@ TEST(RunSweep, SkipsFinishedResumesPartialRetriesFailedKeepsDiverged) {
   records = InspectSweep(spec);
   EXPECT_EQ(records[1].status, RunStatus::kFinished);
   const auto csv = Read(dir.File("out/summary.csv"));
-  EXPECT_NE(csv.find("lr-0.1,0.1,finished,0,3,"), std::string::npos) << csv;
-  EXPECT_NE(csv.find("lr-0.9,0.9,diverged,3,2,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("lr0.1,0.1,finished,0,3,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("lr0.9,0.9,diverged,3,2,"), std::string::npos) << csv;
+}
+
+// Output of a sweep from before short names: its long-named run directories and their
+// sweep_state.yaml entries are renamed when the sweep next looks, and the runs go on from there;
+// a directory whose trainer still runs is refused, naming it.
+TEST(RunSweep, LongNamedOutputIsRenamedAndResumes) {
+  TempDir dir;
+  Write(dir.File("fake_train.sh"), kFakeTrain);
+  chmod(dir.File("fake_train.sh").c_str(), 0755);
+  const auto spec = SpecIn(dir, "grid: {train.lr: [0.1, 0.3]}\n");
+  fs::create_directories(dir.File("out/lr-0.1"));
+  Write(dir.File("out/lr-0.1/summary.json"), "{\"steps\":3,\"diverged\":false}\n");
+  SweepState old;
+  old.runs["lr-0.1"] = {"finished", 0, 1};
+  old.Save(dir.File("out/sweep_state.yaml"));
+  const auto records = InspectSweep(spec);
+  EXPECT_FALSE(fs::exists(dir.File("out/lr-0.1")));
+  EXPECT_EQ(records[0].dir, dir.File("out/lr0.1"));
+  EXPECT_EQ(records[0].status, RunStatus::kFinished) << "its summary moved with it";
+  EXPECT_EQ(SweepState::Load(dir.File("out/sweep_state.yaml")).runs.count("lr0.1"), 1u);
+  SweepOptions options;
+  options.program = dir.File("fake_train.sh");
+  EXPECT_EQ(RunSweep(spec, options), 0);
+  EXPECT_EQ(Launches(records[0].dir), 0) << "the finished run is not run again";
+  EXPECT_EQ(Launches(dir.File("out/lr0.3")), 1);
+
+  fs::create_directories(dir.File("out2/lr-0.1"));
+  const int lock = open(dir.File("out2/lr-0.1/.lock").c_str(), O_RDWR | O_CREAT, 0644);
+  ASSERT_EQ(flock(lock, LOCK_EX | LOCK_NB), 0);
+  try {
+    SpecIn(dir, "grid: {train.lr: [0.1]}\n");
+    InspectSweep(SweepSpec::Load(dir.File("sweep.yaml"), {"output=" + dir.File("out2")}));
+    ADD_FAILURE() << "a running trainer's directory was renamed";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("still running"), std::string::npos) << e.what();
+  }
+  close(lock);
+  EXPECT_TRUE(fs::exists(dir.File("out2/lr-0.1")));
 }
 
 // devices: [0, 1] with parallel 2: each child starts with its own CUDA_VISIBLE_DEVICES (a stand-in
