@@ -396,24 +396,4 @@ void Trainer::WriteCheckpoint() {
   }
 }
 
-void Trainer::WriteNonfinite(const StepResult& step) {
-  if (!log_) return;  // rank 0 writes the run directory
-  const auto& position = step.position;
-  std::vector<int64_t> rows;  // unshuffled row indices of every micro-batch (BatchSource::FillRow)
-  for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {
-    const int64_t per_epoch = train_loader_->batches_per_epoch();
-    const int64_t batch = position.step + micro;
-    for (const auto row : train_loader_->RowsOfBatch(position.epoch + batch / per_epoch, batch % per_epoch)) {
-      rows.push_back(row);
-    }
-  }
-  // The position before the step took its batches: restoring it replays the offending batch.
-  const int64_t this_step = state_.step + 1;
-  log_->Nonfinite({{"step", this_step}, {"loss", step.loss}, {"grad_norm", step.grad_norm},
-                   {"loader_seed", position.seed}, {"loader_epoch", position.epoch},
-                   {"loader_step", position.step}, {"grad_accum", config_.train.grad_accum}, {"rows", rows}});
-  spdlog::error("stopping on a non-finite loss at step {}; the batch position is in {}", this_step,
-                log_->Path("nonfinite.json"));
-}
-
 }  // namespace darkformer

@@ -1,6 +1,6 @@
 // The trainer's step and eval lines and metrics.jsonl rows (see trainer.h): loss, lr, gradient
 // norm, throughput, MFU and peak memory since the last row (train/step_metrics.h), spike
-// diagnostics.
+// diagnostics, and nonfinite.json (the batch position of a non-finite step that stops the run).
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
@@ -56,6 +56,26 @@ void Trainer::LogEval(const EvalResult& r) {
                  {"perplexity", r.perplexity}, {"accuracy", r.accuracy}, {"tokens", r.tokens}});
   spdlog::info("eval @ {}: loss {:.4f} | ppl {:.2f} | next-token accuracy {:.4f} | {} tokens", state_.step, r.loss,
                r.perplexity, r.accuracy, r.tokens);
+}
+
+void Trainer::WriteNonfinite(const StepResult& step) {
+  if (!log_) return;  // rank 0 writes the run directory
+  const auto& position = step.position;
+  std::vector<int64_t> rows;  // unshuffled row indices of every micro-batch (BatchSource::FillRow)
+  for (int64_t micro = 0; micro < config_.train.grad_accum; ++micro) {
+    const int64_t per_epoch = train_loader_->batches_per_epoch();
+    const int64_t batch = position.step + micro;
+    for (const auto row : train_loader_->RowsOfBatch(position.epoch + batch / per_epoch, batch % per_epoch)) {
+      rows.push_back(row);
+    }
+  }
+  // The position before the step took its batches: restoring it replays the offending batch.
+  const int64_t this_step = state_.step + 1;
+  log_->Nonfinite({{"step", this_step}, {"loss", step.loss}, {"grad_norm", step.grad_norm},
+                   {"loader_seed", position.seed}, {"loader_epoch", position.epoch},
+                   {"loader_step", position.step}, {"grad_accum", config_.train.grad_accum}, {"rows", rows}});
+  spdlog::error("stopping on a non-finite loss at step {}; the batch position is in {}", this_step,
+                log_->Path("nonfinite.json"));
 }
 
 }  // namespace darkformer
