@@ -12,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "util/shadow_tape.h"
+
 namespace darkformer {
 
 // What the layer tells the kernel about one call.
@@ -52,6 +54,31 @@ struct DecodeState {
 
 // Bytes of a tensor that may be undefined.
 inline int64_t NbytesOrZero(const torch::Tensor& t) { return t.defined() ? static_cast<int64_t>(t.nbytes()) : 0; }
+
+// One attention call's sizes, for the memory estimate's shadow forward (util/shadow_tape.h).
+struct ShadowAttentionCall {
+  int64_t batch = 1, length = 1, heads = 1, key_heads = 1, head_dim = 1;  // B L H K D
+  double softcap = 0.0;
+  bool documents = false;  // packed documents (data.document_masking)
+  bool cpu = false;        // the run computes on a CPU (which form `op: auto` picks)
+};
+
+// A kernel's shadow output, and the bytes its backward holds at its widest beyond what it saved.
+struct ShadowAttention {
+  shadow::Shadow out;
+  int64_t backward_bytes = 0;
+};
+
+// A parameter as the shadow sees it: its size, stored element size and whether it trains.
+inline shadow::Shadow ShadowParameter(const torch::Tensor& p) {
+  if (!p.defined()) return {};
+  return {p.numel(), static_cast<int64_t>(p.element_size()), p.requires_grad(), -1};
+}
+
+// SDPA's shadow: exact softmax attention, or any kernel that gives no shadow of its own (the
+// baselines are counted as it). `saves_mask`: packed documents as one masked call.
+ShadowAttention ShadowSdpa(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
+                           const shadow::Shadow& k, const shadow::Shadow& v, bool saves_mask);
 
 class AttentionKernelImpl : public torch::nn::Module {
  public:
@@ -96,6 +123,14 @@ class AttentionKernelImpl : public torch::nn::Module {
   // sequence. A prompt goes in as one call (the parallel path), then one token per call.
   virtual torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD,
                                const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall& call);
+
+  // What forward() saves for the backward, replayed on sizes (the memory estimate): records the
+  // saved tensors on `tape` and returns the output (q's head count and D, in v's element size).
+  // Its parameters' requires_grad says whether they train. Default: SDPA's, unmasked.
+  virtual ShadowAttention ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
+                                        const shadow::Shadow& k, const shadow::Shadow& v) const {
+    return ShadowSdpa(tape, call, q, k, v, /*saves_mask=*/false);
+  }
 };
 
 TORCH_MODULE(AttentionKernel);

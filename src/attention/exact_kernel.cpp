@@ -49,6 +49,55 @@ torch::Tensor ExactKernelImpl::forward(const torch::Tensor& q_BHLD, const torch:
   return torch::matmul(weights_BHLL, v_BHLD);
 }
 
+ShadowAttention ShadowSdpa(shadow::Tape& tape, const ShadowAttentionCall& c, const shadow::Shadow& q,
+                           const shadow::Shadow& key, const shadow::Shadow& v, bool saves_mask) {
+  using shadow::kBf16;
+  using shadow::kF32;
+  using shadow::Shadow;
+  const int64_t B = c.batch, L = c.length, T = B * L, H = c.heads, D = c.head_dim;
+  ShadowAttention r;
+  r.backward_bytes = 3 * T * H * D * kF32;  // dq, dk, dv
+  // SDPA under the caller's autocast; k, v repeated to H heads for grouped / multi-query.
+  const Shadow kr = c.key_heads == H ? key : tape.New(T * H * D, key.esz, key.rg);
+  const Shadow vr = c.key_heads == H ? v : tape.New(T * H * D, v.esz, v.rg);
+  const bool rg = q.rg || kr.rg || vr.rg;
+  if (c.softcap > 0) {  // the explicit path: B H L L logits and weights
+    const Shadow logits = tape.New(B * H * L * L, kF32, rg);
+    const Shadow weights = tape.New(B * H * L * L, kF32, rg);
+    if (rg) {
+      tape.Save(tape.To(q, kF32));
+      tape.Save(tape.To(kr, kF32));
+      tape.Save(logits);
+      tape.Save(weights);
+      tape.Save(vr);
+      if (tape.bf16()) tape.Save(tape.New(B * H * L * L, kBf16, true));
+    }
+    r.out = tape.New(T * H * D, v.esz, rg);
+    return r;
+  }
+  r.out = tape.New(T * H * D, q.esz, rg);
+  if (rg) {
+    tape.Save(q);
+    tape.Save(kr);
+    tape.Save(vr);
+    tape.Save(r.out);
+    tape.Save(tape.New(T * H, kF32, true));  // logsumexp
+    if (saves_mask) {
+      // The block-diagonal mask (bool), and SDPA's additive copy of it in q's dtype, both saved.
+      tape.Save(tape.New(B * L * L, 1, true));
+      tape.Save(tape.New(B * L * L, q.esz, true));
+    }
+  }
+  return r;
+}
+
+ShadowAttention ExactKernelImpl::ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call,
+                                               const shadow::Shadow& q, const shadow::Shadow& k,
+                                               const shadow::Shadow& v) const {
+  // Packed documents: one masked call (`mask`); auto and per_document call once per document.
+  return ShadowSdpa(tape, call, q, k, v, call.documents && documents_ == Documents::kMask);
+}
+
 namespace {
 
 struct KvCache : DecodeState {

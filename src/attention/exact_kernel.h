@@ -28,6 +28,8 @@ class ExactKernelImpl : public AttentionKernelImpl {
   // the masked SDPA costs about 2x the unmasked one on a CPU and on an H200, per-document calls
   // 0.4-1.0x (kernel-check --bench-documents; docs/data.md).
   bool HandlesDocuments(const AttentionCall&) const override { return documents_ == Documents::kMask; }
+  ShadowAttention ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
+                                const shadow::Shadow& k, const shadow::Shadow& v) const override;
 
   // Largest |logit| of the last forward (for spike diagnostics); -1 when not tracked.
   double last_max_logit = -1.0;

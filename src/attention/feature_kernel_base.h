@@ -43,6 +43,22 @@ struct FeatureKernelOptions {
 // exp(x.y) per pair of rows of x_BHPD and y_BHPD, in fp64: BHP. The softmax kernel most maps estimate.
 torch::Tensor SoftmaxKernelTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD);
 
+// How a feature kernel's forward runs, as its shadow needs it (feature_kernel_shadow.cpp).
+struct FeatureShadowForm {
+  bool causal_operator = false;  // runs the causal operator (ops/) in the form `op` picks
+  bool positive = false;         // ... the fused positive-feature form (LogFeatureKernel::PositiveForm)
+  int64_t features = 0;          // m
+  int64_t rank = 0;              // width of the input map's output, M q (darkformer); 0: head_dim
+  int64_t map_heads = 0;         // heads of the input map: H per head, 1 shared, 0 none
+};
+
+// What random-feature attention saves for its backward (x, y and v in fp32, the output, the
+// normaliser and prefix maxima; the raw CPU kernel's key-state checkpoints), and its backward's
+// widest extra (the chunk-parallel form holds whole-sequence features).
+ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
+                                       const shadow::Shadow& k, const shadow::Shadow& v, const FeatureShadowForm& form,
+                                       const FeatureKernelOptions& options, bool parameters_train);
+
 class FeatureKernelBase : public AttentionKernelImpl {
  public:
   void on_train_step(int64_t step) override;
@@ -66,6 +82,11 @@ class FeatureKernelBase : public AttentionKernelImpl {
   int64_t draw_count() const;
   // Replaces the projection by the next draw (redraw policies call this).
   void Redraw();
+  // The composite path's shadow: features of q and k in fp32, no causal operator.
+  ShadowAttention ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
+                                const shadow::Shadow& k, const shadow::Shadow& v) const override;
+  // Whether any of the kernel's own parameters trains (requires_grad).
+  bool ParametersTrain() const;
 
  protected:
   FeatureKernelBase(const KernelShape& shape, FeatureKernelOptions options);

@@ -1,6 +1,8 @@
 // The table of attention kernels by name: one line per kernel.
 #include "attention/kernel_registry.h"
 
+#include <algorithm>
+#include <cctype>
 #include <map>
 
 #include "attention/baseline_kernels.h"
@@ -14,6 +16,7 @@
 #include "attention/saderf_kernel.h"
 #include "attention/slay_kernel.h"
 #include "attention/trig_kernel.h"
+#include "util/error.h"
 
 namespace darkformer {
 
@@ -30,11 +33,11 @@ KernelFactory Factory() {
 
 struct Registered {
   KernelFactory factory;
-  const char* description;  // one line: what it computes, citing its seed paper
+  std::string description;  // one line: what it computes, citing its seed paper
 };
 
-const std::map<std::string, Registered>& Registry() {
-  static const std::map<std::string, Registered> registry = {
+std::map<std::string, Registered>& Registry() {
+  static std::map<std::string, Registered> registry = {
       {"aderf", {Factory<AderfKernel>(), "FAVOR# ADERF (002 Thm 4.2): gerf with A* on P x and P^-T y, P from an SVD of a calibration batch's second moments"}},
       {"constant", {Factory<ConstantKernel>(), "equal weights over allowed positions (running mean of v)"}},
       {"darkformer", {Factory<DarkformerKernel>(), "phi(x) = exp(W(Mx) - |Mx|^2/2)/sqrt(m): unbiased for exp(x^T M^T M y)"}},
@@ -68,6 +71,17 @@ AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& 
 std::string KernelDescription(const std::string& name) {
   const auto it = Registry().find(name);
   return it == Registry().end() ? std::string() : it->second.description;
+}
+
+void RegisterAttentionKernel(const std::string& name, KernelFactory factory, const std::string& description) {
+  const bool identifier = !name.empty() && std::islower(static_cast<unsigned char>(name[0])) &&
+                          std::all_of(name.begin(), name.end(), [](unsigned char c) {
+                            return std::islower(c) || std::isdigit(c) || c == '_';
+                          });
+  DF_CHECK(identifier, "attention kernel name '" << name << "' must be lowercase letters, digits and '_'");
+  DF_CHECK(Registry().count(name) == 0, "attention kernel '" << name << "' is already registered");
+  DF_CHECK(factory, "attention kernel '" << name << "' registered without a factory");
+  Registry()[name] = {std::move(factory), description};
 }
 
 std::vector<std::string> KernelNames() {

@@ -1,6 +1,7 @@
 // Kernels are chosen by name from the config; adding one is its own files, one line in
 // kernel_registry.cpp, and its port in the HF plug-in (python/darkformer_hf; test_plugin_ports.py
-// fails without it). What each kernel is (family, options, what it learns) is asked of it:
+// fails without it). A kernel may also be registered at run time (RegisterAttentionKernel: a
+// test's toy kernel, tests/train/toy_kernel_test.cpp). What each kernel is (family, options, what it learns) is asked of it:
 // kernel_traits.h.
 #pragma once
 
@@ -21,6 +22,9 @@ using KernelFactory = std::function<AttentionKernel(const KernelShape&, const Co
 AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& shape,
                                     const ConfigReader& options);
 std::vector<std::string> KernelNames();
+// Adds `name` to the table, before the kernels are first asked for (traits are memoised); refused
+// when the name is taken or not a plain lowercase identifier (it becomes a config section).
+void RegisterAttentionKernel(const std::string& name, KernelFactory factory, const std::string& description);
 // The registry's one line on what `name` computes ("" for an unknown name): the doc of its
 // config section.
 std::string KernelDescription(const std::string& name);

@@ -52,6 +52,9 @@ class LogFeatureKernel : public FeatureKernelBase {
     torch::Tensor w_MR;           // W, shared across heads
   };
   virtual std::optional<PositiveFeatureForm> PositiveForm() const { return std::nullopt; }
+  // The causal operator's shadow (the naive path: the composite one).
+  ShadowAttention ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
+                                const shadow::Shadow& k, const shadow::Shadow& v) const override;
   double MaxLogFeature(const torch::Tensor& x_BHLD) const override {
     return LogFeatures(x_BHLD).max().item<double>();
   }

@@ -86,6 +86,29 @@ torch::Tensor AttentionLayerImpl::Output(const torch::Tensor& out_BHLD, const to
   return o_proj(out_BHLD.to(x_BLE.scalar_type()).transpose(1, 2).reshape({batch, length, num_heads_ * head_dim_}));
 }
 
+ShadowAttention AttentionLayerImpl::ShadowForward(shadow::Tape& tape, ShadowAttentionCall call,
+                                                  const shadow::Shadow& x) const {
+  const int64_t e = q_proj->weight.size(1), hd = num_heads_ * head_dim_, kd = num_kv_heads_ * head_dim_;
+  auto q = tape.Linear(x, ShadowParameter(q_proj->weight), e, hd);
+  auto k = tape.Linear(x, ShadowParameter(k_proj->weight), e, kd);
+  const auto v = tape.Linear(x, ShadowParameter(v_proj->weight), e, kd);
+  if (q_norm) {
+    q = tape.RmsNorm(q, ShadowParameter(q_norm->weight), head_dim_);
+    k = tape.RmsNorm(k, ShadowParameter(k_norm->weight), head_dim_);
+  }
+  q = tape.Rope(q);
+  k = tape.Rope(k);
+  call.heads = num_heads_;
+  call.key_heads = num_kv_heads_;
+  call.head_dim = head_dim_;
+  call.softcap = call_.softcap;
+  auto attended = kernel_->ShadowForward(tape, call, q, k, v);
+  // out.to(x's dtype), transposed to B L H D: a copy.
+  const auto merged = tape.Copy(tape.To(attended.out, x.esz));
+  attended.out = tape.Linear(merged, ShadowParameter(o_proj->weight), hd, e);
+  return attended;
+}
+
 std::pair<torch::Tensor, torch::Tensor> AttentionLayerImpl::QueriesKeys(const torch::Tensor& x_BLE,
                                                                         const RotaryTables& rope) {
   const auto p = Project(x_BLE, rope);

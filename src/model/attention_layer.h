@@ -23,6 +23,11 @@ class AttentionLayerImpl : public torch::nn::Module {
   // state carries everything before them (AttentionKernelImpl::Decode).
   torch::Tensor Decode(const torch::Tensor& x_BTE, const RotaryTables& rope, std::unique_ptr<DecodeState>& state);
 
+  // What forward() saves for the backward, replayed on sizes (the memory estimate): `x` is the
+  // normed input on `tape` (call: batch, length, documents, device); returns o_proj's output and
+  // the kernel's backward extra.
+  ShadowAttention ShadowForward(shadow::Tape& tape, ShadowAttentionCall call, const shadow::Shadow& x) const;
+
   // Replaces the kernel (the paper's finetuning swap); projections are untouched.
   void SetKernel(AttentionKernel kernel);
   AttentionKernel kernel() const { return kernel_; }

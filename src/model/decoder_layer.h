@@ -16,6 +16,15 @@ class DecoderLayerImpl : public torch::nn::Module {
   torch::Tensor forward(const torch::Tensor& x_BLE, const RotaryTables& rope,
                         std::unique_ptr<DecodeState>* state = nullptr);
 
+  // What forward() saves for the backward, replayed on sizes (the memory estimate): `x` is the
+  // layer's input on `tape`. Returns the output (the fp32 residual stream) and the bytes the
+  // backward holds at its widest beyond what was saved.
+  struct Shadowed {
+    shadow::Shadow out;
+    int64_t backward_bytes = 0;
+  };
+  Shadowed ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& x) const;
+
   RmsNorm input_layernorm{nullptr}, post_attention_layernorm{nullptr};
   RmsNorm pre_feedforward_layernorm{nullptr}, post_feedforward_layernorm{nullptr};  // Gemma 2/3
   AttentionLayer self_attn{nullptr};

@@ -12,6 +12,7 @@
 #include "model/linear_cross_entropy.h"
 #include "util/error.h"
 #include "util/labels.h"
+#include "util/shapes_only.h"
 
 namespace darkformer {
 
@@ -29,6 +30,9 @@ GemmaModelImpl::GemmaModelImpl(GemmaConfig config, AttentionConfig attention)
 }
 
 AttentionKernel GemmaModelImpl::BuildKernel(int64_t layer) const {
+  // Real even when the model is built for its shapes (the memory estimate): a kernel draws its
+  // projections and reads its own values while it is built, and is small.
+  RealTensorsScope real;
   const std::string name = attention_.KernelForLayer(layer);
   KernelShape shape;
   shape.num_heads = config_.num_attention_heads;

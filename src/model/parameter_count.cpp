@@ -1,25 +1,35 @@
-// Analytic parameter counts (see parameter_count.h).
+// Parameter counts per component (see parameter_count.h), asked of the model built for its shapes.
 #include "model/parameter_count.h"
 
-#include "attention/kernel_registry.h"
+#include "model/gemma_model.h"
+#include "util/shapes_only.h"
 
 namespace darkformer {
 
+namespace {
+
+bool Contains(const std::string& name, const char* part) { return name.find(part) != std::string::npos; }
+
+}  // namespace
+
 ParameterCounts CountParameters(const GemmaConfig& config, const AttentionConfig& attention) {
+  ShapesOnlyScope shapes_only;  // a 7B model costs nothing (util/shapes_only.h)
+  GemmaModel model(config, attention);
   ParameterCounts c;
-  const int64_t e = config.hidden_size, layers = config.num_hidden_layers, d = config.head_dim;
-  const int64_t h = config.num_attention_heads, kv = config.num_key_value_heads;
-  c.embedding = config.vocab_size * e;
-  const int64_t qk_norms = config.Family() == GemmaFamily::kGemma3 ? 2 * d : 0;
-  c.attention = layers * (e * h * d + 2 * e * kv * d + h * d * e + qk_norms);
-  c.mlp = layers * 3 * e * config.intermediate_size;
-  const int64_t norms_per_layer = config.Family() == GemmaFamily::kGemma1 ? 2 : 4;
-  c.norms = layers * norms_per_layer * e + e;
-  for (int64_t i = 0; i < layers; ++i) {
-    const std::string name = attention.KernelForLayer(i);
-    KernelShape shape{h, d, i};
-    const auto kernel = MakeAttentionKernel(name, shape, attention.OptionsFor(name));
-    for (const auto& p : kernel->parameters()) c.kernel += p.numel();
+  for (const auto& item : model->named_parameters()) {
+    const std::string& name = item.key();
+    const int64_t n = item.value().numel();
+    if (name == "embed_tokens.weight") {
+      c.embedding += n;
+    } else if (Contains(name, ".self_attn.kernel.")) {
+      c.kernel += n;
+    } else if (Contains(name, ".self_attn.")) {  // q/k/v/o projections, Gemma 3's q/k norms
+      c.attention += n;
+    } else if (Contains(name, ".mlp.")) {
+      c.mlp += n;
+    } else {  // the block norms and the final norm
+      c.norms += n;
+    }
   }
   return c;
 }

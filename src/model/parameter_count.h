@@ -1,5 +1,5 @@
-// Parameter counts per component computed from the config alone, so `inspect` can size a 7B
-// model without allocating it. A test checks them against a built model's numel.
+// Parameter counts per component, of the model built for its shapes alone (util/shapes_only.h), so
+// `inspect` can size a 7B model without allocating it.
 #pragma once
 
 #include <map>

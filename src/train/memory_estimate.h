@@ -1,15 +1,17 @@
-// Memory of a training run per device, predicted from its run config alone (no model is
-// allocated): weights, gradients, AdamW state, the activations autograd saves for the backward
-// (with and without activation checkpointing), the logits / loss buffers, the backward's
-// transients, and the peak, the largest sum of what is alive at one moment of a step.
+// Memory of a training run per device, predicted from its run config: the model is built for its
+// shapes alone (util/shapes_only.h: nothing is allocated) and asked. Weights, gradients, AdamW
+// state, the activations autograd saves for the backward (with and without activation
+// checkpointing), the logits / loss buffers, the backward's transients, and the peak, the largest
+// sum of what is alive at one moment of a step.
 //
-// The activations come from a shadow of the model's forward: every op of RMSNorm, the q/k/v/o
-// projections, RoPE, the attention kernel, the GeGLU MLP and the residuals is replayed on sizes
-// only, with the rules autograd uses to decide what a node saves (a product saves an operand only
-// when the other one needs a gradient, a frozen Linear keeps no copy of its input, ...), under
-// fp32 or bf16 autocast (Linear outputs bf16, weights cast per use, random-feature attention and
-// the residual stream fp32). Checked against LibTorch's allocator on CPU runs of the trainer
-// (tests/cuda/memory_estimate_test.cpp); docs/memory.md.
+// The activations come from a shadow of the model's forward, which each decoder layer and kernel
+// gives beside its forward (ShadowForward): every op of RMSNorm, the q/k/v/o projections, RoPE,
+// the attention kernel, the GeGLU MLP and the residuals is replayed on sizes only
+// (util/shadow_tape.h), with the rules autograd uses to decide what a node saves (a product saves
+// an operand only when the other one needs a gradient, a frozen Linear keeps no copy of its
+// input, ...), under fp32 or bf16 autocast (Linear outputs bf16, weights cast per use,
+// random-feature attention and the residual stream fp32). Checked against LibTorch's allocator on
+// CPU runs of the trainer (tests/cuda/memory_estimate_test.cpp); docs/memory.md.
 #pragma once
 
 #include <cstdint>
@@ -56,15 +58,6 @@ struct MemoryEstimate {
 };
 
 MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstimateOptions& options = {});
-
-// Parameter names and sizes as GemmaModel registers them, from the config (kernels are built:
-// they are small), and the kernels' buffers.
-struct NamedSize {
-  std::string name;
-  int64_t numel = 0;
-};
-std::vector<NamedSize> ModelParameterSizes(const GemmaConfig& model, const AttentionConfig& attention);
-int64_t ModelBufferBytes(const GemmaConfig& model, const AttentionConfig& attention);
 
 // "12.34 GiB (13,249,974,272 bytes)".
 std::string FormatBytes(int64_t bytes);

@@ -185,48 +185,21 @@ Trainer::StepResult Trainer::TrainStep() {
   ApplyLr(r.lr);
   ZeroGradients();
   r.position = train_loader_->state();
-  torch::Tensor last_ids_BL;
   const bool inject_nan = t.fault_injection.nan_loss_at_step == this_step &&
                           (t.fault_injection.nan_loss_rank < 0 || t.fault_injection.nan_loss_rank == config_.data.rank);
-  if (!parallel_) {
-    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-      const auto batch = train_loader_->Next();
-      const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
-      torch::Tensor loss;
-      {
-        // Autocast covers this micro-batch's forward and loss only: leaving the scope drops its
-        // cached bf16 weights, so no cast outlives the optimizer step (mixed_precision.h).
-        AutocastScope autocast(device_.type(), bf16());
-        loss = MeanLoss(ids, labels) / static_cast<double>(t.grad_accum);
-      }
-      if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
-      loss.backward();
-      r.loss += loss.item<double>();
-      r.tokens += ids.numel();
-      last_ids_BL = ids;
-    }
-  } else {
-    // Each micro-batch's loss is the mean over the global batch's labelled tokens, as one process
-    // computes it: this rank's token sum over the global count, which one all-reduce of every
-    // micro-batch's label count gives before any forward.
-    std::vector<Batch> batches;
-    std::vector<double> label_counts;
-    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-      batches.push_back(train_loader_->Next());
-      label_counts.push_back(static_cast<double>(batches.back().labels_BL.ne(kIgnoreIndex).sum().item<int64_t>()));
-    }
-    label_counts = parallel_->Sum(label_counts, "summing label counts");
-    double local_loss = 0.0;
-    for (int64_t micro = 0; micro < t.grad_accum; ++micro) {
-      const auto ids = batches[micro].input_ids_BL.to(device_), labels = batches[micro].labels_BL.to(device_);
-      local_loss += MicroBatchBackward(ids, labels, label_counts[micro], micro + 1 == t.grad_accum, inject_nan);
-      r.tokens += ids.numel();
-      last_ids_BL = ids;
-    }
-    const auto totals = parallel_->Sum({local_loss, static_cast<double>(r.tokens)}, "summing the step's loss");
+  const auto micro_batches = ReadMicroBatches();
+  double loss = 0.0;
+  for (size_t i = 0; i < micro_batches.size(); ++i) {
+    loss += MicroBatchBackward(micro_batches[i], i + 1 == micro_batches.size(), inject_nan);
+    r.tokens += micro_batches[i].ids.numel();
+  }
+  r.loss = loss;
+  if (parallel_) {  // the logged loss and tokens are the global batch's
+    const auto totals = parallel_->Sum({loss, static_cast<double>(r.tokens)}, "summing the step's loss");
     r.loss = totals[0];
     r.tokens = static_cast<int64_t>(totals[1]);
   }
+  const auto& last_ids_BL = micro_batches.back().ids;
   const double clip = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
   r.grad_norm = torch::nn::utils::clip_grad_norm_(trainable_, clip);
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);

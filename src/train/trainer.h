@@ -95,18 +95,24 @@ class Trainer {
   bool is_rank_zero() const { return !parallel_ || parallel_->rank() == 0; }
   // The same on every rank: any rank's flag raises it on all.
   bool AnyRank(bool flag, const std::string& what);
-  // The loss of one micro-batch whose gradients are the global batch's mean-token loss; returns
-  // this rank's share of the logged loss.
-  double MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
-                            bool last_micro, bool inject_nan);
+  // One micro-batch of the step, on the device, and the count of labelled tokens its loss is
+  // divided by: its own, or under data parallelism the global micro-batch's.
+  struct MicroBatch {
+    torch::Tensor ids, labels;
+    double label_count = 0.0;
+  };
+  // The step's train.grad_accum micro-batches (trainer_loss.cpp).
+  std::vector<MicroBatch> ReadMicroBatches();
+  // Forward and backward of one micro-batch, under the run's autocast: its mean token loss over
+  // grad_accum, so that the summed gradients are the (global) batch's mean. Returns this rank's
+  // share of the logged loss.
+  double MicroBatchBackward(const MicroBatch& batch, bool last_micro, bool inject_nan);
   void CheckReplicasAgree();
   // Every rank's `text` when some rank's differs from rank 0's (compared by digest), else none.
   std::optional<std::vector<std::string>> DifferingRanks(const std::string& text, const std::string& what);
   // Before rank 0's parameters are broadcast: the same names, dtypes and shapes on every rank.
   void CheckRanksBuiltTheSameModel();
-  // Losses of one micro-batch under the caller's autocast scope: the mean over its labelled
-  // tokens, and the sum (data parallelism), through the full logits or the chunked loss.
-  torch::Tensor MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels);
+  // The token loss sum of one micro-batch under the caller's autocast scope.
   torch::Tensor LossSum(const torch::Tensor& ids, const torch::Tensor& labels);
   void ZeroGradients();
   bool bf16() const { return config_.train.precision == Precision::kBf16Autocast; }

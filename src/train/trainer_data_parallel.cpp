@@ -82,22 +82,6 @@ bool Trainer::AnyRank(bool flag, const std::string& what) {
   return parallel_->Max({flag ? 1.0 : 0.0}, what)[0] > 0.0;
 }
 
-double Trainer::MicroBatchBackward(const torch::Tensor& ids, const torch::Tensor& labels, double global_label_count,
-                                   bool last_micro, bool inject_nan) {
-  torch::Tensor token_loss_sum;
-  {
-    AutocastScope autocast(device_.type(), bf16());
-    token_loss_sum = LossSum(ids, labels);
-  }
-  // sum / global count is this rank's share of the global mean; the Reducer divides the summed
-  // gradients by the rank count, so the backward loss carries a factor W to undo it.
-  const double accum = static_cast<double>(config_.train.grad_accum);
-  auto share = token_loss_sum / (global_label_count * accum);
-  if (inject_nan) share = share * std::numeric_limits<double>::quiet_NaN();
-  parallel_->Backward(share * static_cast<double>(parallel_->world_size()), last_micro);
-  return share.item<double>();
-}
-
 // Every rank applied the same averaged gradients; a digest of each rank's parameters shows the
 // replicas stayed bit-identical (logged on every rank, so a launcher's logs can be compared too).
 void Trainer::CheckReplicasAgree() {

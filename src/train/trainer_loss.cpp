@@ -1,7 +1,10 @@
-// The trainer's losses and evaluation (see trainer.h): each micro-batch's loss through the full
-// logits or the chunked LM-head cross-entropy, under the run's autocast scope, and the
-// validation pass.
+// The trainer's losses and evaluation (see trainer.h): the step's micro-batches, each one's forward
+// and backward (one path for a plain run and data parallelism: only the label count differs),
+// through the full logits or the chunked LM-head cross-entropy, and the validation pass.
 #include <spdlog/spdlog.h>
+
+#include <limits>
+#include <vector>
 
 #include "train/trainer.h"
 #include "util/labels.h"
@@ -77,13 +80,40 @@ void Trainer::ZeroGradients() {
   }
 }
 
-// The micro-batch's mean token loss: the full-logit loss, or the chunked one (train.loss_chunk_tokens).
-torch::Tensor Trainer::MeanLoss(const torch::Tensor& ids, const torch::Tensor& labels) {
-  if (config_.train.loss_chunk_tokens <= 0) return CausalLmLoss(model_->forward(ids), labels);
-  const double count = static_cast<double>(labels.ne(kIgnoreIndex).sum().item<int64_t>());
-  return model_->LossSum(ids, labels, config_.train.loss_chunk_tokens) / count;
+std::vector<Trainer::MicroBatch> Trainer::ReadMicroBatches() {
+  std::vector<MicroBatch> micro_batches;
+  std::vector<double> label_counts;
+  for (int64_t i = 0; i < config_.train.grad_accum; ++i) {
+    const auto batch = train_loader_->Next();
+    micro_batches.push_back({batch.input_ids_BL.to(device_), batch.labels_BL.to(device_), 0.0});
+    label_counts.push_back(static_cast<double>(batch.labels_BL.ne(kIgnoreIndex).sum().item<int64_t>()));
+  }
+  // Data parallelism: one all-reduce before any forward gives every micro-batch's global count.
+  if (parallel_) label_counts = parallel_->Sum(label_counts, "summing label counts");
+  for (size_t i = 0; i < micro_batches.size(); ++i) micro_batches[i].label_count = label_counts[i];
+  return micro_batches;
 }
 
+double Trainer::MicroBatchBackward(const MicroBatch& batch, bool last_micro, bool inject_nan) {
+  torch::Tensor loss;
+  {
+    // Autocast covers this micro-batch's forward and loss only: leaving the scope drops its
+    // cached bf16 weights, so no cast outlives the optimizer step (mixed_precision.h).
+    AutocastScope autocast(device_.type(), bf16());
+    loss = LossSum(batch.ids, batch.labels) / batch.label_count / static_cast<double>(config_.train.grad_accum);
+  }
+  if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
+  if (parallel_) {
+    // The Reducer divides the summed gradients by the rank count: a factor W undoes it.
+    parallel_->Backward(loss * static_cast<double>(parallel_->world_size()), last_micro);
+  } else {
+    loss.backward();
+  }
+  return loss.item<double>();
+}
+
+// The micro-batch's token loss sum: through the full logits, or the chunked LM-head loss
+// (train.loss_chunk_tokens), which never forms them.
 torch::Tensor Trainer::LossSum(const torch::Tensor& ids, const torch::Tensor& labels) {
   if (config_.train.loss_chunk_tokens > 0) return model_->LossSum(ids, labels, config_.train.loss_chunk_tokens);
   const auto logits = model_->forward(ids);

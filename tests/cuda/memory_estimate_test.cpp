@@ -6,8 +6,9 @@
 // CPU the allocator reports are installed (util/peak_memory.h) before the Trainer builds its
 // model; on CUDA the allocator's peak of allocated bytes is reset first (train/step_memory.h). So
 // weights, gradients, AdamW state, activations, loss buffers and every transient are counted; the
-// peak over the whole Run() must be within 15% of the predicted peak. Also: the parameter names
-// and sizes the estimate uses are those of a built model, and bad input is refused.
+// peak over the whole Run() must be within 15% of the predicted peak. Also: bad input is refused.
+// (The estimate asks a model built for its shapes: tests/model/shapes_only_test.cpp checks that
+// build against a real one.)
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -98,23 +99,6 @@ TEST(MemoryEstimate, QkvOnlyWithin15Percent) {
 TEST(MemoryEstimate, CheckpointedChunkedAccumulatedWithin15Percent) {
   ExpectWithin15Percent("checkpointing, chunked loss 256, grad_accum 2",
                         {"train.activation_checkpointing=true", "train.loss_chunk_tokens=256", "train.grad_accum=2"});
-}
-
-// The names (the trainer's globs match them) and sizes the estimate counts are a built model's.
-TEST(MemoryEstimate, ParameterNamesAndSizesMatchTheModel) {
-  for (const std::string family : {"gemma", "gemma2", "gemma3"}) {
-    TempDir dir;
-    const auto config = TinyRunConfig(dir.File("run"), "darkformer", {"model.family=" + family});
-    GemmaModel model(config.model, config.attention);
-    std::map<std::string, int64_t> built;
-    for (const auto& p : model->named_parameters()) built[p.key()] = p.value().numel();
-    std::map<std::string, int64_t> estimated;
-    for (const auto& p : ModelParameterSizes(config.model, config.attention)) estimated[p.name] = p.numel;
-    EXPECT_EQ(estimated, built) << family;
-    int64_t buffers = 0;
-    for (const auto& b : model->buffers()) buffers += static_cast<int64_t>(b.nbytes());
-    EXPECT_EQ(ModelBufferBytes(config.model, config.attention), buffers) << family;
-  }
 }
 
 TEST(MemoryEstimate, RefusesBadInput) {

@@ -1,7 +1,8 @@
 // The memory estimate's shadow of a forward (train/memory_estimate.h): ops replayed on sizes only,
 // recording what autograd's nodes would save for the backward (each storage once), by the rules
 // autograd uses (a product saves an operand only when the other needs a gradient, a frozen Linear
-// keeps no copy of its input, ...), under fp32 or bf16 autocast.
+// keeps no copy of its input, ...), under fp32 or bf16 autocast. Each layer and kernel replays its
+// own forward on a Tape beside that forward (ShadowForward).
 #pragma once
 
 #include <algorithm>

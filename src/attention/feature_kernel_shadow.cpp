@@ -1,0 +1,111 @@
+// The shadow of random-feature attention's forward (see feature_kernel_base.h): what it saves for
+// the backward, replayed on sizes for the memory estimate. Features, running sums and the
+// normaliser are fp32 whatever autocast does (log_feature_kernel.cpp, signed_feature_kernel.cpp).
+#include <algorithm>
+
+#include "attention/feature_kernel_base.h"
+#include "attention/log_feature_kernel.h"
+#include "attention/ops/causal_form.h"
+#include "attention/ops/raw_cpu_kernel.h"
+
+namespace darkformer {
+
+using shadow::kF32;
+using shadow::Shadow;
+
+ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttentionCall& c, const Shadow& q,
+                                       const Shadow& key, const Shadow& v, const FeatureShadowForm& form,
+                                       const FeatureKernelOptions& options, bool parameters_train) {
+  const int64_t B = c.batch, L = c.length, T = B * L, H = c.heads, K = c.key_heads, D = c.head_dim;
+  const bool rg = q.rg || key.rg || v.rg || parameters_train;
+  const bool mapped = form.positive && form.map_heads > 0;
+  const int64_t width = mapped && form.rank > 0 ? form.rank : D;
+  Shadow x, y, vf = tape.To(v, kF32);
+  int64_t key_heads = K;  // heads of the operator's keys: K, or H with per-head parameters
+  if (mapped) {
+    // x = q (sqrt(s) M)^T as one product: q (or its contiguous copy) saved for M's gradient.
+    const Shadow qf = tape.New(q.numel, kF32, q.rg);
+    if (parameters_train) tape.Save(qf);
+    x = tape.New(T * H * width, kF32, rg);
+    Shadow yf = tape.To(key, kF32);
+    if (form.map_heads > 1 && K < H) {
+      key_heads = H;
+      yf = tape.New(T * H * D, kF32, key.rg);
+      vf = tape.New(T * H * D, kF32, v.rg);
+    } else if (K > 1) {
+      yf = tape.New(yf.numel, kF32, yf.rg);  // the product's contiguous copy of k's transposed layout
+    }
+    if (parameters_train) tape.Save(yf);
+    y = tape.New(T * key_heads * width, kF32, rg);
+    // The batched products broadcast (sqrt(s) M)^T to B x heads copies, saved for the inputs' gradients.
+    if (qf.rg) tape.Save(tape.New(B * H * D * width, kF32, true));
+    if (yf.rg) tape.Save(tape.New(B * key_heads * D * width, kF32, true));
+  } else {
+    x = tape.New(T * H * D, kF32, rg);  // q.to(f32) * sqrt(s): new, contiguous after folding
+    y = tape.New(T * K * D, kF32, rg);
+  }
+  if (K > 1 && key_heads == K) vf = tape.New(vf.numel, kF32, vf.rg);  // folding copies v's layout
+  const Shadow out = tape.New(T * H * D, kF32, rg);
+  const int64_t chunk = std::max<int64_t>(1, std::min(options.chunk_size, L));
+  if (rg) {
+    tape.Save(x);
+    tape.Save(y);
+    tape.Save(vf);
+    tape.Save(out);
+    tape.Save(tape.New(T * H, kF32, true));          // normaliser
+    tape.Save(tape.New(T * key_heads, kF32, true));  // prefix max per key row
+    if (c.cpu && form.positive) {  // the raw CPU kernel's key-state checkpoints
+      const int64_t count = CheckpointCount(L, form.features, chunk);
+      tape.Save(tape.New(B * key_heads * count * (form.features * (D + 1) + 1), kF32, true));
+    }
+  }
+  ShadowAttention r;
+  r.out = tape.To(out, v.esz);
+  r.backward_bytes = 4 * T * H * D * kF32;
+  // The raw kernel takes positive features in fp32 on a CPU (the training path's case).
+  const bool raw_runs = c.cpu && form.positive;
+  if (form.causal_operator &&
+      ResolveCausalForm(options.op, c.cpu, raw_runs, c.documents) == CausalForm::kChunkParallel) {
+    // Its backward holds whole-sequence features at once (ops/chunk_parallel.cpp): psi and dpsi per
+    // query head; k~, exp(l - r_end) and dk~ per key row; the intra-chunk matrices P and A; h and
+    // h scaled; the chunk states S, T, Z (N x m x (D+1) per key row).
+    const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
+    r.backward_bytes = std::max(r.backward_bytes, (2 * T * H * m + 3 * T * rows * m + 2 * T * H * chunk +
+                                                   2 * T * H * (D + 1) + 3 * B * rows * chunks * m * (D + 1)) *
+                                                      kF32);
+  }
+  return r;
+}
+
+bool FeatureKernelBase::ParametersTrain() const {
+  for (const auto& p : parameters()) {
+    if (p.requires_grad()) return true;
+  }
+  return false;
+}
+
+ShadowAttention FeatureKernelBase::ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const Shadow& q,
+                                                 const Shadow& k, const Shadow& v) const {
+  FeatureShadowForm form;
+  form.features = options_.num_features;
+  return ShadowFeatureAttention(tape, call, q, k, v, form, options_, ParametersTrain());
+}
+
+ShadowAttention LogFeatureKernel::ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const Shadow& q,
+                                                const Shadow& k, const Shadow& v) const {
+  if (options_.op == CausalOp::kNaive) return FeatureKernelBase::ShadowForward(tape, call, q, k, v);
+  FeatureShadowForm form;
+  form.causal_operator = true;
+  form.features = options_.num_features;
+  if (const auto positive = PositiveForm()) {
+    form.positive = true;
+    form.features = positive->w_MR.size(0);
+    if (positive->input_map_NRD.defined()) {
+      form.map_heads = positive->input_map_NRD.size(0);
+      form.rank = positive->input_map_NRD.size(1);
+    }
+  }
+  return ShadowFeatureAttention(tape, call, q, k, v, form, options_, ParametersTrain());
+}
+
+}  // namespace darkformer
