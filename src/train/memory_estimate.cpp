@@ -3,8 +3,6 @@
 
 #include <fmt/format.h>
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 
 #include "model/decoder_layer.h"
@@ -32,21 +30,10 @@ struct LayerResult {
   int64_t transient = 0;    // extra bytes of its backward (gradients of activations, casts)
 };
 
-// Keeps the warnings a build prints (kernels that cannot soft-cap, ...) to the real build.
-class QuietLog {
- public:
-  QuietLog() : level_(spdlog::get_level()) { spdlog::set_level(spdlog::level::err); }
-  ~QuietLog() { spdlog::set_level(level_); }
-
- private:
-  spdlog::level::level_enum level_;
-};
-
 // The run's model built for its shapes alone (util/shapes_only.h), its parameters trained and
 // stored as the trainer's rules say (trainable_set.h).
 GemmaModel ShapesOnlyModel(const RunConfig& config) {
   ShapesOnlyScope shapes_only;
-  QuietLog quiet;
   GemmaModel model(config.model, config.attention);
   FreezeByGlobs(*model, config.train.trainable);
   if (config.train.frozen_weights_bf16) StoreFrozenLinearWeightsInBf16(*model);
