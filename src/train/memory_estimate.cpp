@@ -95,6 +95,36 @@ LossBytes LossMemory(const TrainConfig& t, int64_t T, int64_t E, int64_t V, bool
   return l;
 }
 
+// The worst moment of the layers' backward, from the last layer down: the layers below still
+// hold their activations, the gradients of the layer and those above exist (all of them after the
+// first micro-batch: `carried`), and one layer's backward transient, plus its recomputation under
+// checkpointing. `head_grads` arrive first (the LM head's dW, the final norm's); `fixed` is alive
+// throughout (weights, AdamW state, what is saved outside the layers).
+int64_t WorstLayerBackward(const std::vector<LayerResult>& layers, int64_t saved_layers, int64_t layer_input,
+                           bool checkpointing, int64_t carried, int64_t head_grads, int64_t fixed) {
+  int64_t worst = 0, below = saved_layers, grads_so_far = head_grads;
+  for (auto it = layers.rbegin(); it != layers.rend(); ++it) {
+    below -= checkpointing ? layer_input : it->saved;
+    grads_so_far += it->gradients;
+    // Checkpointed: the kept input, the recomputation's saved tensors (sharing that input) and
+    // the recomputed output.
+    const int64_t live = checkpointing ? layer_input + it->saved - it->saved_input + layer_input : it->saved;
+    worst = std::max(worst, fixed + below + live + std::max(carried, grads_so_far) + it->transient);
+  }
+  return worst;
+}
+
+std::vector<std::string> Notes(bool bf16, bool cpu, int64_t cublas_workspaces) {
+  std::vector<std::string> notes;
+  if (bf16) notes.push_back("bf16 autocast: Linear outputs and per-use weight casts are bf16 (2 bytes); "
+                            "random-feature attention, norms and the residual stream fp32");
+  if (cpu) notes.push_back("CPU: includes the fused operator's raw-kernel key-state checkpoints");
+  if (!cpu) notes.push_back(fmt::format("GPU: includes {} cuBLAS workspaces of {:.0f} MiB (the forward's and autograd's threads)",
+                                        kCublasHandlesInTraining, cublas_workspaces / kCublasHandlesInTraining / 1048576.0));
+  notes.push_back("not counted: the CUDA context and the allocator's cache / fragmentation (add ~1-2 GiB on a GPU)");
+  return notes;
+}
+
 }  // namespace
 
 MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstimateOptions& options) {
@@ -171,25 +201,8 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   auto add = [&](const std::string& name, int64_t bytes) { r.phases.push_back({name, bytes + r.cublas_workspaces}); };
   add("forward end + loss forward", base + carried + saved_layers + outside + loss.saved + loss.forward);
   add("loss backward", base + carried + saved_layers + outside + loss.saved + loss.backward);
-  // Layer i's backward, from the last: layers below i still hold their activations, gradients of
-  // i and above exist, one layer's backward transient (and its recomputation under checkpointing).
-  int64_t worst_layer = 0;
-  {
-    int64_t below = saved_layers;
-    int64_t grads_so_far = emb_grad + norm_grad;  // the LM head's dW arrives first
-    for (int64_t i = m.num_hidden_layers - 1; i >= 0; --i) {
-      const int64_t own = ckpt ? T * E * kF32 : layers[i].saved;
-      below -= own;
-      grads_so_far += layers[i].gradients;
-      // Checkpointed: the kept input, the recomputation's saved tensors (sharing that input) and
-      // the recomputed output.
-      const int64_t live = ckpt ? T * E * kF32 + layers[i].saved - layers[i].saved_input + T * E * kF32
-                                : layers[i].saved;
-      const int64_t grads = accum ? std::max(r.gradients, grads_so_far) : grads_so_far;
-      worst_layer = std::max(worst_layer, base + below + live + grads + layers[i].transient + outside);
-    }
-  }
-  add("decoder layer backward (worst)", worst_layer);
+  add("decoder layer backward (worst)",
+      WorstLayerBackward(layers, saved_layers, T * E * kF32, ckpt, carried, emb_grad + norm_grad, base + outside));
   add("backward end (embedding's dense dW)", base + r.gradients + emb_grad + small);
   add("optimizer step (AdamW temporaries)", base + r.gradients + 2 * kF32 * largest_trainable);
   add("evaluation (no grad; gradients kept)", base + r.gradients + loss.eval_peak + largest_layer_transient / 2);
@@ -200,12 +213,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
       r.peak_phase = p.name;
     }
   }
-  if (bf16) r.notes.push_back("bf16 autocast: Linear outputs and per-use weight casts are bf16 (2 bytes); "
-                              "random-feature attention, norms and the residual stream fp32");
-  if (options.cpu) r.notes.push_back("CPU: includes the fused operator's raw-kernel key-state checkpoints");
-  if (!options.cpu) r.notes.push_back(fmt::format("GPU: includes {} cuBLAS workspaces of {:.0f} MiB (the forward's and autograd's threads)",
-                                                  kCublasHandlesInTraining, r.cublas_workspaces / kCublasHandlesInTraining / 1048576.0));
-  r.notes.push_back("not counted: the CUDA context and the allocator's cache / fragmentation (add ~1-2 GiB on a GPU)");
+  r.notes = Notes(bf16, options.cpu, r.cublas_workspaces);
   return r;
 }
 
