@@ -125,7 +125,7 @@ class AttentionKernelImpl : public torch::nn::Module {
                                const torch::Tensor& k_BKTD, const torch::Tensor& v_BKTD, const AttentionCall& call);
 
   // What forward() saves for the backward, replayed on sizes (the memory estimate): records the
-  // saved tensors on `tape` and returns the output (q's head count and D, in v's element size).
+  // saved tensors on `tape` and returns the output (B L H D, in the element size forward returns).
   // Its parameters' requires_grad says whether they train. Default: SDPA's, unmasked.
   virtual ShadowAttention ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
                                         const shadow::Shadow& k, const shadow::Shadow& v) const {
