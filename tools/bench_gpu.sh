@@ -4,30 +4,38 @@
 #  1. Attention alone: exact (SDPA) against performer and darkformer, forward + backward, at
 #     Gemma 2B's head shape (8 query heads, 1 KV head, head_dim 256, m = 256), L = 2k / 8k / 32k:
 #     ms, peak device memory and the ops each dispatches per layer call (the launch count), via
-#     `kernel-check --bench --device $DEVICE --profile` (each timed call ends in a device sync).
+#     `kernel-check --bench --device $DEVICE --profile` (each timed call ends in a device sync),
+#     once per dtype of DTYPES: fp32 (kernels_<kernel>.jsonl), and bf16 as a bf16 model runs it
+#     (kernels_<kernel>_bf16.jsonl: SDPA in bf16, flash where it applies; our operator under autocast).
 #  1b. Packed documents (data.document_masking, issue 40): each implementation with masking beside
 #     its own unmasked time, at DOCUMENT_LENGTHS with DOCUMENT_BATCH rows of documents of mean
 #     length DOCUMENTS; exact also one call per document (`kernel-check --bench-documents`).
-#  2. A Gemma 2B q/k/v-only finetuning step (darkformer, bf16 autocast, activation checkpointing,
-#     chunked loss) at 2048 and 8192 tokens: tokens/s, MFU and peak device memory, and on CUDA the
-#     caching allocator's peak beside `inspect --memory`'s prediction for the same config.
+#  1c. fla's chunk_linear_attn with Performer features in PyTorch, bf16, against SDPA in the same
+#     process (tools/bench_fla.py, fla.jsonl; a row saying why where CUDA, triton or fla is missing).
+#  2. The paper's step, Gemma 2B q/k/v-only finetuning (bf16 autocast, activation checkpointing,
+#     chunked loss), for each of STEP_KERNELS at each of STEP_SHAPES (batch x tokens): ms, tokens/s,
+#     MFU, peak device memory, and on CUDA the caching allocator's peak beside `inspect --memory`'s
+#     prediction for the same config (steps.jsonl, one row per kernel and shape).
 #
 #   DEVICE=cuda tools/bench_gpu.sh
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/bench/gpu-$DEVICE], LENGTHS
-# [2048,8192,32768], DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384], DOCUMENT_BATCH [4], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP
-# [auto: chunk_parallel on CUDA], STEP_TOKENS ["2048 8192": sequence lengths], STEP_BATCH [1], STEPS [4], MODEL
-# [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into OUT;
-# token ids only need to fit the model's vocabulary], PEAK_TFLOPS [989: H100/H200 dense bf16].
+# [2048,8192,32768], DTYPES [fp32 bf16], DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384],
+# DOCUMENT_BATCH [4], FLA [1; 0 skips 1c], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256],
+# REPEATS [3], OP [auto: chunk_parallel on CUDA], STEP_KERNELS [exact performer darkformer],
+# STEP_SHAPES [8x2048 1x16384], STEPS [4], MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and
+# TOKENIZER [the demo corpus, prepared into OUT; token ids only need to fit the model's
+# vocabulary], PEAK_TFLOPS [989: H100/H200 dense bf16], PYTHON [the project's .venv].
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ROOT/build/bench/gpu-$DEVICE}"
 LENGTHS="${LENGTHS:-2048,8192,32768}"
 HEADS="${HEADS:-8}" KV_HEADS="${KV_HEADS:-1}" HEAD_DIM="${HEAD_DIM:-256}" FEATURES="${FEATURES:-256}"
-REPEATS="${REPEATS:-3}" OP="${OP:-auto}"
+REPEATS="${REPEATS:-3}" OP="${OP:-auto}" DTYPES="${DTYPES:-fp32 bf16}" FLA="${FLA:-1}"
 DOCUMENTS="${DOCUMENTS:-256}" DOCUMENT_LENGTHS="${DOCUMENT_LENGTHS:-4096,16384}" DOCUMENT_BATCH="${DOCUMENT_BATCH:-4}"
-STEP_TOKENS="${STEP_TOKENS:-2048 8192}" STEP_BATCH="${STEP_BATCH:-1}" STEPS="${STEPS:-4}"
+STEP_KERNELS="${STEP_KERNELS:-exact performer darkformer}" STEP_SHAPES="${STEP_SHAPES:-8x2048 1x16384}"
+STEPS="${STEPS:-4}"
 MODEL="${MODEL:-$ROOT/configs/model/gemma-2b.yaml}"
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}"
 BIN="${DARKFORMER_BIN:-$ROOT/build/darkformer}"
@@ -36,13 +44,15 @@ mkdir -p "$OUT"
 echo "[bench_gpu] $(date -u '+%F %H:%M') device $DEVICE | uptime: $(uptime)"
 [[ "$DEVICE" == cuda ]] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
 
-# 1. Attention alone.
-for kernel in exact performer darkformer; do
-  [[ $kernel == exact ]] && continue  # timed beside each feature kernel, in the same run
-  "$BIN" kernel-check --bench --device "$DEVICE" --kernel "$kernel" --heads "$HEADS" --kv-heads "$KV_HEADS" \
-    --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 --op "$OP" \
-    --options "{num_features: $FEATURES}" --repeats "$REPEATS" --profile --json "$OUT/kernels_$kernel.jsonl" |
-    grep -v '^  [a-z]\|^profile' || true
+# 1. Attention alone, per dtype.
+for dtype in $DTYPES; do
+  for kernel in performer darkformer; do  # exact is timed beside each feature kernel, in the same run
+    suffix=$([[ $dtype == fp32 ]] && echo "" || echo "_$dtype")
+    "$BIN" kernel-check --bench --device "$DEVICE" --dtype "$dtype" --kernel "$kernel" --heads "$HEADS" \
+      --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 \
+      --op "$OP" --options "{num_features: $FEATURES}" --repeats "$REPEATS" --profile \
+      --json "$OUT/kernels_$kernel$suffix.jsonl" | grep -v '^  [a-z]\|^profile' || true
+  done
 done
 
 # 1b. Packed documents: masked / unmasked per implementation (documents_<kernel>.jsonl).
@@ -53,6 +63,13 @@ if (( DOCUMENTS > 0 )); then
       --bench-documents "$DOCUMENTS" --exact-max-length 32768 --op "$OP" --options "{num_features: $FEATURES}" \
       --repeats "$REPEATS" --json "$OUT/documents_$kernel.jsonl"
   done
+fi
+
+# 1c. fla's chunk form, bf16, against SDPA in its own process (a row saying why where it cannot run).
+if [[ "$FLA" == 1 ]]; then
+  "$PY" "$ROOT/tools/bench_fla.py" --lengths "$LENGTHS" --heads "$HEADS" --kv-heads "$KV_HEADS" \
+    --head-dim "$HEAD_DIM" --features "$FEATURES" --dtype bf16 --repeats "$REPEATS" --json "$OUT/fla.jsonl" ||
+    echo "[bench_gpu] bench_fla.py failed (exit $?)"
 fi
 
 # 2. The training step.
@@ -80,17 +97,22 @@ peak_memory_of() {
   echo "$peak"
 }
 
-for tokens in $STEP_TOKENS; do
-  run="$OUT/step_$tokens"
-  rm -rf "$run"
-  {
-    echo "model:"
-    grep -v '^#' "$MODEL" | sed 's/^/  /'
-    cat <<YAML
+for shape in $STEP_SHAPES; do
+  batch=${shape%x*} tokens=${shape#*x}
+  for kernel in $STEP_KERNELS; do
+    name="step_${kernel}_${batch}x$tokens"
+    run="$OUT/$name"
+    rm -rf "$run"
+    kernel_options=""
+    [[ $kernel != exact ]] && kernel_options="  $kernel: {num_features: $FEATURES, op: $OP}"
+    {
+      echo "model:"
+      grep -v '^#' "$MODEL" | sed 's/^/  /'
+      cat <<YAML
 attention:
-  kernel: darkformer
-  darkformer: {num_features: $FEATURES, op: $OP}
-data: {shards_dir: $SHARDS_DIR, tokenizer: $TOKENIZER, seq_len: $tokens, batch_size: $STEP_BATCH}
+  kernel: $kernel
+$kernel_options
+data: {shards_dir: $SHARDS_DIR, tokenizer: $TOKENIZER, seq_len: $tokens, batch_size: $batch}
 train:
   device: $DEVICE
   steps: $STEPS
@@ -104,21 +126,22 @@ train:
 eval: {every: 0, batches: 1}
 log: {dir: $run, every: 1}
 YAML
-  } > "$OUT/step_$tokens.yaml"
-  "$BIN" train --config "$OUT/step_$tokens.yaml" > "$OUT/step_$tokens.log" 2>&1 &
-  pid=$!
-  peak=$(peak_memory_of "$pid")
-  rc=0
-  wait "$pid" || rc=$?
-  if [[ $rc -ne 0 ]]; then
-    echo "[bench_gpu] step at $tokens tokens: train exited $rc (see $OUT/step_$tokens.log)"
-    tail -5 "$OUT/step_$tokens.log"
-    continue
-  fi
-  # The memory estimate's predicted peak for the same config, beside the allocator's measured one.
-  predicted=$("$BIN" inspect --config "$OUT/step_$tokens.yaml" --memory 2>/dev/null |
-              sed -n 's/.*predicted peak.*(\([0-9,]*\) bytes).*/\1/p' | tr -d ,)
-  "$PY" "$ROOT/tools/bench_gpu_summary.py" "$run/metrics.jsonl" "$OUT/step_$tokens.yaml" "$peak" "$PEAK_TFLOPS" \
-    "$DEVICE" "$OUT/steps.jsonl" "$predicted"
+    } > "$OUT/$name.yaml"
+    "$BIN" train --config "$OUT/$name.yaml" > "$OUT/$name.log" 2>&1 &
+    pid=$!
+    peak=$(peak_memory_of "$pid")
+    rc=0
+    wait "$pid" || rc=$?
+    if [[ $rc -ne 0 ]]; then
+      echo "[bench_gpu] $kernel step at $batch x $tokens tokens: train exited $rc (see $OUT/$name.log)"
+      tail -5 "$OUT/$name.log"
+      continue
+    fi
+    # The memory estimate's predicted peak for the same config, beside the allocator's measured one.
+    predicted=$("$BIN" inspect --config "$OUT/$name.yaml" --memory 2>/dev/null |
+                sed -n 's/.*predicted peak.*(\([0-9,]*\) bytes).*/\1/p' | tr -d ,)
+    "$PY" "$ROOT/tools/bench_gpu_summary.py" "$run/metrics.jsonl" "$OUT/$name.yaml" "$peak" "$PEAK_TFLOPS" \
+      "$DEVICE" "$OUT/steps.jsonl" "$predicted"
+  done
 done
-echo "[bench_gpu] JSON lines: $OUT/kernels_*.jsonl, $OUT/steps.jsonl"
+echo "[bench_gpu] JSON lines: $OUT/kernels_*.jsonl, $OUT/fla.jsonl, $OUT/steps.jsonl"

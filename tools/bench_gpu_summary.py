@@ -31,7 +31,8 @@ def main():
     tokens_per_s = tokens / (step_ms / 1000)
     flops = rows[0]["flops_per_token"] * tokens_per_s
     mfu = flops / (float(peak_tflops) * 1e12)
-    row = {"device": device, "tokens": tokens, "steps": len(rows), "step_ms_median": step_ms,
+    row = {"device": device, "kernel": config["attention"]["kernel"], "batch": config["data"]["batch_size"],
+           "seq_len": config["data"]["seq_len"], "tokens": tokens, "steps": len(rows), "step_ms_median": step_ms,
            "tokens_per_s": tokens_per_s, "model_tflops": flops / 1e12, "mfu": mfu,
            "peak_tflops": float(peak_tflops), "peak_memory_gib": int(peak_bytes) / 2**30,
            "loss_first": rows[0]["loss"], "loss_last": rows[-1]["loss"]}
@@ -42,9 +43,9 @@ def main():
         row["predicted_peak_gib"] = predicted / 2**30
         if allocated:
             row["predicted_over_allocator"] = predicted / max(allocated)
-    print("[bench_gpu] step at %d tokens on %s: %.0f ms (median of steps 2+), %.0f tokens/s, %.2f model TFLOP/s, "
+    print("[bench_gpu] %s step at %d x %d tokens on %s: %.0f ms (median of steps 2+), %.0f tokens/s, %.2f model TFLOP/s, "
           "MFU %.1f%% of %.0f TFLOP/s, peak memory %.2f GiB" % (
-              tokens, device, step_ms, tokens_per_s, flops / 1e12, 100 * mfu, float(peak_tflops),
+              row["kernel"], row["batch"], row["seq_len"], device, step_ms, tokens_per_s, flops / 1e12, 100 * mfu, float(peak_tflops),
               row["peak_memory_gib"]))
     if "predicted_over_allocator" in row:
         print("[bench_gpu] allocator peak %.2f GiB, inspect --memory predicts %.2f GiB (ratio %.3f)" % (

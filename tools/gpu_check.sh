@@ -8,15 +8,16 @@
 # Stages, each under its own limit (a stage cut at its limit is reported as such; the others still run):
 #   build  configure against the machine's torch and build only the binary and the device tests;
 #   tests  the `cuda`-labelled tests with DARKFORMER_TEST_DEVICE=$DEVICE (tests/cuda/);
-#   bench  tools/bench_gpu.sh: exact vs performer/darkformer at 2k/8k/32k, a Gemma 2B q/k/v step;
+#   bench  tools/bench_gpu.sh: exact vs performer/darkformer at 2k/8k/32k in fp32 and bf16, fla's
+#          chunk form, the Gemma 2B q/k/v step for exact, performer and darkformer;
 #   hf     transformers itself on the device against the fixtures' CPU numbers (tools/hf_parity_device.py).
 # Writes to $OUT (default build/gpu-check): summary.json, summary.md and logs.tar.gz.
 # DEVICE=cpu runs the same at toy sizes against an existing build (tests/tools/test_gpu_check.py).
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/gpu-check], BUILD_DIR [build-gpu on
 # cuda, build on cpu], SKIP_BUILD [0], JOBS [nproc], LIMIT_BUILD [240], LIMIT_TESTS [150],
-# LIMIT_BENCH [170], LIMIT_HF [60] (seconds), TEST_REGEX [all cuda tests], BENCH_ENV [extra
-# VAR=value words for bench_gpu.sh], PYTHON [python3], STAGES [build tests bench hf],
+# LIMIT_BENCH [330], LIMIT_HF [60] (seconds), TEST_REGEX [all cuda tests], BENCH_ENV [extra
+# VAR=value words for bench_gpu.sh], PYTHON [.venv/bin/python, else python3], STAGES [build tests bench hf],
 # GPU_CHECK_SLEEP [none; stage:seconds makes that stage sleep first, to test the limits].
 set -uo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -24,6 +25,9 @@ DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ROOT/build/gpu-check}"
 if [[ "$DEVICE" == cuda ]]; then BUILD_DIR="${BUILD_DIR:-$ROOT/build-gpu}"; else BUILD_DIR="${BUILD_DIR:-$ROOT/build}"; fi
 JOBS="${JOBS:-$(nproc)}"
+# The project's venv where it exists (it has torch: the converter and transformers' parity need it),
+# else the machine's python3 (the GPU image's carries torch).
+if [[ -z "${PYTHON:-}" && -x "$ROOT/.venv/bin/python" ]]; then PYTHON="$ROOT/.venv/bin/python"; fi
 PY="${PYTHON:-python3}"
 STAGES="${STAGES:-build tests bench hf}"
 LOGS="$OUT/logs"
@@ -83,9 +87,9 @@ stage_tests() {
 }
 
 stage_bench() {
-  local sizes=(STEP_TOKENS=2048 STEP_BATCH=8)  # the issue's Gemma 2B q/k/v step: 8 x 2048
+  local sizes=()  # bench_gpu.sh's defaults: Gemma 2B's head shape, the q/k/v step at 8 x 2048 and 1 x 16384
   if [[ "$DEVICE" == cpu ]]; then  # toy sizes: proves the stage, measures nothing
-    sizes=(LENGTHS=128,256 HEADS=2 HEAD_DIM=16 FEATURES=16 REPEATS=1 STEP_TOKENS=32 STEPS=2
+    sizes=(LENGTHS=128,256 HEADS=2 HEAD_DIM=16 FEATURES=16 REPEATS=1 STEP_SHAPES=1x32 STEPS=2
            DOCUMENTS=32 DOCUMENT_LENGTHS=256 DOCUMENT_BATCH=1
            MODEL="$ROOT/configs/model/tiny.yaml")
   fi
@@ -115,7 +119,7 @@ cat "$LOGS/machine.log"
 built=1
 if [[ "${SKIP_BUILD:-0}" == 1 ]] || ! wants build; then skip_stage build "SKIP_BUILD or STAGES"
 else run_stage build "${LIMIT_BUILD:-240}" stage_build || built=0; fi
-declare -A limits=([tests]="${LIMIT_TESTS:-150}" [bench]="${LIMIT_BENCH:-170}" [hf]="${LIMIT_HF:-60}")
+declare -A limits=([tests]="${LIMIT_TESTS:-150}" [bench]="${LIMIT_BENCH:-330}" [hf]="${LIMIT_HF:-60}")
 for stage in tests bench hf; do
   if ! wants "$stage"; then skip_stage "$stage" "not in STAGES"
   elif [[ $built == 0 && $stage != hf ]]; then skip_stage "$stage" "the build failed"

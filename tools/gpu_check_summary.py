@@ -37,15 +37,19 @@ def main():
             stages.append({"stage": name, "status": status, "seconds": int(seconds)})
     kernels = [r for p in sorted(glob.glob(os.path.join(out, "bench", "kernels_*.jsonl"))) for r in read_jsonl(p)]
     documents = [r for p in sorted(glob.glob(os.path.join(out, "bench", "documents_*.jsonl"))) for r in read_jsonl(p)]
+    fla_path = os.path.join(out, "bench", "fla.jsonl")
+    fla = read_jsonl(fla_path) if os.path.exists(fla_path) else []
     steps_path = os.path.join(out, "bench", "steps.jsonl")
     steps = read_jsonl(steps_path) if os.path.exists(steps_path) else []
     hf_path = os.path.join(out, "hf.json")
     hf = json.load(open(hf_path)) if os.path.exists(hf_path) else None
     summary = {"device": device, "machine": machine, "stages": stages,
                "tests": tests_summary(os.path.join(out, "junit.xml")),
-               "kernels": [{k: r.get(k) for k in ("kernel", "impl", "length", "ms_median", "peak_mib", "ops_forward",
-                                                  "ops_backward", "speedup_vs_exact", "memory_vs_exact")}
+               "kernels": [{k: r.get(k) for k in ("kernel", "impl", "dtype", "computes_in", "length", "ms_median",
+                                                  "peak_mib", "ops_forward", "ops_backward", "speedup_vs_exact",
+                                                  "memory_vs_exact")}
                            for r in kernels],
+               "fla": fla,
                "documents": [{k: r.get(k) for k in ("kernel", "impl", "length", "batch", "documents_mean_length",
                                                     "ms_median", "peak_mib", "time_vs_unmasked")} for r in documents],
                "steps": steps, "hf": hf}
@@ -60,12 +64,24 @@ def main():
         md += ["", "Device tests: %d passed, %d failed" % (t["passed"], t["failed"])]
         md += ["- failed: " + n for n in t["failed_names"]]
     if kernels:
-        md += ["", "| kernel | impl | L | ms | peak MiB | ops fwd/bwd | vs exact |", "|---|---|---|---|---|---|---|"]
-        for r in kernels:
-            md.append("| %s | %s | %d | %.2f | %.0f | %s/%s | %s |" % (
-                r["kernel"], r["impl"], r["length"], r["ms_median"], r["peak_mib"], r.get("ops_forward", "-"),
-                r.get("ops_backward", "-"),
-                "%.2fx" % r["speedup_vs_exact"] if r.get("speedup_vs_exact") is not None else "-"))
+        md += ["", "Attention alone, forward + backward (exact: SDPA, timed beside each kernel in the same run)", "",
+               "| kernel | impl | dtype | computes in | L | ms | peak MiB | ops fwd/bwd | vs exact | memory/exact |",
+               "|---|---|---|---|---|---|---|---|---|---|"]
+        for r in sorted(kernels, key=lambda r: (r["kernel"], r.get("dtype") or "", r["length"], r["impl"])):
+            md.append("| %s | %s | %s | %s | %d | %.2f | %.0f | %s/%s | %s | %s |" % (
+                r["kernel"], r["impl"], r.get("dtype", "fp32"), r.get("computes_in") or "-", r["length"],
+                r["ms_median"], r["peak_mib"], r.get("ops_forward", "-"), r.get("ops_backward", "-"),
+                "%.2fx" % r["speedup_vs_exact"] if r.get("speedup_vs_exact") is not None else "-",
+                "%.2f" % r["memory_vs_exact"] if r.get("memory_vs_exact") is not None else "-"))
+    if fla:
+        md += ["", "fla's chunk_linear_attn with Performer features (tools/bench_fla.py), against SDPA in its process",
+               "", "| dtype | L | ms | peak MiB | vs exact | memory/exact |", "|---|---|---|---|---|---|"]
+        for r in fla:
+            if "skipped" in r:
+                md.append("| %s | %d | skipped: %s | | | |" % (r["dtype"], r["length"], r["skipped"]))
+            else:
+                md.append("| %s | %d | %.2f | %.0f | %.2fx | %.2f |" % (
+                    r["dtype"], r["length"], r["ms_median"], r["peak_mib"], r["speedup_vs_exact"], r["memory_vs_exact"]))
     masked = [r for r in documents if r.get("time_vs_unmasked") is not None]
     if masked:
         md += ["", "Packed documents (data.document_masking): each implementation against its own unmasked time",
@@ -74,13 +90,16 @@ def main():
             md.append("| %s | %s | %d | %d | %.2f | %.0f | %.2fx |" % (
                 r["kernel"], r["impl"], r["length"], r.get("documents_mean_length", 0), r["ms_median"], r["peak_mib"],
                 r["time_vs_unmasked"]))
-    for s in steps:
-        md.append("\nStep at %d tokens: %.0f ms, %.0f tokens/s, MFU %.1f %%, peak %.2f GiB, loss %.4f -> %.4f" % (
-            s["tokens"], s["step_ms_median"], s["tokens_per_s"], 100 * s["mfu"], s["peak_memory_gib"],
-            s["loss_first"], s["loss_last"]))
-        if "predicted_over_allocator" in s:
-            md.append("Allocator peak %.2f GiB; `inspect --memory` predicts %.2f GiB (ratio %.3f)" % (
-                s["allocator_peak_gib"], s["predicted_peak_gib"], s["predicted_over_allocator"]))
+    if steps:
+        md += ["", "The q/k/v-only finetuning step (bf16 autocast, checkpointing, chunked loss)", "",
+               "| kernel | batch x tokens | ms | tokens/s | MFU | peak GiB | allocator GiB | predicted GiB | loss |",
+               "|---|---|---|---|---|---|---|---|---|"]
+        for s in steps:
+            md.append("| %s | %s x %s | %.0f | %.0f | %.1f %% | %.2f | %s | %s | %.4f -> %.4f |" % (
+                s.get("kernel", "-"), s.get("batch", "-"), s.get("seq_len", s["tokens"]), s["step_ms_median"],
+                s["tokens_per_s"], 100 * s["mfu"], s["peak_memory_gib"],
+                "%.2f" % s["allocator_peak_gib"] if "allocator_peak_gib" in s else "-",
+                "%.2f" % s["predicted_peak_gib"] if "predicted_peak_gib" in s else "-", s["loss_first"], s["loss_last"]))
     if hf:
         md += ["", "transformers on %s against the fixtures' CPU numbers:" % device]
         md += ["- %s: logits max |diff| %.3g, loss rel %.3g" % (r["family"], r["logits_max_diff"], r["loss_rel"])

@@ -28,6 +28,8 @@ class SignedFeatureKernel : public FeatureKernelBase {
   // exp(c(x) + c(y)) f(x).f(y).
   torch::Tensor PairEstimate(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override;
   double normaliser_floor() const { return normaliser_floor_; }
+  // What the maps see: x = sqrt(s) q (or q itself, ScalesInputs) in `dtype`.
+  torch::Tensor Inputs(const torch::Tensor& q_BNLD, torch::ScalarType dtype, const AttentionCall& call) const;
 
  protected:
   // Reads the shared options (no `fused`: there is no fused path) and normaliser_floor.
@@ -42,8 +44,6 @@ class SignedFeatureKernel : public FeatureKernelBase {
   };
   // Key side: f(y) exp(c - sg(c)) (value f(y), gradient of exp(c)) and log-scale sg(c).
   KeyBlock Keys(const torch::Tensor& y_BNLD) const;
-  // x = sqrt(s) q (or q) in `dtype`.
-  torch::Tensor Inputs(const torch::Tensor& q_BNLD, torch::ScalarType dtype, const AttentionCall& call) const;
 
   double normaliser_floor_ = 1e-6;
 };

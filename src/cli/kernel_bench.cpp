@@ -14,19 +14,21 @@
 #include <map>
 #include <random>
 
+#include <ATen/SDPBackend.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
-
 #include <torch/cuda.h>
-
 
 #include "attention/document_mask.h"
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
+#include "attention/ops/dtype_probe.h"
 #include "train/fit_check.h"
-#include "util/op_count.h"
-#include "util/peak_memory.h"
 #include "util/error.h"
 #include "util/json.h"
+#include "util/mixed_precision.h"
+#include "util/op_count.h"
+#include "util/peak_memory.h"
+#include "util/profile_table.h"
 
 namespace darkformer {
 
@@ -40,8 +42,9 @@ struct Sample {
 struct Inputs {
   torch::Tensor q, k, v;
 };
-torch::Device bench_device = torch::kCPU;  // --device, set once by RunKernelBench
-double bench_norm = 0.0;                   // --bench-norm, likewise
+torch::Device bench_device = torch::kCPU;         // --device, set once by RunKernelBench
+torch::ScalarType bench_dtype = torch::kFloat32;  // --dtype, likewise
+double bench_norm = 0.0;                          // --bench-norm, likewise
 
 // How a timed call treats the row's documents (--bench-documents).
 enum class Documents { kNone, kMasked, kPerDocument };
@@ -68,6 +71,8 @@ torch::Tensor PackedDocuments(int64_t batch, int64_t length, int64_t mean) {
 
 torch::Tensor Call(AttentionKernel& kernel, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
                    AttentionCall call, Documents documents) {
+  // A bf16 user's forward runs under autocast (the backward, as autograd runs it, outside).
+  AutocastScope autocast(bench_device.type(), bench_dtype == torch::kBFloat16);
   if (documents == Documents::kNone) return kernel->forward(q, k, v, call);
   if (documents == Documents::kMasked) {
     call.document_ids_BL = bench_documents;
@@ -88,7 +93,35 @@ Inputs MakeInputs(int64_t batch, int64_t heads, int64_t kv_heads, int64_t length
     q = s * unit(u + 0.1 * q);
     k = -s * unit(u + 0.1 * k);
   }
-  return {q.requires_grad_(), k.requires_grad_(), torch::randn({batch, kv_heads, length, d}, options).requires_grad_()};
+  auto v = torch::randn({batch, kv_heads, length, d}, options);
+  return {q.to(bench_dtype).requires_grad_(), k.to(bench_dtype).requires_grad_(), v.to(bench_dtype).requires_grad_()};
+}
+
+// What an implementation computes in: SDPA's backend for these inputs (flash, efficient, cudnn or
+// math), or the dtypes our causal operator recorded for its features and running state (what
+// autocast left of the inputs aside). Empty for a path that records nothing (the composite one).
+std::string ComputesIn(AttentionKernel& kernel, bool exact, int64_t batch, int64_t heads, int64_t kv_heads,
+                       int64_t length, int64_t d) {
+  const auto in = MakeInputs(batch, heads, kv_heads, length, d);
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(d));
+  if (exact) {
+    AutocastScope autocast(bench_device.type(), bench_dtype == torch::kBFloat16);
+    const auto k = RepeatKvHeads(in.k, heads), v = RepeatKvHeads(in.v, heads);
+    switch (static_cast<at::SDPBackend>(at::_fused_sdp_choice(in.q, k, v, {}, 0.0, true, call.scale))) {
+      case at::SDPBackend::flash_attention: return "sdpa flash";
+      case at::SDPBackend::efficient_attention: return "sdpa efficient";
+      case at::SDPBackend::cudnn_attention: return "sdpa cudnn";
+      case at::SDPBackend::math: return "sdpa math";
+      default: return "sdpa other";
+    }
+  }
+  torch::NoGradGuard no_grad;
+  ResetForwardDtypes();
+  Call(kernel, in.q, in.k, in.v, call, Documents::kNone);
+  const auto dtypes = LastFusedCausalDtypes();
+  if (dtypes.state == c10::ScalarType::Undefined) return "";
+  return fmt::format("features {}, state {}", c10::toString(dtypes.features), c10::toString(dtypes.state));
 }
 
 // Work queued on the GPU is done (a no-op on the CPU).
@@ -144,54 +177,11 @@ void ProfileOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t 
   prof::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   prof::enableProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   const auto start = std::chrono::steady_clock::now();
-  kernel->forward(in.q, in.k, in.v, call).sum().backward();
+  Call(kernel, in.q, in.k, in.v, call, Documents::kNone).sum().backward();
   Synchronize();
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const auto result = prof::disableProfiler();
-  // Self time: per thread, events nest by [start, end); subtract each event's direct children.
-  struct Span {
-    uint64_t start, end;
-    std::string name;
-  };
-  std::map<uint64_t, std::vector<Span>> by_thread;
-  for (const auto& e : result->events()) by_thread[e.startThreadId()].push_back({e.startNs(), e.endNs(), e.name()});
-  std::map<std::string, std::pair<double, int64_t>> self;  // ms, calls
-  for (auto& [thread, spans] : by_thread) {
-    std::sort(spans.begin(), spans.end(), [](const Span& a, const Span& b) {
-      return a.start != b.start ? a.start < b.start : a.end > b.end;
-    });
-    std::vector<std::pair<const Span*, double>> stack;  // open spans and their children's time
-    auto close = [&](uint64_t until) {
-      while (!stack.empty() && stack.back().first->end <= until) {
-        const auto [span, children] = stack.back();
-        stack.pop_back();
-        const double ms = (span->end - span->start) * 1e-6;
-        auto& entry = self[span->name];
-        entry.first += ms - children;
-        entry.second += 1;
-        if (!stack.empty()) stack.back().second += ms;
-      }
-    };
-    for (const auto& span : spans) {
-      close(span.start);
-      stack.push_back({&span, 0.0});
-    }
-    close(std::numeric_limits<uint64_t>::max());
-  }
-  std::vector<std::pair<std::string, std::pair<double, int64_t>>> rows(self.begin(), self.end());
-  std::sort(rows.begin(), rows.end(), [](const auto& a, const auto& b) { return a.second.first > b.second.first; });
-  double total = 0;
-  int64_t calls = 0;
-  for (const auto& row : rows) {
-    total += row.second.first;
-    calls += row.second.second;
-  }
-  std::cout << fmt::format("profile, L={} D={}: {:.1f} ms wall (profiled), {:.1f} ms self time over all threads, {} ops\n",
-                           length, d, wall_ms, total, calls);
-  for (size_t i = 0; i < std::min<size_t>(rows.size(), 25); ++i) {
-    std::cout << fmt::format("  {:<44} {:>9.1f} ms {:>5.1f}% {:>8} calls\n", rows[i].first, rows[i].second.first,
-                             100 * rows[i].second.first / total, rows[i].second.second);
-  }
+  PrintSelfTimeTable(*result, fmt::format("profile, L={} D={}: {:.1f} ms wall (profiled)", length, d, wall_ms));
 }
 
 double Median(std::vector<double> v) {
@@ -229,6 +219,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
   DF_CHECK(o.repeats > 0, "--repeats must be positive, got " << o.repeats);
   bench_device = torch::Device(o.device);
   bench_norm = o.norm;
+  DF_CHECK(o.dtype == "fp32" || o.dtype == "bf16", "--dtype must be fp32 or bf16, got '" << o.dtype << "'");
+  bench_dtype = o.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
   DF_CHECK(!bench_device.is_cuda() || torch::cuda::is_available(), "--device " << o.device << ": no CUDA device here");
   auto fused_options = YAML::Load(o.options);
   DF_CHECK(!fused_options["op"] && !fused_options["fused"],
@@ -246,9 +238,9 @@ void RunKernelBench(const KernelBenchOptions& o) {
     CheckKernelOptionsFit(o.kernel, fused_options, d, o.batch, o.heads, *std::max_element(o.lengths.begin(), o.lengths.end()),
                           bench_device);
   }
-  std::cout << fmt::format("forward+backward, {} fp32, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
+  std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
-                           o.device, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
+                           o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
                            torch::get_num_threads());
   std::cout << fmt::format("{:>4} {:>6} {:>14} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
                            "GFLOP/s", "vs exact", "mem/exact");
@@ -263,6 +255,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
         LayerOps ops;
         Documents documents = Documents::kNone;
         int64_t twin = -1;  // the same implementation without documents (--bench-documents)
+        std::string computes_in;
       };
       std::vector<Impl> impls;
       const double flops = o.batch * FeatureFlops(o.heads, kv_heads, length, d, m, chunk);
@@ -299,7 +292,11 @@ void RunKernelBench(const KernelBenchOptions& o) {
         std::cout << fmt::format("L={}: {} documents in {} rows (mean length {:.0f})\n", length, count, o.batch,
                                  double(o.batch * length) / count);
       }
-      for (auto& impl : impls) TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d, impl.documents);  // warm-up
+      for (auto& impl : impls) {
+        TimeOnce(impl.kernel, o.batch, o.heads, kv_heads, length, d, impl.documents);  // warm-up
+        // Without documents: a masked row computes as its twin does (SDPA with a mask aside).
+        if (impl.twin < 0) impl.computes_in = ComputesIn(impl.kernel, impl.name == "exact", o.batch, o.heads, kv_heads, length, d);
+      }
       if (o.profile) {
         ProfileOnce(impls[0].kernel, o.batch, o.heads, kv_heads, length, d);
         for (auto& impl : impls) impl.ops = CountLayerOps(impl.kernel, o.batch, o.heads, kv_heads, length, d, impl.documents);
@@ -333,6 +330,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
                      {"threads", torch::get_num_threads()}, {"ms_median", ms}, {"ms_all", impl.ms},
                      {"peak_mib", mib}, {"gflops", gflops}};
         line["device"] = o.device;
+        line["dtype"] = o.dtype;
+        line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
         if (impl.twin >= 0) {
           line["documents_mean_length"] = o.document_mean;
           line["time_vs_unmasked"] = vs_unmasked;

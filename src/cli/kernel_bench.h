@@ -1,7 +1,7 @@
 // `darkformer kernel-check --bench`: forward+backward time, peak memory and achieved GFLOP/s of a
 // feature kernel (one form of the causal operator, `--op`, and optionally the naive composite
 // path) against exact attention (scaled_dot_product_attention), measured alternately and reported
-// as medians, with a JSON line per row. On CUDA (`--device cuda`) every timed call ends with a
+// as medians, with a JSON line per row (its dtype, SDPA's backend, what our operator computed in). On CUDA (`--device cuda`) every timed call ends with a
 // device synchronisation and memory is the CUDA allocator's. `--profile` adds the ops each
 // implementation dispatches per attention-layer call, forward and backward (util/op_count.h).
 #pragma once
@@ -22,6 +22,10 @@ struct KernelBenchOptions {
   int64_t repeats = 3;                            // timed repeats per row (median kept), after one warm-up
   std::vector<std::string> ops = {"auto"};         // forms to time: auto | naive | chunk_loop | chunk_parallel | raw_cpu (- or _)
   std::string device = "cpu";                     // cpu | cuda
+  // fp32 | bf16: the dtype of q, k, v and of the backward's incoming gradient. bf16 runs each
+  // forward under autocast, as a bf16 user's model calls attention: SDPA computes in bf16 (flash
+  // on a GPU), our operator as it does under autocast (fp32 features and state).
+  std::string dtype = "fp32";
   bool naive = false;                             // also time the naive composite path (op: naive)
   // > 0: sharp, opposed attention (issue 38's fallback cost): queries near one direction, keys near
   // its opposite, every row of x = sqrt(s) q and y = sqrt(s) k of this norm; 0: N(0, 1) entries.

@@ -324,6 +324,11 @@ void AddKernelCheckCommand(CLI::App& app) {
                              "raw-cpu"}))
       ->capture_default_str();
   cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+  cmd->add_option("--dtype", b.dtype,
+                  "--bench: fp32 | bf16, the dtype of q, k, v and the incoming gradient; bf16 runs each forward under "
+                  "autocast, as a bf16 model's attention runs (SDPA in bf16, our operator in fp32 inside)")
+      ->check(CLI::IsMember({"fp32", "bf16"}))
+      ->capture_default_str();
   cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)");
   cmd->add_option("--bench-norm", b.norm,
                   "--bench: > 0 times sharp, opposed attention (queries near u, keys near -u) with rows of this norm")

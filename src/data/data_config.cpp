@@ -69,10 +69,15 @@ DataConfig DataConfig::FromConfig(const ConfigReader& reader) {
 int64_t DataConfig::LocalBatchSize() const {
   DF_CHECK(world_size > 0 && rank >= 0 && rank < world_size,
            "data-parallel rank " << rank << " is outside [0, " << world_size << ")");
-  DF_CHECK(batch_size % world_size == 0, "config key '" << key_path << ".batch_size' (" << batch_size
-                                                        << ", the global batch) does not divide among "
-                                                        << world_size << " data-parallel ranks (WORLD_SIZE)");
-  return batch_size / world_size;
+  return MicroBatchRows(*this, world_size);
+}
+
+int64_t MicroBatchRows(const DataConfig& data, int64_t devices) {
+  DF_CHECK(devices > 0, "the number of data-parallel ranks must be positive, got " << devices);
+  DF_CHECK(data.batch_size % devices == 0, "config key '" << data.key_path << ".batch_size' (" << data.batch_size
+                                                          << ", the global batch) does not divide among " << devices
+                                                          << " data-parallel ranks");
+  return data.batch_size / devices;
 }
 
 }  // namespace darkformer

@@ -59,4 +59,10 @@ struct DataConfig {
   int64_t LocalBatchSize() const;
 };
 
+// Rows of one micro-batch on each of `devices` data-parallel ranks: data.batch_size / devices.
+// A step runs train.grad_accum such micro-batches one after another, so grad_accum does not
+// divide it. The one rule the loader, the fit check and the memory estimate size batches by;
+// throws naming data.batch_size when the ranks cannot split it evenly.
+int64_t MicroBatchRows(const DataConfig& data, int64_t devices);
+
 }  // namespace darkformer

@@ -135,8 +135,8 @@ std::vector<SizeTerm> LowerBoundTerms(const RunConfig& config, Workload workload
   }
   // Activations: training keeps at least each layer's input for the backward (the residual stream
   // stays fp32); any forward holds one batch's hidden states.
-  const int64_t rows = config.data.batch_size / std::max<int64_t>(1, devices) / std::max<int64_t>(1, config.train.grad_accum);
-  const std::pair<std::string, int64_t> B{"data.batch_size", std::max<int64_t>(1, rows)},
+  // One micro-batch's rows: grad_accum micro-batches run one after another, each this size.
+  const std::pair<std::string, int64_t> B{"data.batch_size", MicroBatchRows(config.data, devices)},
       L{"data.seq_len", config.data.seq_len};
   // Logits: the full-logit training loss materialises batch x seq_len x vocab fp32 (a chunked
   // loss, train.loss_chunk_tokens, does not).

@@ -132,11 +132,8 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   GemmaConfig m = config.model;
   m.Finalize();
   const auto& t = config.train;
-  DF_CHECK(config.data.batch_size % options.devices == 0,
-           "config key 'data.batch_size' (" << config.data.batch_size << ") does not split over " << options.devices
-                                            << " devices: each takes batch_size / devices rows");
   MemoryEstimate r;
-  const int64_t B = config.data.batch_size / options.devices, L = config.data.seq_len, T = B * L;
+  const int64_t B = MicroBatchRows(config.data, options.devices), L = config.data.seq_len, T = B * L;
   const int64_t E = m.hidden_size, V = m.vocab_size;
   const bool bf16 = t.precision == Precision::kBf16Autocast;
   r.micro_batch_rows = B;

@@ -1,7 +1,8 @@
 """tools/bench_gpu.sh on the CPU at toy sizes: the benchmark written for a GPU runs unchanged here.
 Its kernel rows carry ops_forward / ops_backward (the chunk-parallel form's the same at two lengths
-of 2 and 8 chunks; a single chunk needs a few copies fewer)
-and its training-step rows tokens/s, MFU and peak memory."""
+of 2 and 8 chunks; a single chunk needs a few copies fewer), in fp32 and in bf16 (with what SDPA and
+our operator computed in); fla's row says why it was skipped (no CUDA here); and its training-step
+rows, one per kernel and shape, tokens/s, MFU and peak memory."""
 
 import os
 import subprocess
@@ -22,7 +23,7 @@ def main():
         out = os.path.join(work, "out")
         env = dict(os.environ, DEVICE="cpu", OUT=out, LENGTHS="128,512", HEADS="4", HEAD_DIM="16", FEATURES="16",
                    REPEATS="1", OP="chunk_parallel", DOCUMENTS="32", DOCUMENT_LENGTHS="256", DOCUMENT_BATCH="2",
-                   STEP_TOKENS="32 64", STEPS="3", MODEL=model,
+                   STEP_SHAPES="1x32 2x32", STEPS="3", MODEL=model,
                    SHARDS_DIR=shards["shards_dir"], TOKENIZER=shards["tokenizer"], DARKFORMER_BIN=testkit.BINARY,
                    PYTHON=sys.executable)
         script = os.path.join(testkit.SOURCE_DIR, "tools", "bench_gpu.sh")
@@ -45,12 +46,23 @@ def main():
             if len(counts) != 1:
                 failures.append("%s: chunk_parallel's ops per call differ between L = 128 and 512: %s" % (kernel, counts))
         for kernel in ("performer", "darkformer"):
+            rows = testkit.read_jsonl(os.path.join(out, "kernels_%s_bf16.jsonl" % kernel))
+            got = {(r["impl"], r["dtype"], r["computes_in"]) for r in rows}
+            # bf16 inputs under autocast: SDPA takes a fused kernel, our operator keeps fp32 features and state.
+            want = {("chunk_parallel", "bf16", "features Float, state Float")}
+            if not want <= got or not any(i == "exact" and c.startswith("sdpa ") for i, _, c in got):
+                failures.append("%s bf16 rows: %s" % (kernel, sorted(got)))
+        fla = testkit.read_jsonl(os.path.join(out, "fla.jsonl"))
+        if [(r["length"], r.get("skipped")) for r in fla] != [(128, "no CUDA"), (512, "no CUDA")]:
+            failures.append("fla rows: %s" % fla)
+        for kernel in ("performer", "darkformer"):
             rows = testkit.read_jsonl(os.path.join(out, "documents_%s.jsonl" % kernel))
             impls = sorted(r["impl"] for r in rows if r.get("time_vs_unmasked") is not None)
             if impls != ["chunk_parallel+mask", "exact+mask", "exact+perdoc"]:
                 failures.append("%s: packed-document rows (each beside its unmasked time): %s" % (kernel, impls))
         steps = testkit.read_jsonl(os.path.join(out, "steps.jsonl"))
-        if [s["tokens"] for s in steps] != [32, 64]:
+        shapes = [(s["kernel"], s["batch"], s["seq_len"]) for s in steps]
+        if shapes != [(k, b, 32) for b in (1, 2) for k in ("exact", "performer", "darkformer")]:
             failures.append("training-step rows: %s" % steps)
         for s in steps:
             if not (s["tokens_per_s"] > 0 and 0 < s["mfu"] < 1 and s["peak_memory_gib"] > 0 and s["steps"] == 3):

@@ -1,9 +1,11 @@
 """tools/gpu_check.sh in its CPU mode (DEVICE=cpu, toy sizes, the existing build), so the GPU check
 cannot rot between GPUs:
 1. every stage passes and the summary (summary.json, summary.md, logs.tar.gz: within the device
-   tool's 8 files) holds the device tests' count, kernel rows with op counts, a training-step row
-   and transformers' parity figures;
-2. a stage that runs past its limit is cut and reported as such, and the stages after it still report;
+   tool's 8 files) holds the device tests' count, kernel rows with op counts in fp32 and bf16, fla's
+   row (skipped: no CUDA), a training-step row for each of exact, performer and darkformer, and
+   transformers' parity figures;
+2. a stage that runs past its limit is cut and reported as such, and the stages after it still report
+   (run without PYTHON: the default interpreter, the project's venv, runs transformers' parity);
 3. the device tests refuse DARKFORMER_TEST_DEVICE=cuda without CUDA, and an unknown device, with exit 2."""
 
 import json
@@ -17,10 +19,12 @@ import testkit
 SCRIPT = os.path.join(testkit.SOURCE_DIR, "tools", "gpu_check.sh")
 
 
-def run(out, shards, **extra):
+def run(out, shards, python=sys.executable, **extra):
     env = dict(os.environ, DEVICE="cpu", OUT=out, SKIP_BUILD="1", BUILD_DIR=os.path.dirname(testkit.BINARY),
-               PYTHON=sys.executable, JOBS="2", TEST_REGEX="OneStepEqualsTheCpuStep/performer",
+               PYTHON=python, JOBS="2", TEST_REGEX="OneStepEqualsTheCpuStep/performer",
                BENCH_ENV="SHARDS_DIR=%s TOKENIZER=%s" % (shards["shards_dir"], shards["tokenizer"]), **extra)
+    if python is None:  # gpu_check.sh's own default
+        del env["PYTHON"]
     result = subprocess.run(["bash", SCRIPT], env=env, capture_output=True, text=True, timeout=600)
     print(result.stdout[-4000:])
     if result.returncode != 0:
@@ -54,13 +58,25 @@ def main():
         if not {("performer", "exact"), ("darkformer", "exact")} <= impls or \
                 not all(r["ops_forward"] and r["ops_backward"] for r in summary["kernels"]):
             failures.append("kernel rows: %s" % summary["kernels"])
-        if [s["tokens"] for s in summary["steps"]] != [32] or not summary["steps"][0]["tokens_per_s"] > 0:
+        if [s["kernel"] for s in summary["steps"]] != ["exact", "performer", "darkformer"] or \
+                not all(s["tokens"] == 32 and s["tokens_per_s"] > 0 for s in summary["steps"]):
             failures.append("step rows: %s" % summary["steps"])
+        if {r["dtype"] for r in summary["kernels"]} != {"fp32", "bf16"}:
+            failures.append("kernel rows in fp32 and bf16: %s" % summary["kernels"])
+        if [r.get("skipped") for r in summary["fla"]] != ["no CUDA", "no CUDA"]:
+            failures.append("fla rows: %s" % summary["fla"])
+        with open(os.path.join(out, "summary.md")) as f:
+            md = f.read()
+        for part in ("| performer | auto | bf16 |", "skipped: no CUDA", "| exact | 1 x 32 |",
+                     "| performer | 1 x 32 |", "| darkformer | 1 x 32 |"):
+            if part not in md:
+                failures.append("summary.md lacks %r" % part)
         if [r["family"] for r in (summary["hf"] or {}).get("families", [])] != ["gemma", "gemma2", "gemma3"]:
             failures.append("hf rows: %s" % summary["hf"])
 
         cut_out = os.path.join(work, "cut")
-        cut = run(cut_out, shards, LIMIT_TESTS="1", STAGES="tests hf", GPU_CHECK_SLEEP="tests:30")
+        # Without PYTHON: the default must have torch (the project's venv), or transformers' parity fails.
+        cut = run(cut_out, shards, python=None, LIMIT_TESTS="1", STAGES="tests hf", GPU_CHECK_SLEEP="tests:30")
         status = {s["stage"]: s["status"] for s in cut["stages"]}
         if status.get("tests") != "cut at 1 s" or status.get("hf") != "ok" or \
                 not status.get("bench", "").startswith("skipped"):

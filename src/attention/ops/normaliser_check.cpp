@@ -23,7 +23,10 @@ double MinFastNormaliser(int64_t length, int64_t num_features) {
 }
 
 bool AnyRowBelowGuard(const torch::Tensor& den_BHL, double guard) {
-  return den_BHL.defined() && den_BHL.numel() > 0 && (den_BHL < guard).any().item<bool>();
+  // Each row's minimum first, then the rows: a whole-tensor reduction over more than LibTorch's
+  // grain (32768 elements) runs through per-thread buffers, one more op that only long calls make
+  // (the chunk-parallel form's op count must not depend on L).
+  return den_BHL.defined() && den_BHL.numel() > 0 && (den_BHL.amin(-1) < guard).any().item<bool>();
 }
 
 torch::Tensor GuardedDivisor(const torch::Tensor& den) {
