@@ -3,12 +3,12 @@
 //
 // Shape legend: B batch, H heads, L positions, D input dim, M random features.
 //
-// Stabilisers. The positive kernels' attention is computed from log phi (log_feature_kernel.h):
-// the per-feature stabiliser of ops/per_feature_attention.h (normaliser >= 1 at any scale), or
-// the fast operator forms' scalar one, guarded by ops/normaliser_check.h. The split below
-// (queries shifted by their own row max, which cancels; keys split as phi(y_j) = exp(b_j) psi_j
-// with b_j = max_m log phi(y_j)_m carried as a log-weight against its causal prefix max) is that
-// scalar stabiliser in composite form, for tests of LinearAttention. Shifts are detached: the
+// Stabilisers. The positive kernels' attention is computed from log phi (log_feature_kernel.h)
+// with the per-feature stabiliser in every form (ops/per_feature_attention.h, the composite
+// reference; ops/per_feature_chunks.h and ops/raw_cpu_kernel.h, the fast forms): normaliser >= 1
+// at any scale. The split below (queries shifted by their own row max, which cancels; keys split
+// as phi(y_j) = exp(b_j) psi_j with b_j = max_m log phi(y_j)_m carried as a log-weight against
+// its causal prefix max) is the older scalar stabiliser, kept for tests of LinearAttention. Shifts are detached: the
 // output is invariant to them, so the gradient is unchanged.
 #pragma once
 

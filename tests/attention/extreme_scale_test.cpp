@@ -17,6 +17,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 
 #include "attention/derf_test_state.h"
@@ -118,8 +119,10 @@ struct Reference {
   double max_log_feature, gradient_floor;
   double map_error;  // max |a32 - a64| + max |l32 - l64|: the map's own fp32 rounding of the exponents
 };
-Reference RunReference(const std::string& name, const Inputs& in, torch::ScalarType input_dtype) {
-  auto kernel = Make(name, "naive");
+using KernelFactory = std::function<AttentionKernel(const std::string& op)>;
+
+Reference RunReference(const KernelFactory& make, const Inputs& in, torch::ScalarType input_dtype) {
+  auto kernel = make("naive");
   kernel->to(torch::kFloat64);
   auto* features = dynamic_cast<LogFeatureKernel*>(kernel.ptr().get());
   // The reference sees the inputs the kernel saw (bf16-rounded where they were).
@@ -142,7 +145,7 @@ Reference RunReference(const std::string& name, const Inputs& in, torch::ScalarT
   ref.max_log_feature = std::max(a.abs().max().item<double>(), l.abs().max().item<double>());
   {
     torch::NoGradGuard no_grad;
-    auto fp32 = Make(name, "naive");  // the same state in fp32
+    auto fp32 = make("naive");  // the same state in fp32
     auto* features32 = dynamic_cast<LogFeatureKernel*>(fp32.ptr().get());
     auto rounded = [input_dtype](const torch::Tensor& t) { return t.detach().to(input_dtype).to(torch::kFloat32); };
     const auto a32 = features32->LogFeatures(rounded(in.q) * root, /*is_query=*/true);
@@ -153,6 +156,10 @@ Reference RunReference(const std::string& name, const Inputs& in, torch::ScalarT
                        in.v.abs().max().item<double>() *
                        std::max(in.q.abs().max().item<double>(), in.k.abs().max().item<double>());
   return ref;
+}
+
+Reference RunReference(const std::string& name, const Inputs& in, torch::ScalarType input_dtype) {
+  return RunReference([&](const std::string& op) { return Make(name, op); }, in, input_dtype);
 }
 
 // max |a - b| / max(max |b|, floor).
@@ -246,12 +253,12 @@ TEST_P(ExtremeScaleTest, RecurrentStepsMatchLogSpaceReference) {
   }
 }
 
-// The guard chooses per row, from that row's own normaliser: changing later tokens, so that
-// they do (or do not) fall back to the per-feature form, leaves every earlier output bit-identical.
-TEST_P(ExtremeScaleTest, LaterTokensThatFallBackChangeNoEarlierOutput) {
+// Every reference is a prefix maximum: changing later tokens, ordinary or sharp, leaves every
+// earlier output bit-identical in every form.
+TEST_P(ExtremeScaleTest, LaterSharpTokensChangeNoEarlierOutput) {
   const std::string& name = GetParam();
   const int64_t later = 24;  // mid-chunk (chunk 16)
-  for (const double early_norm : {3.0, 100.0}) {  // early rows on the fast form / falling back themselves
+  for (const double early_norm : {3.0, 100.0}) {  // early rows ordinary / sharp themselves
     auto base = MakeInputs(early_norm, "anti");
     const auto extreme = MakeInputs(100.0, "opposed");
     auto changed = base;
@@ -265,6 +272,74 @@ TEST_P(ExtremeScaleTest, LaterTokensThatFallBackChangeNoEarlierOutput) {
       const std::string where = name + " " + form + " early |x|=" + std::to_string(int(early_norm));
       ASSERT_TRUE(AllFinite(b)) << where;
       EXPECT_TRUE(torch::equal(a.narrow(2, 0, later), b.narrow(2, 0, later))) << where;
+    }
+  }
+}
+
+// A running maximum that jumps by hundreds inside a sub-chunk and again at a chunk boundary
+// (issue 52): with projections of norm 30 (rows 30 e_i), a key y = 30 e_i raises feature i's
+// log-feature from about 0 to 450 (and lowers the others to -450). Keys 0..10 are small, key 11
+// (inside the sub-chunk [8, 16)) is 30 e_1, key 32 (a chunk's first) is 30 e_5; queries lean
+// towards those features. Every form matches the fp64 log-space reference, outputs and
+// gradients, and tokens after 12 (inside the jump's sub-chunk) or after 33 change no earlier output.
+AttentionKernel MakeJumpKernel(const std::string& name, const std::string& op) {
+  KernelShape shape;
+  shape.num_heads = kHeads;
+  shape.head_dim = kDim;
+  const std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk) +
+                           ", op: " + op + "}";
+  auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
+  torch::NoGradGuard no_grad;
+  const auto rows = 30.0 * torch::eye(kDim).repeat({kFeatures / kDim, 1});  // m x D
+  if (name == "lfk") {
+    kernel->named_parameters()["W"].copy_(rows);
+  } else {
+    kernel->named_buffers()["projection"].copy_(rows);
+  }
+  return kernel;
+}
+
+Inputs JumpInputs() {
+  torch::manual_seed(52);
+  const double root = std::pow(static_cast<double>(kDim), 0.25);  // the kernels see x = q / d^(1/4)
+  Inputs in;
+  in.q = 0.5 * root * torch::randn({1, kHeads, kLength, kDim});
+  in.q.select(3, 1).add_(2.0 * root);
+  in.q.select(3, 5).add_(2.0 * root);
+  in.k = 0.3 * root * torch::randn({1, kKvHeads, kLength, kDim});
+  in.k[0][0][11].zero_()[1] = 30.0 * root;
+  in.k[0][0][32].zero_()[5] = 30.0 * root;
+  in.v = torch::randn({1, kKvHeads, kLength, kDim});
+  in.weights = torch::randn({1, kHeads, kLength, kDim}).to(torch::kBFloat16).to(torch::kFloat32);
+  return in;
+}
+
+TEST(ExtremeScaleJumpTest, RunningMaxJumpsInsideASubChunkAndAtAChunkBoundary) {
+  const auto in = JumpInputs();
+  for (const std::string name : {"performer", "lfk", "darkformer"}) {
+    const auto make = [&](const std::string& op) { return MakeJumpKernel(name, op); };
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      const auto ref = RunReference(make, in, dtype);
+      ASSERT_GE(ref.max_log_feature, 400) << name;  // the jumps are there
+      for (const auto& form : kForms) {
+        auto kernel = make(form);
+        const std::string where = name + " " + form + " jump" + (dtype == torch::kBFloat16 ? " bf16" : " fp32");
+        ExpectMatches(RunKernel(kernel, in, dtype), ref, in, dtype, where);
+      }
+    }
+    for (const int64_t later : {13, 34}) {
+      auto changed = in;
+      changed.q = in.q.clone();
+      changed.k = in.k.clone();
+      changed.q.narrow(2, later, kLength - later).mul_(-3.0);
+      changed.k.narrow(2, later, kLength - later).normal_().mul_(40.0);
+      for (const auto& form : kForms) {
+        auto kernel = make(form);
+        const auto a = RunKernel(kernel, in, torch::kFloat32).out, b = RunKernel(kernel, changed, torch::kFloat32).out;
+        const std::string where = name + " " + form + " tokens from " + std::to_string(later) + " changed";
+        ASSERT_TRUE(AllFinite(b)) << where;
+        EXPECT_TRUE(torch::equal(a.narrow(2, 0, later), b.narrow(2, 0, later))) << where;
+      }
     }
   }
 }

@@ -1,7 +1,7 @@
 // Ops dispatched per attention-layer call (util/op_count.h, the CPU's proxy for GPU launches):
 // the counter itself on known code, and the chunk-parallel form's counts, forward and backward,
-// the same at lengths whose chunk counts differ by 8x (the chunk loop's grow with the number of chunks), and within issue 38's
-// budget of 50 forward and 120 backward for performer and darkformer.
+// the same at lengths whose chunk counts differ by 8x (the chunk loop's grow with the number of
+// chunks), and within a budget of 60 forward and 120 backward for performer and darkformer.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -69,8 +69,9 @@ TEST(OpCountTest, ChunkParallelDispatchesTheSameOpsAtEveryLength) {
       EXPECT_EQ(a.forward, b.forward) << kernel << " L=" << short_l;
       EXPECT_EQ(a.backward, b.backward) << kernel << " L=" << short_l;
       if (kernel != "gerf") {
-        // Issue 38's budget: the normaliser guard (one reduction) stays within 50 / 120 per layer.
-        EXPECT_LE(a.forward, 50) << kernel;
+        // The budget per layer call: 60 forward, 120 backward (issue 38's 50 / 120, plus the
+        // per-feature stabiliser's three parts of issue 52: 45 / 85 for performer today).
+        EXPECT_LE(a.forward, 60) << kernel;
         EXPECT_LE(a.backward, 120) << kernel;
       }
     }

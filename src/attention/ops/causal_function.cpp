@@ -11,10 +11,9 @@
 #include <algorithm>
 
 #include "attention/ops/causal_form.h"
+#include "attention/ops/chunk_loop.h"
 #include "attention/ops/chunk_parallel.h"
 #include "attention/ops/dtype_probe.h"
-#include "attention/ops/normaliser_check.h"
-#include "attention/ops/per_feature_attention.h"
 #include "attention/ops/raw_cpu.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/positive_features.h"
@@ -168,8 +167,6 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     auto out_BHLD = torch::empty({batch, x_BHLD.size(1), l.length, l.value_dim}, options);
     const auto out_1NLD = FoldBatch(out_BHLD);
     auto den_1NL = torch::empty({1, l.heads, l.length}, options);
-    // r per row; parts of a row compute the same r, parts after the first into a scratch copy.
-    auto r_P1RL = torch::empty({units.parts, 1, units.rows, l.length}, options);
     const auto y_1RLD = PerRow(y_1NLD, l), v_1RLD = PerRow(v_1NLD, l);
     // The raw kernel's checkpoints of the key state per row (raw_cpu_kernel.h); parts of a row
     // after the first write theirs into scratch copies, dropped after the forward.
@@ -181,10 +178,10 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
       row_documents = MakeRowDocuments(documents.ids_BL, units.rows, l.length, m, chunk_size);
       const int64_t count = row_documents.checkpoints;
       states_1RS = torch::empty({1, units.rows, count * m * (l.value_dim + 1)}, options);
-      refs_1RN = torch::empty({1, units.rows, count}, options);
+      refs_1RN = torch::empty({1, units.rows, count * m}, options);
       if (units.parts > 1) {
         extra_states_P1RS = torch::empty({units.parts - 1, 1, units.rows, states_1RS.size(2)}, options);
-        extra_refs_P1RN = torch::empty({units.parts - 1, 1, units.rows, count}, options);
+        extra_refs_P1RN = torch::empty({units.parts - 1, 1, units.rows, count * m}, options);
       }
     }
     ForEachUnit(units.count(), [&](int64_t i) {
@@ -192,20 +189,18 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
       const auto unit_params = UnitParams(feature_map, p, units, u);
       const auto x = Take(x_1NLD, units.head0(u), units.heads(u)), y = Take(y_1RLD, u.row0, u.rows),
                  v = Take(v_1RLD, u.row0, u.rows), out = TakeGrouped(out_1NLD, units, u),
-                 den = TakeGrouped(den_1NL, units, u), r = Take(r_P1RL[u.part], u.row0, u.rows).unsqueeze(2);
+                 den = TakeGrouped(den_1NL, units, u);
       if (raw) {
         const auto& states = u.part == 0 ? states_1RS : extra_states_P1RS[u.part - 1];
         const auto& refs = u.part == 0 ? refs_1RN : extra_refs_P1RN[u.part - 1];
-        ForwardUnitRaw(unit_params, units.layout(l, u), x, y, v, chunk_size, out, den, r,
+        ForwardUnitRaw(unit_params, units.layout(l, u), x, y, v, chunk_size, out, den,
                        Take(states, u.row0, u.rows), Take(refs, u.row0, u.rows), row_documents, u.row0);
       } else {
-        ForwardUnit(feature_map, unit_params, units.layout(l, u), x, y, v, chunk_size, out, den, r);
+        ForwardUnit(feature_map, unit_params, units.layout(l, u), x, y, v, chunk_size, out, den);
       }
     });
-    const auto r_1RL = r_P1RL[0];
     RecordDtype(ProbeField::kInputs, x_1NLD);
     RecordDtype(ProbeField::kNormaliser, den_1NL);
-    causal_ops::RecordRowNormalisers(den_1NL.view({batch, x_BHLD.size(1), l.length}));
     if (raw) {  // the raw kernel computes features and state in fp32 (float buffers) by construction
       RecordDtype(ProbeField::kFeatures, states_1RS);
       RecordDtype(ProbeField::kState, states_1RS);
@@ -215,7 +210,6 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
                                         v_1NLD,
                                         out_BHLD,
                                         den_1NL,
-                                        r_1RL,
                                         states_1RS,
                                         refs_1RN};
     saved.insert(saved.end(), original.begin(), original.end());
@@ -233,9 +227,9 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
     const auto &x_1NLD = saved[0], &y_1NLD = saved[1], &v_1NLD = saved[2];
-    const auto &den_1NL = saved[4], &r_1RL = saved[5], &states_1RS = saved[6], &refs_1RN = saved[7];
+    const auto &den_1NL = saved[4], &states_1RS = saved[5], &refs_1RN = saved[6];
     const auto out_1NLD = FoldBatch(saved[3]);
-    const std::vector<torch::Tensor> original(saved.begin() + 8, saved.end());
+    const std::vector<torch::Tensor> original(saved.begin() + 7, saved.end());
     const auto capsule = c10::static_intrusive_pointer_cast<FeatureMapCapsule>(ctx->saved_data["map"].toCapsule());
     const FeatureMap& map = capsule->map;
     const int64_t chunk_size = ctx->saved_data["chunk"].toInt(), batch = ctx->saved_data["batch"].toInt();
@@ -261,8 +255,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
       const auto u = units(i);
       const int64_t h0 = units.head0(u), nh = units.heads(u);
       const UnitSaved s{Take(x_1NLD, h0, nh), Take(y_1RLD, u.row0, u.rows), Take(v_1RLD, u.row0, u.rows),
-                        TakeGrouped(out_1NLD, units, u), TakeGrouped(den_1NL, units, u),
-                        Take(r_1RL, u.row0, u.rows).unsqueeze(2), TakeGrouped(g_1NLD, units, u)};
+                        TakeGrouped(out_1NLD, units, u), TakeGrouped(den_1NL, units, u), TakeGrouped(g_1NLD, units, u)};
       const auto unit_params = UnitParams(map, params, units, u);
       const auto dx = Take(dx_1NLD, h0, nh), dy = Take(dy_P1RLD[u.part], u.row0, u.rows),
                  dv = Take(dv_P1RLD[u.part], u.row0, u.rows);
@@ -335,24 +328,9 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
     });
   }
   ResetForwardDtypes();
-  const auto out = parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size, document_ids_BL)
-                            : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size,
-                                                         FusedCausalFunction::Documents{raw_documents ? document_ids_BL : torch::Tensor()});
-  const auto den_BHL = causal_ops::TakeRowNormalisers();
-  const double guard = causal_ops::MinFastNormaliser(x.size(2), map.num_features);
-  if (!causal_ops::AnyRowBelowGuard(den_BHL, guard)) return out;
-  // Some rows' scalar-stabilised normaliser underflowed (normaliser_check.h): those rows take the
-  // per-feature form's values, whose normaliser is at least 1. The choice is per row (row t's
-  // own normaliser reads keys j <= t only), so no output depends on a later token. The composite
-  // form costs C^2 m exponentials and memory per chunk: its chunk is at most kFallbackChunk.
-  constexpr int64_t kFallbackChunk = 16;
-  const int64_t fallback_chunk = std::min(chunk_size, kFallbackChunk);
-  const auto exact = !documents ? PerFeatureCausalAttention(x, y, v, map, fallback_chunk)
-                                : PerDocument(x, y, v, document_ids_BL,
-                                              [&](const torch::Tensor& xd, const torch::Tensor& yd, const torch::Tensor& vd) {
-                                                return PerFeatureCausalAttention(xd, yd, vd, map, fallback_chunk);
-                                              });
-  return torch::where((den_BHL < guard).unsqueeze(-1), exact, out);
+  return parallel ? ChunkParallelCausalAttention(x, y, v, map, chunk_size, document_ids_BL)
+                  : FusedCausalFunction::apply(x, y, v, at::TensorList(map.params), map, chunk_size,
+                                               FusedCausalFunction::Documents{raw_documents ? document_ids_BL : torch::Tensor()});
 }
 
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {

@@ -5,9 +5,7 @@
 #include <optional>
 
 #include "attention/ops/dtype_probe.h"
-#include "attention/ops/fast_exp2.h"
-#include "attention/ops/normaliser_check.h"
-#include "attention/ops/state_fold.h"
+#include "attention/ops/per_feature_chunks.h"
 
 namespace darkformer::causal_ops {
 
@@ -43,14 +41,14 @@ torch::Tensor BackpropChunk(const torch::Tensor& out, const torch::Tensor& d_out
   return grads[0].defined() ? grads[0] : torch::zeros_like(input_leaf);
 }
 
-// Closed-form backward of positive features (FeatureMap::positive_features): given phi_NCM (the
-// shifted features; the shift is detached, so d log phi = dphi * phi) and dphi_NCM for inputs
-// x_NCD, returns dx and adds dW into dw (undefined: W needs no gradient).
-torch::Tensor PositiveFeatureBackward(const torch::Tensor& phi_NCM, const torch::Tensor& dphi_NCM,
-                                      const torch::Tensor& x_NCD, const torch::Tensor& w_MD, torch::Tensor* dw) {
-  const auto dl_NCM = dphi_NCM * phi_NCM;
+// Closed-form backward of positive features (FeatureMap::positive_features) given d log phi of
+// inputs x_NCD: dx = dl W - x sum_m dl when the log-features carry -|x|^2/2 (keys), dl W when
+// they do not (queries: a per-query shift, which cancels); adds dW = dl^T x into dw (nullptr: W
+// needs no gradient).
+torch::Tensor PositiveFeatureBackward(const torch::Tensor& dl_NCM, const torch::Tensor& x_NCD, const torch::Tensor& w_MD,
+                                      bool with_norm, torch::Tensor* dw) {
   auto dx_NCD = torch::matmul(dl_NCM, w_MD);
-  dx_NCD.sub_(x_NCD * dl_NCM.sum(-1, /*keepdim=*/true));
+  if (with_norm) dx_NCD.sub_(x_NCD * dl_NCM.sum(-1, /*keepdim=*/true));
   if (dw != nullptr) {
     const int64_t m = dl_NCM.size(-1), d = x_NCD.size(-1);
     const auto g_MD = torch::matmul(dl_NCM.reshape({-1, m}).t(), x_NCD.reshape({-1, d}));
@@ -59,205 +57,114 @@ torch::Tensor PositiveFeatureBackward(const torch::Tensor& phi_NCM, const torch:
   return dx_NCD;
 }
 
-// A unit's chunk tensors have one key row per KV head (F = 1) and G query heads per row:
-// queries 1 x R x G x C x ., keys 1 x R x 1 x C x . The products below fold G into the rows of
-// one bmm per chunk (no broadcast copies, no sum over G afterwards).
-// [1, R, G, C, X] -> [R, G*C, X]
-torch::Tensor QueryRows(const torch::Tensor& t) { return t.reshape({t.size(1), -1, t.size(-1)}); }
-// [1, R, 1, C, X] -> [R, C, X]
-torch::Tensor KeyRows(const torch::Tensor& t) { return t.reshape({t.size(1), t.size(-2), t.size(-1)}); }
-// [R, G*C, X] -> [1, R, G, C, X]
-torch::Tensor Grouped(const torch::Tensor& t, const Layout& l) {
-  return t.view({1, t.size(0), l.group, t.size(1) / l.group, t.size(2)});
-}
-
-// The fused exp2 loops of fast_exp2.h take contiguous fp32 CPU memory and pay off where they run
-// vectorised; anything else (CUDA, fp64, a CPU without AVX2) runs the same math as LibTorch ops.
-bool FastExp2Applies(const torch::Tensor& t) {
-  return t.is_cpu() && t.scalar_type() == torch::kFloat32 && t.is_contiguous() && Exp2LoopsVectorised();
-}
-
-// t = 2^(t - row max) in place over the last dimension; returns the row max (t's shape without
-// its last dimension).
-torch::Tensor ShiftExp2RowsInPlace(torch::Tensor& t) {
-  if (FastExp2Applies(t)) {
-    auto max = torch::empty(t.sizes().slice(0, t.dim() - 1), t.options());
-    const int64_t cols = t.size(-1);
-    ShiftExp2Rows(t.data_ptr<float>(), cols == 0 ? 0 : t.numel() / cols, cols, max.data_ptr<float>());
-    return max;
-  }
-  const auto max = t.amax(-1, /*keepdim=*/true);
-  t.sub_(max).exp2_();
-  return max.squeeze(-1);
-}
-
-// Features of one chunk. Positive features (FeatureMap::positive_features) take a shortcut both
-// ways: log phi = x W^T - |x|^2/2 - log(m)/2 is computed in base 2 with W log2(e) (exp2 is the
-// faster pass), and the per-row offset |x|^2/2 + log(m)/2 is never subtracted from the L x m
-// block: a query's features are shifted by their row max anyway, and a key's offset only enters
-// its b_j (a D-wide reduction, done for the unit's whole sequence at once). Other maps go
-// through their log_features. Inside a unit, log-scales (b, r and the state references) are in
-// base 2: every weight exp(b_j - r_i) is then one exp2 of a difference.
-class ChunkFeatures {
+// Log-features of a chunk, up to what cancels. Positive features (FeatureMap::positive_features):
+// x W^T for queries (their -|x|^2/2 - log(m)/2 shifts every argument of the query, s_t's too)
+// and y W^T - |y|^2/2 for keys (-log(m)/2 shifts every key: R and s with it). Other maps: their
+// log_features. Queries 1 x R x G x C x M, keys 1 x R x C x M.
+class ChunkLogFeatures {
  public:
-  ChunkFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& params, const Layout& l,
-                const torch::Tensor& y_1RLD)
-      : map_(map), params_(params), l_(l), y_1RLD_(y_1RLD) {
+  ChunkLogFeatures(const FeatureMap& map, const Layout& l, const torch::Tensor& like) : map_(map), l_(l) {
     if (map.positive_features) {
-      DF_CHECK(params.size() == 1 && params[0].dim() == 2,
-               "FusedCausalLinearAttention: positive_features wants one shared W (m x D), got "
-                   << params.size() << " parameter(s)");
-      const auto w_MD = params[0].detach().to(y_1RLD.scalar_type());
-      w2_DM_ = (w_MD * kLog2E).t().contiguous();
-      // (|y|^2 / 2 + log(m) / 2) log2(e) per key (a norm: no L x D temporary).
-      offset2_1RL_ = (torch::linalg_vector_norm(y_1RLD, 2, {-1}, false, c10::nullopt).square_() * 0.5 +
-                      0.5 * std::log(static_cast<double>(w_MD.size(0)))) *
-                     kLog2E;
+      DF_CHECK(map.params.size() == 1 && map.params[0].dim() == 2,
+               "FusedCausalLinearAttention: positive_features wants one shared W (m x D), got " << map.params.size()
+                                                                                                << " parameter(s)");
+      w_DM_ = map.params[0].detach().to(like.scalar_type()).t();
     }
   }
-
-  // psi = exp(log phi(x) - row max), no autograd: 1 x R x G x C x M (a kernel's own log_features).
-  torch::Tensor Queries(const torch::Tensor& x_1HCD) const {
-    auto psi = ShiftedQueryFeatures(QueryLogFeatures(map_, params_, x_1HCD, l_));
-    RecordDtype(ProbeField::kFeatures, psi);
-    return psi;
+  torch::Tensor Queries(const torch::Tensor& x_1HCD, const std::vector<torch::Tensor>& params) const {
+    const auto lq = map_.positive_features ? torch::matmul(x_1HCD, w_DM_)
+                                           : map_.log_features(x_1HCD, params, /*is_query=*/true);
+    RecordDtype(ProbeField::kFeatures, lq);
+    return lq.view({1, l_.kv_heads, l_.group, x_1HCD.size(2), lq.size(-1)});
   }
-
-  // Keys [start, start + c): k_j = exp(log phi(y_j) - b_j) and b_j = max log phi(y_j) / ln 2,
-  // no autograd: 1 x R x 1 x C x M and 1 x R x 1 x C (a kernel's own log_features).
-  KeyChunk Keys(int64_t start, int64_t c) const {
-    auto key = Base2(SplitKeys(KeyLogFeatures(map_, params_, y_1RLD_.narrow(2, start, c), l_)));
-    RecordDtype(ProbeField::kFeatures, key.k_BKFCM);
-    return key;
-  }
-
-  // Both sides of a chunk, no autograd. Positive features: queries and keys stacked in one
-  // product x W^T log2(e) (a larger GEMM, and one max / shift / exp2 pass instead of two).
-  struct Pair {
-    torch::Tensor q_1RGCM;
-    KeyChunk key;
-  };
-  Pair Both(const torch::Tensor& x_1HCD, int64_t start, int64_t c) const {
-    if (!map_.positive_features) return {Queries(x_1HCD), Keys(start, c)};
-    const int64_t heads = x_1HCD.size(1), rows = l_.kv_heads;
-    auto l2_1NCM = torch::matmul(torch::cat({x_1HCD, y_1RLD_.narrow(2, start, c)}, 1), w2_DM_);
-    const auto max2_1NC = ShiftExp2RowsInPlace(l2_1NCM);
-    RecordDtype(ProbeField::kFeatures, l2_1NCM);
-    const int64_t m = l2_1NCM.size(-1);
-    const auto b2_1RC = max2_1NC.narrow(1, heads, rows) - offset2_1RL_.narrow(2, start, c);
-    return {l2_1NCM.narrow(1, 0, heads).view({1, rows, l_.group, c, m}),
-            {l2_1NCM.narrow(1, heads, rows).unsqueeze(2), b2_1RC.unsqueeze(2)}};
-  }
-
-  // A key chunk with natural-log b (a kernel's own log_features) in the unit's base 2.
-  static KeyChunk Base2(KeyChunk key) {
-    key.b_BKFC = key.b_BKFC * kLog2E;
-    return key;
+  torch::Tensor Keys(const torch::Tensor& y_1RCD, const std::vector<torch::Tensor>& params) const {
+    if (!map_.positive_features) return map_.log_features(y_1RCD, params, /*is_query=*/false);
+    return torch::matmul(y_1RCD, w_DM_).sub_((y_1RCD * y_1RCD).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
   }
 
  private:
   const FeatureMap& map_;
-  const std::vector<torch::Tensor>& params_;
   const Layout& l_;
-  torch::Tensor y_1RLD_, w2_DM_, offset2_1RL_;
+  torch::Tensor w_DM_;
 };
 
-// exp(b_j - r_i) = 2^(b2_j - r2_i) for j <= i inside a chunk, 0 above the diagonal: 1 x R x 1 x
-// C x C, with the unit's -inf mask added (exp2 of -inf is 0 and takes the fast path; exp of -inf
-// and masked_fill are several times slower at this size). b_j - r_i <= 0 on and below the diagonal.
-torch::Tensor CausalWeights(const torch::Tensor& b2_1R1C, const torch::Tensor& r2_1R1C, const torch::Tensor& later_CC) {
-  const int64_t c = b2_1R1C.size(-1);
-  auto log2_w = b2_1R1C.unsqueeze(-2) - r2_1R1C.unsqueeze(-1);
-  return log2_w.add_(later_CC.narrow(0, 0, c).narrow(1, 0, c)).exp2_();
+// One chunk as per_feature_chunks.h's block (N = 1): queries lq_1RGCM, keys lk_1RCM, values
+// v_1RCD; prev_1RM: R(e') (undefined for the first chunk).
+ChunkBlock MakeBlock(const torch::Tensor& lq_1RGCM, const torch::Tensor& lk_1RCM, const torch::Tensor& v_1RCD,
+                     const torch::Tensor& prev_1RM) {
+  const int64_t r = lk_1RCM.size(1), c = lk_1RCM.size(2), m = lk_1RCM.size(3), g = lq_1RGCM.size(2);
+  ChunkBlock b;
+  b.group = g;
+  b.sub = SubChunk(c);
+  const int64_t u = c / b.sub;
+  b.a_BRNUGSM = lq_1RGCM.reshape({1, r, g, u, b.sub, m}).permute({0, 1, 3, 2, 4, 5}).contiguous().unsqueeze(2);
+  b.l_BRNCM = lk_1RCM.unsqueeze(2);
+  b.vh_BRNCV = WithOnes(v_1RCD);
+  auto r_1RCM = std::get<0>(lk_1RCM.cummax(2));
+  if (prev_1RM.defined()) r_1RCM = torch::maximum(r_1RCM, prev_1RM.unsqueeze(2));
+  b.r_BRNCM = r_1RCM.unsqueeze(2);
+  b.prev_BRNM = (prev_1RM.defined() ? prev_1RM : r_1RCM.select(2, 0)).unsqueeze(2);
+  return b;
 }
 
-// -inf strictly above the diagonal, 0 elsewhere: a full chunk's mask of later keys.
-torch::Tensor LaterMask(int64_t chunk_size, const torch::Tensor& like) {
-  return torch::full({chunk_size, chunk_size}, -std::numeric_limits<double>::infinity(),
-                     like.options().dtype(FeatureDtype(like.scalar_type())))
-      .triu(1);
+// A chunk's n (1 R 1 Q V) back in the unit's query layout: 1 x R x G x C x X.
+torch::Tensor ByHead(const torch::Tensor& t_1R1QX, const ChunkBlock& b, int64_t c) {
+  const int64_t r = t_1R1QX.size(1), x = t_1R1QX.size(-1);
+  return t_1R1QX.view({1, r, c / b.sub, b.group, b.sub, x}).permute({0, 1, 3, 2, 4, 5}).reshape({1, r, b.group, c, x});
+}
+// The unit's query-layout tensor of a chunk (1 x R x G x C x X) as the block's rows: 1 R 1 Q X.
+torch::Tensor ByBlock(const torch::Tensor& t_1RGCX, const ChunkBlock& b) {
+  const int64_t r = t_1RGCX.size(1), c = t_1RGCX.size(3), x = t_1RGCX.size(-1);
+  return t_1RGCX.reshape({1, r, b.group, c / b.sub, b.sub, x}).permute({0, 1, 3, 2, 4, 5}).reshape({1, r, 1, -1, x});
 }
 
-// blocks_RGCC (a row's G query heads against its C keys) *= the chunk's causal weights. On the
-// fused CPU path later keys become 0 (not 0 times a product that could be non-finite).
-void ApplyCausalWeights(std::initializer_list<torch::Tensor> blocks_RGCC, const torch::Tensor& b2_1R1C,
-                        const torch::Tensor& r2_1R1C, const torch::Tensor& later_CC, const Layout& l) {
-  const bool fast = std::all_of(blocks_RGCC.begin(), blocks_RGCC.end(), FastExp2Applies) &&
-                    b2_1R1C.is_cpu() && b2_1R1C.scalar_type() == torch::kFloat32 && b2_1R1C.stride(-1) == 1 &&
-                    r2_1R1C.is_cpu() && r2_1R1C.scalar_type() == torch::kFloat32 && r2_1R1C.stride(-1) == 1;
-  if (!fast) {
-    const auto w_1R1CC = CausalWeights(b2_1R1C, r2_1R1C, later_CC);
-    for (const auto& block : blocks_RGCC) Grouped(block, l).mul_(w_1R1CC);
-    return;
-  }
-  std::vector<float*> pointers;
-  for (const auto& block : blocks_RGCC) pointers.push_back(block.data_ptr<float>());
-  const auto& first = *blocks_RGCC.begin();
-  MulCausalWeights(pointers.data(), static_cast<int>(pointers.size()), first.size(0), l.group, b2_1R1C.size(-1),
-                   b2_1R1C.data_ptr<float>(), b2_1R1C.stride(1), r2_1R1C.data_ptr<float>(), r2_1R1C.stride(1));
+// The state after folding a chunk: the old rows decay to the chunk's last R, its keys join.
+torch::Tensor Fold(const torch::Tensor& sin_1R1MV, const ChunkBlock& b) {
+  const auto kend = KeysAtChunkEnd(b);
+  const auto own = torch::matmul(kend.transpose(-1, -2), b.vh_BRNCV);
+  if (!sin_1R1MV.defined()) return own;
+  const auto decay = (b.prev_BRNM - b.r_BRNCM.select(3, b.r_BRNCM.size(3) - 1)).exp_().unsqueeze(-1);
+  return own.add_(sin_1R1MV * decay);
 }
-
 
 }  // namespace
 
 void ForwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
                  const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size, torch::Tensor out_1KGLD,
-                 torch::Tensor den_1KGL, torch::Tensor r_1K1L) {
+                 torch::Tensor den_1KGL) {
   // Nothing here is recorded (the custom function's forward): InferenceMode also skips the
-  // version counters and view tracking of the ~200 small ops per chunk.
+  // version counters and view tracking of the small ops per chunk.
   c10::InferenceMode inference;
-  const ChunkFeatures features(map, p, l, y_1KLD);
-  const auto later_CC = LaterMask(chunk_size, x_1HLD);
-  KeyState state(/*base2=*/true);
+  const ChunkLogFeatures features(map, l, x_1HLD);
+  torch::Tensor state_1R1MV, prev_1RM;
   for (int64_t start = 0; start < l.length; start += chunk_size) {
     const int64_t c = std::min(chunk_size, l.length - start);
-    const auto [q_1RGCM, key] = features.Both(x_1HLD.narrow(2, start, c), start, c);
-    auto r_1R1C = std::get<0>(key.b_BKFC.cummax(-1));
-    if (state.ref_X.defined()) r_1R1C = torch::maximum(r_1R1C, state.ref_X.unsqueeze(-1));
-    const auto vh_1R1CV = WithOnes(v_1KLD.narrow(2, start, c));
-    auto a_RGCC = torch::bmm(QueryRows(q_1RGCM), KeyRows(key.k_BKFCM).transpose(1, 2));
-    ApplyCausalWeights({a_RGCC}, key.b_BKFC, r_1R1C, later_CC, l);
-    auto n_1RGCV = Grouped(torch::bmm(a_RGCC, KeyRows(vh_1R1CV)), l);
-    if (state.s_XMV.defined()) {
-      const auto factor_1R1C1 = torch::exp2(state.ref_X.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
-      n_1RGCV.addcmul_(Grouped(torch::bmm(QueryRows(q_1RGCM), state.Rows()), l), factor_1R1C1);
-    }
-    // Rows below the guard take the per-feature form's values (normaliser_check.h).
-    const auto den_1RGC = GuardedDivisor(n_1RGCV.select(-1, l.value_dim));
+    const auto lq = features.Queries(x_1HLD.narrow(2, start, c), p);
+    const auto lk = features.Keys(y_1KLD.narrow(2, start, c), p);
+    const auto b = MakeBlock(lq, lk, v_1KLD.narrow(2, start, c), prev_1RM);
+    const auto terms = BuildChunkTerms(b);
+    const auto n = ByHead(ChunkNumerator(b, terms, state_1R1MV), b, c);  // 1 R G C V
+    const auto den = n.select(-1, l.value_dim);                          // >= 1
     auto out_chunk = out_1KGLD.narrow(3, start, c);
-    torch::div_out(out_chunk, n_1RGCV.narrow(-1, 0, l.value_dim), den_1RGC.unsqueeze(-1));
-    den_1KGL.narrow(3, start, c).copy_(den_1RGC);
-    r_1K1L.narrow(3, start, c).copy_(r_1R1C);
-    if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_1R1CV, r_1R1C.select(-1, c - 1));
+    torch::div_out(out_chunk, n.narrow(-1, 0, l.value_dim), den.unsqueeze(-1));
+    den_1KGL.narrow(3, start, c).copy_(den);
+    if (start + c < l.length) {
+      state_1R1MV = Fold(state_1R1MV, b);
+      RecordDtype(ProbeField::kState, state_1R1MV);
+    }
+    prev_1RM = b.r_BRNCM.select(3, c - 1).squeeze(2);
   }
 }
 
 std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector<torch::Tensor>& params, const Layout& l,
                                         const UnitSaved& s, int64_t chunk_size, torch::Tensor dx_1HLD,
                                         torch::Tensor dy_1KLD, torch::Tensor dv_1KLD) {
-  // dL/dn = [g / den, -(g.out) / den], assembled per chunk (an L x (D+1) tensor would raise the
-  // peak) from two per-query scalars computed for the whole unit.
-  const auto inv_den_1KGL = s.den_1KGL.reciprocal();
-  auto last_1KGL = torch::empty_like(inv_den_1KGL);
-  for (int64_t start = 0; start < l.length; start += chunk_size) {  // chunk by chunk: no L x D temporary
-    const int64_t c = std::min(chunk_size, l.length - start);
-    auto dot_1KGC = last_1KGL.narrow(3, start, c);
-    torch::sum_out(dot_1KGC, s.g_1KGLD.narrow(3, start, c) * s.out_1KGLD.narrow(3, start, c), {-1});
-    dot_1KGC.mul_(inv_den_1KGL.narrow(3, start, c)).neg_();
-  }
-  auto grad_n = [&](int64_t start, int64_t c) {
-    return torch::cat({s.g_1KGLD.narrow(3, start, c) * inv_den_1KGL.narrow(3, start, c).unsqueeze(-1),
-                       last_1KGL.narrow(3, start, c).unsqueeze(-1)},
-                      -1);
-  };
   std::vector<torch::Tensor> param_grads(params.size());
-  // Closed-form feature gradients (FeatureMap::positive_features): W and where its gradient goes.
+  // Closed-form feature gradients (FeatureMap::positive_features): nothing here is recorded.
   const bool closed = map.positive_features;
-  // With closed-form feature gradients nothing here is recorded: InferenceMode (as in the forward).
   std::optional<c10::InferenceMode> inference;
   if (closed) inference.emplace();
-  const ChunkFeatures features(map, params, l, s.y_1KLD);
-  const auto later_CC = LaterMask(chunk_size, s.x_1HLD);
+  const ChunkLogFeatures features(map, l, s.x_1HLD);
   torch::Tensor w_MD;
   torch::Tensor* dw = nullptr;
   if (closed) {
@@ -267,107 +174,82 @@ std::vector<torch::Tensor> BackwardUnit(const FeatureMap& map, const std::vector
   std::vector<int64_t> starts;
   for (int64_t start = 0; start < l.length; start += chunk_size) starts.push_back(start);
   auto chunk_len = [&](int64_t start) { return std::min(chunk_size, l.length - start); };
+  // R at each chunk's last position (1 R M), found by scan 1 for scan 2.
+  std::vector<torch::Tensor> ends;
+  auto end_at = [&](int64_t chunk) { return ends.at(chunk); };
+  // h = dL/dn = [g / den, -(g . out) / den] of a chunk, in the block's rows.
+  auto grad_n = [&](int64_t start, int64_t c, const ChunkBlock& b) {
+    const auto g = s.g_1KGLD.narrow(3, start, c), out = s.out_1KGLD.narrow(3, start, c);
+    const auto h = torch::cat({g, (g * out).sum(-1, /*keepdim=*/true).neg_()}, -1)
+                       .div_(s.den_1KGL.narrow(3, start, c).unsqueeze(-1));
+    return ByBlock(h, b);
+  };
 
-  // Scan 1, forward order: query gradients against the running key state.
+  // Scan 1, forward order: query gradients against the state.
   {
-    KeyState state(/*base2=*/true);
-    for (const int64_t start : starts) {
-      const int64_t c = chunk_len(start);
+    torch::Tensor state_1R1MV;
+    for (size_t chunk = 0; chunk < starts.size(); ++chunk) {
+      const int64_t start = starts[chunk], c = chunk_len(start);
       const auto leaves = closed ? params : ParamLeaves(params);
       const auto x_leaf = s.x_1HLD.narrow(2, start, c).detach().requires_grad_(!closed);
-      torch::Tensor q_1RGCM;
-      KeyChunk key;
-      if (closed) {
-        auto pair = features.Both(x_leaf, start, c);
-        q_1RGCM = pair.q_1RGCM;
-        key = pair.key;
-      } else {
-        torch::AutoGradMode grad_on(true);
-        q_1RGCM = ShiftedQueryFeatures(QueryLogFeatures(map, leaves, x_leaf, l));
+      torch::Tensor lq;
+      {
+        torch::AutoGradMode grad_on(!closed);
+        lq = features.Queries(x_leaf, leaves);
       }
       torch::NoGradGuard no_grad;
-      if (!closed) key = features.Keys(start, c);
-      const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
-      const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
-      const auto gh_1RGCV = grad_n(start, c);
-      auto p_RGCC = torch::bmm(QueryRows(gh_1RGCV), KeyRows(vh_1R1CV).transpose(1, 2));
-      ApplyCausalWeights({p_RGCC}, key.b_BKFC, r_1R1C, later_CC, l);
-      auto dq_RGCM = torch::bmm(p_RGCC, KeyRows(key.k_BKFCM));
-      if (state.s_XMV.defined()) {
-        const auto factor_1R1C1 = torch::exp2(state.ref_X.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
-        dq_RGCM.baddbmm_(QueryRows(gh_1RGCV * factor_1R1C1), state.Rows().transpose(1, 2));
-      }
-      const auto dq_1RGCM = Grouped(dq_RGCM, l);
+      const auto lk = features.Keys(s.y_1KLD.narrow(2, start, c), params);
+      const auto b = MakeBlock(lq.detach(), lk, s.v_1KLD.narrow(2, start, c), chunk == 0 ? torch::Tensor() : end_at(chunk - 1));
+      auto terms = BuildChunkTerms(b);
+      ends.push_back(b.r_BRNCM.select(3, c - 1).squeeze(2));
+      const auto q = ChunkQueryBackward(b, terms, grad_n(start, c, b), state_1R1MV);
+      const int64_t m = lq.size(-1);
+      const auto da_1RGCM = ByHead(q.da_BRNUGSM.reshape({1, l.kv_heads, 1, -1, m}), b, c);
       if (closed) {
         const auto x_NCD = x_leaf.reshape({-1, c, x_leaf.size(-1)});
-        const auto m = q_1RGCM.size(-1);
-        dx_1HLD.narrow(2, start, c).copy_(
-            PositiveFeatureBackward(q_1RGCM.reshape({-1, c, m}), dq_1RGCM.reshape({-1, c, m}), x_NCD, w_MD, dw)
-                .view_as(x_leaf));
+        dx_1HLD.narrow(2, start, c)
+            .copy_(PositiveFeatureBackward(da_1RGCM.reshape({-1, c, m}), x_NCD, w_MD, /*with_norm=*/false, dw)
+                       .view_as(x_leaf));
       } else {
         torch::AutoGradMode grad_on(true);
-        dx_1HLD.narrow(2, start, c).copy_(BackpropChunk(q_1RGCM, dq_1RGCM, x_leaf, leaves, param_grads));
+        dx_1HLD.narrow(2, start, c).copy_(BackpropChunk(lq, da_1RGCM.view_as(lq), x_leaf, leaves, param_grads));
       }
-      if (start + c < l.length) state.Fold(key.k_BKFCM, key.b_BKFC, vh_1R1CV, r_1R1C.select(-1, c - 1));
+      if (chunk + 1 < starts.size()) state_1R1MV = Fold(state_1R1MV, b);
     }
   }
 
-  // Scan 2, reverse order: key and value gradients against the running query state
-  // R = sum_{i in later chunks} exp(ref - r_i) psi_i gh_i^T, ref = this chunk's last prefix max.
-  torch::Tensor r_state_RMV;
-  for (auto it = starts.rbegin(); it != starts.rend(); ++it) {
-    const int64_t start = *it, c = chunk_len(start);
+  // Scan 2, reverse order: key and value gradients against the reverse state.
+  torch::Tensor z_1R1MV;
+  for (int64_t chunk = static_cast<int64_t>(starts.size()) - 1; chunk >= 0; --chunk) {
+    const int64_t start = starts[chunk], c = chunk_len(start);
     const auto leaves = closed ? params : ParamLeaves(params);
     const auto y_leaf = s.y_1KLD.narrow(2, start, c).detach().requires_grad_(!closed);
-    KeyChunk key;
-    torch::Tensor q_1RGCM;
-    if (closed) {
-      auto pair = features.Both(s.x_1HLD.narrow(2, start, c), start, c);
-      q_1RGCM = pair.q_1RGCM;
-      key = pair.key;
-    } else {
-      torch::AutoGradMode grad_on(true);
-      key = ChunkFeatures::Base2(SplitKeys(KeyLogFeatures(map, leaves, y_leaf, l)));
+    torch::Tensor lk;
+    {
+      torch::AutoGradMode grad_on(!closed);
+      lk = features.Keys(y_leaf, leaves);
     }
     torch::NoGradGuard no_grad;
-    if (!closed) q_1RGCM = features.Queries(s.x_1HLD.narrow(2, start, c));
-    const auto k_RCM = KeyRows(key.k_BKFCM.detach());
-    const auto q_RGCM = QueryRows(q_1RGCM);
-    const auto r_1R1C = s.r_1K1L.narrow(-1, start, c);
-    const auto vh_1R1CV = WithOnes(s.v_1KLD.narrow(2, start, c));
-    const auto gh_RGCV = QueryRows(grad_n(start, c));
-    auto a_RGCC = torch::bmm(q_RGCM, k_RCM.transpose(1, 2));
-    auto p_RGCC = torch::bmm(gh_RGCV, KeyRows(vh_1R1CV).transpose(1, 2));
-    ApplyCausalWeights({a_RGCC, p_RGCC}, key.b_BKFC, r_1R1C, later_CC, l);
-    // Sums over the G query heads of a row are the contraction over G*C rows.
-    auto dk_RCM = torch::bmm(p_RGCC.transpose(1, 2), q_RGCM);
-    auto dvh_RCV = torch::bmm(a_RGCC.transpose(1, 2), gh_RGCV);
-    const auto ref_1R1 = r_1R1C.select(-1, c - 1);
-    if (r_state_RMV.defined()) {
-      const auto factor_RC1 = KeyRows(torch::exp2(key.b_BKFC - ref_1R1.unsqueeze(-1)).unsqueeze(-1));
-      dk_RCM.baddbmm_(KeyRows(vh_1R1CV) * factor_RC1, r_state_RMV.transpose(1, 2));
-      dvh_RCV.addcmul_(torch::bmm(k_RCM, r_state_RMV), factor_RC1);
-    }
+    const auto lq = features.Queries(s.x_1HLD.narrow(2, start, c), params);
+    const auto b = MakeBlock(lq, lk.detach(), s.v_1KLD.narrow(2, start, c), chunk == 0 ? torch::Tensor() : end_at(chunk - 1));
+    auto terms = BuildChunkTerms(b);
+    const auto h = grad_n(start, c, b);
+    const auto q = ChunkQueryBackward(b, terms, h, torch::Tensor());
+    const auto kend = KeysAtChunkEnd(b);
+    const auto k = ChunkKeyBackward(b, terms, q, h, kend, z_1R1MV);
+    const auto dl_1RCM = k.dl_BRNCM.squeeze(2);
     if (closed) {
-      dy_1KLD.narrow(2, start, c).copy_(
-          PositiveFeatureBackward(k_RCM, dk_RCM, y_leaf.reshape({-1, c, y_leaf.size(-1)}), w_MD, dw).view_as(y_leaf));
+      dy_1KLD.narrow(2, start, c)
+          .copy_(PositiveFeatureBackward(dl_1RCM, y_leaf, w_MD, /*with_norm=*/true, dw).view_as(y_leaf));
     } else {
       torch::AutoGradMode grad_on(true);
-      dy_1KLD.narrow(2, start, c).copy_(
-          BackpropChunk(key.k_BKFCM, dk_RCM.view_as(key.k_BKFCM), y_leaf, leaves, param_grads));
+      dy_1KLD.narrow(2, start, c).copy_(BackpropChunk(lk, dl_1RCM.view_as(lk), y_leaf, leaves, param_grads));
     }
-    dv_1KLD.narrow(2, start, c).copy_(dvh_RCV.narrow(-1, 0, l.value_dim).unsqueeze(0));
-    if (start == 0) break;
-    // Bring R to the previous chunk's reference (<= every r_i from here on: factors <= 1); the
-    // query weights go on gh (C x V) rather than on psi (C x M).
-    const auto prev_ref_1R1 = s.r_1K1L.select(-1, start - 1);
-    const auto w_1R1C1 = torch::exp2(prev_ref_1R1.unsqueeze(-1) - r_1R1C).unsqueeze(-1);
-    const auto ghw_RGCV = QueryRows(Grouped(gh_RGCV, l) * w_1R1C1);
-    if (r_state_RMV.defined()) {
-      r_state_RMV.mul_(torch::exp2(prev_ref_1R1 - ref_1R1).view({-1, 1, 1})).baddbmm_(q_RGCM.transpose(1, 2), ghw_RGCV);
-    } else {
-      r_state_RMV = torch::bmm(q_RGCM.transpose(1, 2), ghw_RGCV);
-    }
+    dv_1KLD.narrow(2, start, c).copy_(k.dvh_BRNCV.squeeze(2).narrow(-1, 0, l.value_dim));
+    if (chunk == 0) break;
+    // Z for the chunk before: this chunk's T, and the later chunks' brought to R(e_{c-1}).
+    const auto decay = (b.prev_BRNM - b.r_BRNCM.select(3, c - 1)).exp_().unsqueeze(-1);
+    z_1R1MV = z_1R1MV.defined() ? q.t_BRNMV.add(z_1R1MV * decay) : q.t_BRNMV;
   }
   return param_grads;
 }

@@ -47,8 +47,7 @@ struct FeatureMap {
   // with no autograd graph (other maps recompute their features under autograd).
   bool positive_features = false;
   CausalOp op = CausalOp::kAuto;
-  // m, the features per head: the normaliser guard's bound scales with it (normaliser_check.h);
-  // 0 (unknown) makes the guard assume 2^16.
+  // m, the features per head (0: not said).
   int64_t num_features = 0;
 };
 

@@ -80,17 +80,4 @@ torch::Tensor PerFeatureLinearAttention(const torch::Tensor& a_BHLM, const torch
   return causal ? Causal(a_BHLM, l, v, chunk_size) : NonCausal(a_BHLM, l, v);
 }
 
-torch::Tensor PerFeatureCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
-                                        const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size) {
-  const int64_t heads = x_BHLD.size(1), kv_heads = y_BKLD.size(1);
-  DF_CHECK(kv_heads > 0 && heads % kv_heads == 0,
-           "PerFeatureCausalAttention: " << heads << " query heads are not a multiple of " << kv_heads << " KV heads");
-  auto per_query_head = [&](const torch::Tensor& t) {
-    return kv_heads == heads ? t : t.repeat_interleave(heads / kv_heads, 1);
-  };
-  const auto a_BHLM = map.log_features(x_BHLD, map.params, /*is_query=*/true);
-  const auto l_BHLM = map.log_features(per_query_head(y_BKLD), map.params, /*is_query=*/false);
-  return PerFeatureLinearAttention(a_BHLM, l_BHLM, per_query_head(v_BKLD), /*causal=*/true, chunk_size);
-}
-
 }  // namespace darkformer

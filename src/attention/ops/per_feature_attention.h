@@ -12,7 +12,8 @@
 // when R grows, row i of S decays by exp(R_i(e) - R_i(e')) <= 1 (gated linear attention with a
 // vector gate). Queries read it with exp(a_t + R(e) - s_t) <= 1. Inside a chunk every pair
 // (t, j <= t) is summed over features elementwise: C x C x m exponentials per chunk, which is
-// why this is the composite reference and the fallback, not the fast form.
+// why this is the composite reference (`op: naive`); the fast forms split the chunk in
+// sub-chunks (per_feature_chunks.h, raw_cpu_kernel.h).
 //
 // Shape legend: B batch, H heads, L positions, M features, D value dim.
 #pragma once
@@ -29,11 +30,5 @@ namespace darkformer {
 // all keys.
 torch::Tensor PerFeatureLinearAttention(const torch::Tensor& a_BHLM, const torch::Tensor& l_BHLM,
                                         const torch::Tensor& v_BHLD, bool causal, int64_t chunk_size);
-
-// The same from the operator's inputs: x_BHLD, y_BKLD, v_BKLD and the kernel's map (keys repeated
-// to the query heads). What the fast forms hand a call to when their scalar stabiliser's
-// normaliser falls below MinFastNormaliser (normaliser_check.h).
-torch::Tensor PerFeatureCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
-                                        const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size);
 
 }  // namespace darkformer

@@ -78,16 +78,16 @@ RowDocuments MakeRowDocuments(const torch::Tensor& document_ids_BL, int64_t rows
 }
 
 // ForwardUnit and BackwardUnit through the raw kernel, one key row at a time; the forward also
-// writes each row's checkpoints of the key state (states_1RS, refs_1RN), which the backward reads.
+// writes each row's checkpoints of the key state and its per-feature reference (states_1RS,
+// refs_1RN), which the backward reads.
 void ForwardUnitRaw(const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
                     const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size,
-                    const torch::Tensor& out_1KGLD, const torch::Tensor& den_1KGL, const torch::Tensor& r_1K1L,
-                    const torch::Tensor& states_1RS, const torch::Tensor& refs_1RN, const RowDocuments& documents,
-                    int64_t row0) {
-  DF_CHECK(AllRowsContiguous({x_1HLD, y_1KLD, v_1KLD, out_1KGLD, den_1KGL, r_1K1L, states_1RS, refs_1RN}),
+                    const torch::Tensor& out_1KGLD, const torch::Tensor& den_1KGL, const torch::Tensor& states_1RS,
+                    const torch::Tensor& refs_1RN, const RowDocuments& documents, int64_t row0) {
+  DF_CHECK(AllRowsContiguous({x_1HLD, y_1KLD, v_1KLD, out_1KGLD, den_1KGL, states_1RS, refs_1RN}),
            "FusedCausalLinearAttention: the CPU kernel got a block of non-contiguous rows");
   const CpuRows rows(p);
-  const int64_t state_floats = rows.w_MD.size(0) * (l.value_dim + 1);
+  const int64_t features = rows.w_MD.size(0), state_floats = features * (l.value_dim + 1);
   for (int64_t row = 0; row < l.kv_heads; ++row) {
     int64_t checkpoint = 0;  // the row's slots its earlier documents took
     for (const auto& d : documents.Of(row0 + row, l.length)) {
@@ -96,9 +96,8 @@ void ForwardUnitRaw(const std::vector<torch::Tensor>& p, const Layout& l, const 
                              out_1KGLD.stride(2),
                              den_1KGL.data_ptr<float>() + row * den_1KGL.stride(1) + d.start * den_1KGL.stride(3),
                              den_1KGL.stride(2),
-                             r_1K1L.data_ptr<float>() + row * r_1K1L.stride(1) + d.start * r_1K1L.stride(3),
                              states_1RS.data_ptr<float>() + row * states_1RS.stride(1) + checkpoint * state_floats,
-                             refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1) + checkpoint});
+                             refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1) + checkpoint * features});
       checkpoint += CheckpointCount(d.length, rows.w_MD.size(0), KernelChunk(chunk_size, d.length));
     }
   }
@@ -109,14 +108,14 @@ std::vector<torch::Tensor> BackwardUnitRaw(const std::vector<torch::Tensor>& par
                                            const torch::Tensor& refs_1RN, int64_t chunk_size,
                                            const torch::Tensor& dx_1HLD, const torch::Tensor& dy_1KLD,
                                            const torch::Tensor& dv_1KLD, const RowDocuments& documents, int64_t row0) {
-  DF_CHECK(AllRowsContiguous({s.x_1HLD, s.y_1KLD, s.v_1KLD, s.out_1KGLD, s.den_1KGL, s.r_1K1L, s.g_1KGLD, dx_1HLD,
+  DF_CHECK(AllRowsContiguous({s.x_1HLD, s.y_1KLD, s.v_1KLD, s.out_1KGLD, s.den_1KGL, s.g_1KGLD, dx_1HLD,
                               dy_1KLD, dv_1KLD, states_1RS, refs_1RN}),
            "FusedCausalLinearAttention: the CPU kernel's backward got a block of non-contiguous rows");
   c10::InferenceMode inference;
   const CpuRows rows(params);
   torch::Tensor dw_MD;
   if (params[0].requires_grad()) dw_MD = torch::zeros_like(rows.w_MD);
-  const int64_t state_floats = rows.w_MD.size(0) * (l.value_dim + 1);
+  const int64_t features = rows.w_MD.size(0), state_floats = features * (l.value_dim + 1);
   for (int64_t row = 0; row < l.kv_heads; ++row) {
     int64_t checkpoint = 0;
     for (const auto& d : documents.Of(row0 + row, l.length)) {
@@ -126,8 +125,8 @@ std::vector<torch::Tensor> BackwardUnitRaw(const std::vector<torch::Tensor>& par
       };
       RunPositiveRowBackward(rows.Row(l, s.x_1HLD, s.y_1KLD, s.v_1KLD, chunk_size, row, d),
                              {states_1RS.data_ptr<float>() + row * states_1RS.stride(1) + checkpoint * state_floats,
-                              refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1) + checkpoint, at(s.out_1KGLD, 3),
-                              s.out_1KGLD.stride(2), at(s.den_1KGL, 3), s.den_1KGL.stride(2), at(s.r_1K1L, 3),
+                              refs_1RN.data_ptr<float>() + row * refs_1RN.stride(1) + checkpoint * features,
+                              at(s.out_1KGLD, 3), s.out_1KGLD.stride(2), at(s.den_1KGL, 3), s.den_1KGL.stride(2),
                               at(s.g_1KGLD, 3), s.g_1KGLD.stride(2),
                               dx_1HLD.data_ptr<float>() + row * l.group * dx_1HLD.stride(1) + d.start * dx_1HLD.stride(2),
                               dx_1HLD.stride(1), at(dy_1KLD, 2), at(dv_1KLD, 2),

@@ -1,6 +1,6 @@
 // The raw CPU form (raw_cpu_kernel.h) inside the operator: which calls it takes, and one unit of
 // key rows through it. The forward also writes each row's checkpoints of the key state
-// (states_1RS, refs_1RN), which the backward reads.
+// and their per-feature references (states_1RS, refs_1RN), which the backward reads.
 #pragma once
 
 #include "attention/document_mask.h"
@@ -34,9 +34,8 @@ RowDocuments MakeRowDocuments(const torch::Tensor& document_ids_BL, int64_t rows
 
 void ForwardUnitRaw(const std::vector<torch::Tensor>& p, const Layout& l, const torch::Tensor& x_1HLD,
                     const torch::Tensor& y_1KLD, const torch::Tensor& v_1KLD, int64_t chunk_size,
-                    const torch::Tensor& out_1KGLD, const torch::Tensor& den_1KGL, const torch::Tensor& r_1K1L,
-                    const torch::Tensor& states_1RS, const torch::Tensor& refs_1RN, const RowDocuments& documents,
-                    int64_t row0);
+                    const torch::Tensor& out_1KGLD, const torch::Tensor& den_1KGL, const torch::Tensor& states_1RS,
+                    const torch::Tensor& refs_1RN, const RowDocuments& documents, int64_t row0);
 std::vector<torch::Tensor> BackwardUnitRaw(const std::vector<torch::Tensor>& params, const Layout& l,
                                            const UnitSaved& s, const torch::Tensor& states_1RS,
                                            const torch::Tensor& refs_1RN, int64_t chunk_size,

@@ -1,22 +1,21 @@
-// The fused operator's raw fp32 CPU kernel for positive features (see raw_cpu_kernel.h). Per
-// chunk, with psi_i the queries' features shifted by their row max, k_j = 2^(l2_j - max_j) the
-// keys', b_j their log-scale and r_i = max_{j <= i} b_j (all base 2):
-//   n_i = sum_{j <= i} (psi_i.k_j) 2^(b_j - r_i) [v_j, 1]    out_i = n_i[:Dv] / n_i[Dv]
-// The backward is one reverse scan (RunPositiveRowBackward) where the LibTorch path runs two:
-// the forward's checkpoints give each group of chunks its key states, so every chunk's query
-// and key features are computed once in the backward instead of twice (~13 % of the operator's
-// time at L = 4k on this project's 2-core CPU).
+// The fused operator's raw fp32 CPU kernel for positive features (see raw_cpu_kernel.h). All logs
+// are base 2: a_t = x_t W^T log2(e) (a query's own -|x|^2/2 - log(m)/2 shifts all its arguments,
+// s_t's too, and cancels), l_j = (y_j W^T - |y_j|^2/2) log2(e) (every key's -log(m)/2 cancels),
+// R_i(t) = max_{j <= t} l_ji and s_t = max_i (a_ti + R_i(t)). For t in a sub-chunk whose keys
+// before it live in the state (S_i relative to R_i at the previous sub-chunk's end, e'):
+//   n_t = sum_i 2^((a_ti + R_i(e')) - s_t) S_i  +  sum_{j <= t in the sub-chunk} sum_i 2^((a_ti + l_ji) - s_t) [v_j, 1].
+// The pair attaining s_t contributes an exact 1 (the same rounded sum), so n_t[Dv] >= 1.
 #include "attention/ops/raw_cpu_kernel.h"
 
 #include <algorithm>
 #include <atomic>
-#include <cfloat>
 #include <cmath>
 #include <limits>
 #include <vector>
 
 #include "attention/ops/cpu_gemm.h"
 #include "attention/ops/fast_exp2.h"
+#include "attention/ops/sub_chunk.h"
 
 // The kernel runs only where fast_exp2's loops run vectorised (x86-64 with AVX2 and FMA, checked at
 // run time by the caller), so its elementwise loops may use them too; per function, not per file:
@@ -32,56 +31,75 @@ namespace darkformer {
 namespace {
 
 constexpr double kLog2E = 1.4426950408889634;
+constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 std::atomic<int64_t> row_runs{0};
 
-// One thread's buffers, kept between calls (grown, never shrunk): a row's ~1 MiB allocated afresh
+// One thread's buffers, kept between calls (grown, never shrunk): a row's buffers allocated afresh
 // per call cost page faults worth a few percent of the kernel.
 struct Scratch {
-  int64_t g, c, m, d, dv, v, group_chunks;  // G, C, m, D, Dv, V = Dv + 1, chunks per checkpoint
-  // q: a chunk's query features (G c x m); k, b2: key features (c x m) and log-scales (c) of
-  // every chunk of a group; states, refs, defined: the key state before each chunk of a group.
-  std::vector<float> q, max, k, b2, r, a, p_, gh, ghs, vh, vw, t, s, rs, dq, rowsum, states, refs;
-  std::vector<char> defined;
+  int64_t g, c, s, m, d, dv, v, group_subs;  // G, C, S, m, D, Dv, V = Dv + 1, sub-chunks per checkpoint
+  // Forward: a chunk's query and key log-features (q2, l2) and [v, 1] (vh). Both directions: a
+  // sub-chunk's running maxima (rrows, S x m), query shifts (s2), state-read factors (qc), pair
+  // sums (w), numerators (n), exponentials of one query's pairs (e), folded keys (kk), the
+  // state and its reference. Backward: each sub-chunk of a group's key features, entering state
+  // and reference, and the gradients of one sub-chunk.
+  std::vector<float> q2, l2, vh, rrows, s2, qc, w, n, e, kk, state, ref, decay;
+  std::vector<float> group_l2, group_states, group_refs, h, da, dl, dvh, tmp, z, t, rowsum;
+  std::vector<char> group_has;
 };
 
 Scratch& ScratchFor(const PositiveRow& p) {
   thread_local Scratch s;
   s.g = p.group;
   s.c = p.chunk;
+  s.s = causal_ops::SubChunk(p.chunk);
   s.m = p.features;
   s.d = p.dim;
   s.dv = p.value_dim;
   s.v = p.value_dim + 1;
-  s.group_chunks = CheckpointChunks(p.features, p.chunk);
+  s.group_subs = CheckpointSubChunks(p.features, p.chunk);
   auto fit = [](auto& buffer, int64_t n) {
     if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   };
-  const int64_t gc = s.g * s.c, n = s.group_chunks;
-  fit(s.q, gc * s.m);
-  fit(s.max, std::max(gc, s.c));
-  fit(s.k, n * s.c * s.m);
-  fit(s.b2, n * s.c);
-  fit(s.r, s.c);
-  fit(s.a, gc * s.c);
-  fit(s.p_, gc * s.c);
-  fit(s.gh, gc * s.v);
-  fit(s.ghs, gc * s.v);
+  const int64_t gc = s.g * s.c, gs = s.g * s.s, mv = s.m * s.v;
+  fit(s.q2, gc * s.m);
+  fit(s.l2, s.c * s.m);
   fit(s.vh, s.c * s.v);
-  fit(s.vw, s.c * s.v);
-  fit(s.t, s.c * s.v);
-  fit(s.s, s.m * s.v);
-  fit(s.rs, s.m * s.v);
-  fit(s.dq, gc * s.m);
-  fit(s.rowsum, gc);
-  fit(s.states, n * s.m * s.v);
-  fit(s.refs, n);
-  fit(s.defined, n);
+  fit(s.rrows, s.s * s.m);
+  fit(s.s2, gs);
+  fit(s.qc, gs * s.m);
+  fit(s.w, gs * s.s);
+  fit(s.n, gs * s.v);
+  fit(s.e, s.s * s.m);
+  fit(s.kk, s.s * s.m);
+  fit(s.state, mv);
+  fit(s.ref, s.m);
+  fit(s.decay, s.m);
   return s;
 }
 
-// sum_k a[k] b[k] in eight independent partial sums (a vector register's lanes; one running sum
-// is a chain of dependent adds the compiler may not reorder).
+void FitBackward(Scratch& s) {
+  auto fit = [](auto& buffer, int64_t n) {
+    if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
+  };
+  const int64_t gs = s.g * s.s, mv = s.m * s.v;
+  fit(s.group_l2, s.group_subs * s.s * s.m);
+  fit(s.group_states, s.group_subs * mv);
+  fit(s.group_refs, s.group_subs * s.m);
+  fit(s.group_has, s.group_subs);
+  fit(s.h, gs * s.v);
+  fit(s.da, gs * s.m);
+  fit(s.dl, s.s * s.m);
+  fit(s.dvh, s.s * s.v);
+  fit(s.tmp, gs * s.m);
+  fit(s.z, mv);
+  fit(s.t, mv);
+  fit(s.rowsum, s.s);
+}
+
+// sum_k a[k] b[k] and sum_k a[k] in eight independent partial sums (a vector register's lanes;
+// one running sum is a chain of dependent adds the compiler may not reorder).
 DF_KERNEL_LOOPS inline float Dot(const float* a, const float* b, int64_t n) {
   float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
   int64_t k = 0;
@@ -92,122 +110,214 @@ DF_KERNEL_LOOPS inline float Dot(const float* a, const float* b, int64_t n) {
   for (; k < n; ++k) sum += a[k] * b[k];
   return sum;
 }
-
-// A chunk's query features psi = 2^(x W^T log2(e) - row max) into s.q (G c x m): the offset
-// -|x|^2/2 - log(m)/2 of log phi cancels in the shift.
-DF_KERNEL_LOOPS void QueryFeatures(const PositiveRow& p, int64_t start, int64_t c, Scratch& s) {
-  const int64_t d = p.dim, m = p.features;
-  for (int64_t h = 0; h < p.group; ++h) {
-    GemmRowMajor(false, false, c, m, d, 1.0f, p.x + h * p.x_head_stride + start * d, d, p.w2_DM, m, 0.0f,
-                 s.q.data() + h * c * m, m);
+DF_KERNEL_LOOPS inline float Sum(const float* a, int64_t n) {
+  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+  int64_t k = 0;
+  for (; k + 8 <= n; k += 8) {
+    for (int l = 0; l < 8; ++l) lanes[l] += a[k + l];
   }
-  ShiftExp2Rows(s.q.data(), p.group * c, m, s.max.data());
+  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; k < n; ++k) sum += a[k];
+  return sum;
 }
 
-// A chunk's key features k_j = 2^(y_j W^T log2(e) - max_j) into k (c x m) and their log-scales
-// b2_j = (max_m log phi(y_j)) / ln 2 into b2: the key's offset enters b2 only.
-DF_KERNEL_LOOPS void KeyFeatures(const PositiveRow& p, int64_t start, int64_t c, float* k, float* b2, Scratch& s) {
+// Query log-features a = x W^T log2(e) of `rows` positions from `start`, each head's rows
+// together: out (G rows x m).
+void QueryLog2(const PositiveRow& p, int64_t start, int64_t rows, float* out) {
+  for (int64_t h = 0; h < p.group; ++h) {
+    GemmRowMajor(false, false, rows, p.features, p.dim, 1.0f, p.x + h * p.x_head_stride + start * p.dim, p.dim,
+                 p.w2_DM, p.features, 0.0f, out + h * rows * p.features, p.features);
+  }
+}
+
+// Key log-features l = (y W^T - |y|^2/2) log2(e) of `rows` positions from `start`: out (rows x m).
+DF_KERNEL_LOOPS void KeyLog2(const PositiveRow& p, int64_t start, int64_t rows, float* out) {
   const int64_t d = p.dim, m = p.features;
-  GemmRowMajor(false, false, c, m, d, 1.0f, p.y + start * d, d, p.w2_DM, m, 0.0f, k, m);
-  ShiftExp2Rows(k, c, m, s.max.data());
-  const double half_log_m = 0.5 * std::log(static_cast<double>(m));
-  for (int64_t j = 0; j < c; ++j) {
+  GemmRowMajor(false, false, rows, m, d, 1.0f, p.y + start * d, d, p.w2_DM, m, 0.0f, out, m);
+  for (int64_t j = 0; j < rows; ++j) {
     const float* y = p.y + (start + j) * d;
-    b2[j] = s.max[j] - static_cast<float>((0.5 * Dot(y, y, d) + half_log_m) * kLog2E);
+    const float offset = static_cast<float>(0.5 * Dot(y, y, d) * kLog2E);
+    float* row = out + j * m;
+    for (int64_t i = 0; i < m; ++i) row[i] -= offset;
   }
 }
 
-// [v_j, 1] for the chunk's values: c x V.
-DF_KERNEL_LOOPS void ValuesWithOnes(const PositiveRow& p, int64_t start, int64_t c, Scratch& s) {
-  for (int64_t j = 0; j < c; ++j) {
-    const float* v = p.v + (start + j) * s.dv;
-    float* out = s.vh.data() + j * s.v;
-    std::copy(v, v + s.dv, out);
-    out[s.dv] = 1.0f;
+// [v_j, 1] for `rows` positions from `start`: out (rows x V).
+DF_KERNEL_LOOPS void ValuesWithOnes(const PositiveRow& p, int64_t start, int64_t rows, float* out) {
+  const int64_t dv = p.value_dim, v = dv + 1;
+  for (int64_t j = 0; j < rows; ++j) {
+    const float* src = p.v + (start + j) * dv;
+    std::copy(src, src + dv, out + j * v);
+    out[j * v + dv] = 1.0f;
   }
 }
 
-// out[i] = rows[i] 2^(ref - r[i % c]) for G c rows of `width` floats (query i of every head);
-// out may be rows.
-DF_KERNEL_LOOPS void ScaleQueryRows(const float* rows, float* out, int64_t g, int64_t c, int64_t width, float ref,
-                                    const float* r) {
-  for (int64_t i = 0; i < c; ++i) {
-    const float w = std::exp2(ref - r[i]);
-    for (int64_t h = 0; h < g; ++h) {
-      const float* row = rows + (h * c + i) * width;
-      float* o = out + (h * c + i) * width;
-      for (int64_t k = 0; k < width; ++k) o[k] = row[k] * w;
+// A sub-chunk of `sl` positions as the scan sees it: its keys' log-features l2 (sl x m), its
+// queries' q2 (G heads of sl rows x m, head h at h q_head_stride; nullptr: no queries), and the
+// state's reference entering it (has: a state exists). Fills s.rrows (R at each position) and,
+// with queries, s.s2 (their shifts).
+DF_KERNEL_LOOPS void Maxima(const float* l2, const float* q2, int64_t q_head_stride, int64_t sl, const float* ref,
+                            bool has, Scratch& s) {
+  const int64_t m = s.m;
+  for (int64_t j = 0; j < sl; ++j) {
+    const float* prev = j > 0 ? s.rrows.data() + (j - 1) * m : ref;
+    float* r = s.rrows.data() + j * m;
+    const float* l = l2 + j * m;
+    if (j == 0 && !has) {
+      std::copy(l, l + m, r);
+    } else {
+      for (int64_t i = 0; i < m; ++i) r[i] = std::max(prev[i], l[i]);
+    }
+  }
+  for (int64_t h = 0; h < (q2 != nullptr ? s.g : 0); ++h) {
+    for (int64_t t = 0; t < sl; ++t) {
+      const float* q = q2 + h * q_head_stride + t * m;
+      const float* r = s.rrows.data() + t * m;
+      float best = kNegInf;
+      for (int64_t i = 0; i < m; ++i) best = std::max(best, q[i] + r[i]);
+      s.s2[h * sl + t] = best;
     }
   }
 }
 
-// The running key state S = sum_j 2^(b_j - ref) k_j [v_j, 1]^T (m x V), folded with a chunk
-// whose last prefix max is new_ref (>= ref: every factor <= 1); the weights go on [v, 1].
-struct KeyState {
-  bool defined = false;
-  float ref = 0.0f;
-  DF_KERNEL_LOOPS void Fold(const float* k, int64_t c, const float* b2, float new_ref, Scratch& s) {
-    for (int64_t j = 0; j < c; ++j) {
-      const float w = std::exp2(b2[j] - new_ref);
-      for (int64_t k2 = 0; k2 < s.v; ++k2) s.vw[j * s.v + k2] = s.vh[j * s.v + k2] * w;
-    }
-    const float beta = defined ? std::exp2(ref - new_ref) : 0.0f;
-    GemmRowMajor(true, false, s.m, s.v, c, 1.0f, k, s.m, s.vw.data(), s.v, beta, s.s.data(), s.v);
-    defined = true;
-    ref = new_ref;
+// The pairs of query (h, t) with the sub-chunk's keys j <= t, feature by feature:
+// s.e[j] = 2^((a_t + l_j) - s_t) (m each), j = 0..t.
+DF_KERNEL_LOOPS void PairExponentials(const float* q, const float* l2, int64_t t, float shift, Scratch& s) {
+  const int64_t m = s.m;
+  for (int64_t j = 0; j <= t; ++j) {
+    const float* l = l2 + j * m;
+    float* e = s.e.data() + j * m;
+    for (int64_t i = 0; i < m; ++i) e[i] = (q[i] + l[i]) - shift;
   }
-};
-
-void CausalWeights(std::initializer_list<float*> blocks, int64_t g, int64_t c, const float* b2, const float* r) {
-  std::vector<float*> pointers(blocks);
-  MulCausalWeights(pointers.data(), static_cast<int>(pointers.size()), 1, g, c, b2, c, r, c);
+  Exp2InPlace(s.e.data(), (t + 1) * m);
 }
 
-// Closed-form backward of c rows of positive features: dl = dphi * phi (in place in dphi; the
-// shifts are constants), dx = dl W - x sum_m dl, dW += dl^T x.
-DF_KERNEL_LOOPS void FeatureBackward(const PositiveRow& p, float* dphi, const float* phi, const float* x, float* dx, int64_t c,
-                     float* dw_MD, Scratch& s) {
-  const int64_t m = p.features, d = p.dim;
-  for (int64_t i = 0; i < c; ++i) {
-    float* dl = dphi + i * m;
-    const float* f = phi + i * m;
-    float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-    int64_t k = 0;
-    for (; k + 8 <= m; k += 8) {
-      for (int l = 0; l < 8; ++l) lanes[l] += (dl[k + l] *= f[k + l]);
+// s.qc = 2^((a_t + R(e')) - s_t) for the G sl queries of q2 (head h at h q_head_stride).
+DF_KERNEL_LOOPS void StateReadFactors(const float* q2, int64_t q_head_stride, int64_t sl, const float* ref, Scratch& s) {
+  const int64_t m = s.m;
+  for (int64_t h = 0; h < s.g; ++h) {
+    for (int64_t t = 0; t < sl; ++t) {
+      const float* q = q2 + h * q_head_stride + t * m;
+      const float shift = s.s2[h * sl + t];
+      float* out = s.qc.data() + (h * sl + t) * m;
+      for (int64_t i = 0; i < m; ++i) out[i] = (q[i] + ref[i]) - shift;
     }
-    float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-    for (; k < m; ++k) sum += (dl[k] *= f[k]);
-    s.rowsum[i] = sum;
   }
-  GemmRowMajor(false, false, c, d, m, 1.0f, dphi, m, p.w_MD, d, 0.0f, dx, d);
-  for (int64_t i = 0; i < c; ++i) {
-    for (int64_t k = 0; k < d; ++k) dx[i * d + k] -= x[i * d + k] * s.rowsum[i];
-  }
-  if (dw_MD != nullptr) GemmRowMajor(true, false, m, d, c, 1.0f, dphi, m, x, d, 1.0f, dw_MD, d);
+  Exp2InPlace(s.qc.data(), s.g * sl * m);
 }
 
-// dL/dn for the chunk's queries: [g_i / den_i, -(g_i.out_i) / den_i], G c x V into s.gh.
-DF_KERNEL_LOOPS void GradN(const PositiveRow& p, const PositiveRowBackward& b, int64_t start, int64_t c, Scratch& s) {
+// s.kk = 2^(l_j - R_end) for the sub-chunk's sl keys, R_end its last position's maxima.
+DF_KERNEL_LOOPS void KeysAtEnd(const float* l2, int64_t sl, Scratch& s) {
+  const int64_t m = s.m;
+  const float* end = s.rrows.data() + (sl - 1) * m;
+  for (int64_t j = 0; j < sl; ++j) {
+    for (int64_t i = 0; i < m; ++i) s.kk[j * m + i] = l2[j * m + i] - end[i];
+  }
+  Exp2InPlace(s.kk.data(), sl * m);
+}
+
+// Folds the sub-chunk (keys l2, values vh, sl of them) into state/ref (has: a state exists):
+// rows whose max grew decay by 2^(R_old - R_new) <= 1, the keys join at R_new.
+DF_KERNEL_LOOPS void Fold(const float* l2, const float* vh, int64_t sl, float* state, float* ref, bool has, Scratch& s) {
+  const int64_t m = s.m, v = s.v;
+  const float* end = s.rrows.data() + (sl - 1) * m;
+  KeysAtEnd(l2, sl, s);
+  if (has) {
+    for (int64_t i = 0; i < m; ++i) s.decay[i] = ref[i] - end[i];
+    Exp2InPlace(s.decay.data(), m);
+    for (int64_t i = 0; i < m; ++i) {
+      if (s.decay[i] == 1.0f) continue;  // this feature's max did not grow
+      float* row = state + i * v;
+      for (int64_t k = 0; k < v; ++k) row[k] *= s.decay[i];
+    }
+  }
+  GemmRowMajor(true, false, m, v, sl, 1.0f, s.kk.data(), m, vh, v, has ? 1.0f : 0.0f, state, v);
+  std::copy(end, end + m, ref);
+}
+
+// The forward of one sub-chunk: queries q2 (head stride q_head_stride), keys l2, values vh, sl
+// positions from `pos`; writes out and den, then folds the sub-chunk into the state.
+DF_KERNEL_LOOPS void SubChunkForward(const PositiveRow& p, const PositiveRowForward& o, const float* q2,
+                                     int64_t q_head_stride, const float* l2, const float* vh, int64_t pos, int64_t sl,
+                                     bool has, Scratch& s) {
+  const int64_t m = s.m, v = s.v, dv = s.dv, g = s.g;
+  Maxima(l2, q2, q_head_stride, sl, s.ref.data(), has, s);
+  // Inside the sub-chunk: n_t = sum_{j <= t} w_tj [v_j, 1].
+  for (int64_t h = 0; h < g; ++h) {
+    for (int64_t t = 0; t < sl; ++t) {
+      PairExponentials(q2 + h * q_head_stride + t * m, l2, t, s.s2[h * sl + t], s);
+      float* n = s.n.data() + (h * sl + t) * v;
+      std::fill(n, n + v, 0.0f);
+      for (int64_t j = 0; j <= t; ++j) {
+        const float w = Sum(s.e.data() + j * m, m);
+        const float* row = vh + j * v;
+        for (int64_t k = 0; k < v; ++k) n[k] += w * row[k];
+      }
+    }
+  }
+  // Earlier keys, through the state.
+  if (has) {
+    StateReadFactors(q2, q_head_stride, sl, s.ref.data(), s);
+    GemmRowMajor(false, false, g * sl, v, m, 1.0f, s.qc.data(), m, s.state.data(), v, 1.0f, s.n.data(), v);
+  }
+  for (int64_t h = 0; h < g; ++h) {
+    for (int64_t t = 0; t < sl; ++t) {
+      const float* n = s.n.data() + (h * sl + t) * v;
+      const float den = n[dv];  // >= 1
+      float* out = o.out + h * o.out_head_stride + (pos + t) * dv;
+      for (int64_t k = 0; k < dv; ++k) out[k] = n[k] / den;
+      o.den[h * o.den_head_stride + pos + t] = den;
+    }
+  }
+  Fold(l2, vh, sl, s.state.data(), s.ref.data(), has, s);
+}
+
+// dL/dn for a sub-chunk's queries: [g_t / den_t, -(g_t . out_t) / den_t], G sl x V into s.h.
+DF_KERNEL_LOOPS void GradN(const PositiveRow& p, const PositiveRowBackward& b, int64_t pos, int64_t sl, Scratch& s) {
   for (int64_t h = 0; h < p.group; ++h) {
-    for (int64_t i = 0; i < c; ++i) {
-      const float* g = b.g + h * b.g_head_stride + (start + i) * s.dv;
-      const float* out = b.out + h * b.out_head_stride + (start + i) * s.dv;
-      const float inv = 1.0f / b.den[h * b.den_head_stride + start + i];
-      float* row = s.gh.data() + (h * c + i) * s.v;
+    for (int64_t t = 0; t < sl; ++t) {
+      const float* g = b.g + h * b.g_head_stride + (pos + t) * s.dv;
+      const float* out = b.out + h * b.out_head_stride + (pos + t) * s.dv;
+      const float inv = 1.0f / b.den[h * b.den_head_stride + pos + t];
+      float* row = s.h.data() + (h * sl + t) * s.v;
       for (int64_t k = 0; k < s.dv; ++k) row[k] = g[k] * inv;
       row[s.dv] = -Dot(g, out, s.dv) * inv;
     }
   }
 }
 
+// The features' backward for a sub-chunk: queries dx = da W (their log-features carry no
+// -|x|^2/2), keys dy = dl W - y sum_m dl; dW += da^T x + dl^T y. da, dl are d/d(natural log phi).
+DF_KERNEL_LOOPS void FeatureBackward(const PositiveRow& p, const PositiveRowBackward& b, int64_t pos, int64_t sl,
+                                     Scratch& s) {
+  const int64_t m = s.m, d = s.d;
+  for (int64_t h = 0; h < p.group; ++h) {
+    const float* da = s.da.data() + h * sl * m;
+    const float* x = p.x + h * p.x_head_stride + pos * d;
+    GemmRowMajor(false, false, sl, d, m, 1.0f, da, m, p.w_MD, d, 0.0f, b.dx + h * b.dx_head_stride + pos * d, d);
+    if (b.dw_MD != nullptr) GemmRowMajor(true, false, m, d, sl, 1.0f, da, m, x, d, 1.0f, b.dw_MD, d);
+  }
+  const float* y = p.y + pos * d;
+  float* dy = b.dy + pos * d;
+  GemmRowMajor(false, false, sl, d, m, 1.0f, s.dl.data(), m, p.w_MD, d, 0.0f, dy, d);
+  for (int64_t j = 0; j < sl; ++j) {
+    const float sum = Sum(s.dl.data() + j * m, m);
+    for (int64_t k = 0; k < d; ++k) dy[j * d + k] -= y[j * d + k] * sum;
+  }
+  if (b.dw_MD != nullptr) GemmRowMajor(true, false, m, d, sl, 1.0f, s.dl.data(), m, y, d, 1.0f, b.dw_MD, d);
+}
+
 }  // namespace
 
-int64_t CheckpointChunks(int64_t features, int64_t chunk) { return std::max<int64_t>(1, (features + chunk - 1) / chunk); }
+int64_t CheckpointSubChunks(int64_t features, int64_t chunk) {
+  const int64_t sub = causal_ops::SubChunk(chunk);
+  return std::max<int64_t>(1, (features + sub - 1) / sub);
+}
 
 int64_t CheckpointCount(int64_t length, int64_t features, int64_t chunk) {
-  const int64_t chunks = (length + chunk - 1) / chunk, per = CheckpointChunks(features, chunk);
-  return (chunks + per - 1) / per;
+  const int64_t sub = causal_ops::SubChunk(chunk), subs = (length + sub - 1) / sub,
+                per = CheckpointSubChunks(features, chunk);
+  return (subs + per - 1) / per;
 }
 
 int64_t PositiveRowKernelRuns() { return row_runs.load(); }
@@ -215,143 +325,132 @@ int64_t PositiveRowKernelRuns() { return row_runs.load(); }
 void RunPositiveRowForward(const PositiveRow& p, const PositiveRowForward& o) {
   row_runs.fetch_add(1, std::memory_order_relaxed);
   Scratch& s = ScratchFor(p);
-  const int64_t g = p.group, m = p.features, v = s.v;
-  float* k = s.k.data();
-  float* b2 = s.b2.data();
-  KeyState state;
-  for (int64_t start = 0, chunk = 0; start < p.length; start += p.chunk, ++chunk) {
-    const int64_t c = std::min(p.chunk, p.length - start), gc = g * c;
-    if (chunk % s.group_chunks == 0) {  // the checkpoint: the state before this chunk
-      const int64_t n = chunk / s.group_chunks;
-      float* saved = o.states + n * m * v;
-      if (state.defined) {
-        std::copy(s.s.data(), s.s.data() + m * v, saved);
-      } else {
-        std::fill(saved, saved + m * v, 0.0f);
+  const int64_t m = p.features, mv = m * s.v;
+  bool has = false;
+  for (int64_t start = 0; start < p.length; start += p.chunk) {
+    const int64_t c = std::min(p.chunk, p.length - start);
+    QueryLog2(p, start, c, s.q2.data());
+    KeyLog2(p, start, c, s.l2.data());
+    ValuesWithOnes(p, start, c, s.vh.data());
+    for (int64_t sub = 0; sub < c; sub += s.s) {
+      const int64_t sl = std::min(s.s, c - sub), k = (start + sub) / s.s;
+      if (k % s.group_subs == 0) {  // the checkpoint: the state before this sub-chunk
+        const int64_t n = k / s.group_subs;
+        float* saved = o.states + n * mv;
+        float* refs = o.state_refs + n * m;
+        if (has) {
+          std::copy(s.state.data(), s.state.data() + mv, saved);
+          std::copy(s.ref.data(), s.ref.data() + m, refs);
+        } else {
+          std::fill(saved, saved + mv, 0.0f);
+          std::fill(refs, refs + m, kNegInf);
+        }
       }
-      o.state_refs[n] = state.defined ? state.ref : 0.0f;
+      SubChunkForward(p, o, s.q2.data() + sub * m, c * m, s.l2.data() + sub * m, s.vh.data() + sub * s.v, start + sub,
+                      sl, has, s);
+      has = true;
     }
-    QueryFeatures(p, start, c, s);
-    KeyFeatures(p, start, c, k, b2, s);
-    float* psi = s.q.data();
-    float running = state.defined ? state.ref : -std::numeric_limits<float>::infinity();
-    for (int64_t j = 0; j < c; ++j) {
-      running = std::max(running, b2[j]);
-      s.r[j] = o.r[start + j] = running;
-    }
-    ValuesWithOnes(p, start, c, s);
-    // Within the chunk: (psi k^T, weighted, later keys 0) [v, 1]; then the state's share.
-    GemmRowMajor(false, true, gc, c, m, 1.0f, psi, m, k, m, 0.0f, s.a.data(), c);
-    CausalWeights({s.a.data()}, g, c, b2, s.r.data());
-    float* n = s.gh.data();
-    GemmRowMajor(false, false, gc, v, c, 1.0f, s.a.data(), c, s.vh.data(), v, 0.0f, n, v);
-    if (state.defined) {
-      ScaleQueryRows(psi, psi, g, c, m, state.ref, s.r.data());  // psi is not read again
-      GemmRowMajor(false, false, gc, v, m, 1.0f, psi, m, s.s.data(), v, 1.0f, n, v);
-    }
-    for (int64_t h = 0; h < g; ++h) {
-      for (int64_t i = 0; i < c; ++i) {
-        const float* row = n + (h * c + i) * v;
-        // Rows below the guard take the per-feature form's values (normaliser_check.h); the
-        // smallest normal only keeps their discarded values and zero gradients finite.
-        const float den = std::max(row[s.dv], FLT_MIN);
-        float* out = o.out + h * o.out_head_stride + (start + i) * s.dv;
-        for (int64_t k2 = 0; k2 < s.dv; ++k2) out[k2] = row[k2] / den;
-        o.den[h * o.den_head_stride + start + i] = den;
-      }
-    }
-    if (start + c < p.length) state.Fold(k, c, b2, s.r[c - 1], s);
   }
 }
 
-// The backward, one reverse scan. For query i and key j of chunks in the past of i (state S) or
-// in the same chunk, with gh_i = dL/dn_i:
-//   dL/dpsi_i = sum_{j <= i} 2^(b_j - r_i) (gh_i.[v_j, 1]) k_j           (S before i's chunk)
-//   dL/dk_j   = sum_{i >= j} 2^(b_j - r_i) (gh_i.[v_j, 1]) psi_i         (R after j's chunk)
-//   dL/d[v_j, 1] = sum_{i >= j} (psi_i.k_j) 2^(b_j - r_i) gh_i
-// with the running query state R = sum_i 2^(ref - r_i) psi_i gh_i^T (m x V, ref = the chunk's last
-// r). Groups of chunks go in reverse; a group first refolds its states S from its checkpoint
-// (keeping its key features), then runs its chunks in reverse.
+// The backward, one reverse scan over groups of sub-chunks. For query t and key j, with
+// h_t = dL/dn_t and the same factors as the forward (d/d of the natural-log features):
+//   dL/da_t = 2^((a_t + R(e')) - s_t) * (S(e') h_t)  +  sum_{j <= t in the sub-chunk} 2^((a_t + l_j) - s_t) (h_t . [v_j, 1])
+//   dL/dl_j = 2^(l_j - R(f)) * (Z [v_j, 1])  +  sum_{t >= j in the sub-chunk} (the same pair terms)
+//   dL/d[v_j, 1] = 2^(l_j - R(f)) Z  +  sum_{t >= j in the sub-chunk} w_tj h_t
+// with f the sub-chunk's last position and Z the reverse state: the later queries' sums
+// T = sum_t 2^((a_t + R(e')) - s_t) h_t^T, each brought to R(f) (Z_prev = T + 2^(R(e') - R(f)) Z).
+// A group first refolds its states from its checkpoint (keeping each sub-chunk's key features
+// and entering state), then runs its sub-chunks in reverse.
 void RunPositiveRowBackward(const PositiveRow& p, const PositiveRowBackward& b) {
   row_runs.fetch_add(1, std::memory_order_relaxed);
   Scratch& s = ScratchFor(p);
-  const int64_t g = p.group, m = p.features, d = p.dim, v = s.v, mv = m * v, cm = s.c * m;
-  const int64_t chunks = (p.length + p.chunk - 1) / p.chunk;
-  const int64_t groups = (chunks + s.group_chunks - 1) / s.group_chunks;
-  bool has_r = false;
+  FitBackward(s);
+  const int64_t g = p.group, m = p.features, v = s.v, mv = m * v, sm = s.s * m;
+  const int64_t subs = (p.length + s.s - 1) / s.s, groups = (subs + s.group_subs - 1) / s.group_subs;
+  bool has_z = false;
   for (int64_t group = groups - 1; group >= 0; --group) {
-    const int64_t first = group * s.group_chunks, end = std::min(chunks, first + s.group_chunks);
-    KeyState state;
-    state.defined = group > 0;
-    state.ref = b.state_refs[group];
-    if (state.defined) std::copy(b.states + group * mv, b.states + (group + 1) * mv, s.s.data());
-    for (int64_t chunk = first; chunk < end; ++chunk) {
-      const int64_t slot = chunk - first, start = chunk * p.chunk, c = std::min(p.chunk, p.length - start);
-      KeyFeatures(p, start, c, s.k.data() + slot * cm, s.b2.data() + slot * s.c, s);
-      s.defined[slot] = state.defined;
-      s.refs[slot] = state.ref;
-      if (state.defined) std::copy(s.s.data(), s.s.data() + mv, s.states.data() + slot * mv);
-      if (chunk + 1 < end) {
-        ValuesWithOnes(p, start, c, s);
-        state.Fold(s.k.data() + slot * cm, c, s.b2.data() + slot * s.c, b.r[start + c - 1], s);
+    const int64_t first = group * s.group_subs, end = std::min(subs, first + s.group_subs);
+    bool has = group > 0;
+    std::copy(b.states + group * mv, b.states + (group + 1) * mv, s.state.data());
+    std::copy(b.state_refs + group * m, b.state_refs + (group + 1) * m, s.ref.data());
+    for (int64_t k = first; k < end; ++k) {  // refold: each sub-chunk's keys and entering state
+      const int64_t slot = k - first, pos = k * s.s, sl = std::min(s.s, p.length - pos);
+      float* l2 = s.group_l2.data() + slot * sm;
+      KeyLog2(p, pos, sl, l2);
+      s.group_has[slot] = has;
+      std::copy(s.state.data(), s.state.data() + mv, s.group_states.data() + slot * mv);
+      std::copy(s.ref.data(), s.ref.data() + m, s.group_refs.data() + slot * m);
+      if (k + 1 < end) {
+        ValuesWithOnes(p, pos, sl, s.vh.data());
+        Maxima(l2, nullptr, 0, sl, s.ref.data(), has, s);  // R only
+        Fold(l2, s.vh.data(), sl, s.state.data(), s.ref.data(), has, s);
+        has = true;
       }
     }
-    for (int64_t chunk = end - 1; chunk >= first; --chunk) {
-      const int64_t slot = chunk - first, start = chunk * p.chunk, c = std::min(p.chunk, p.length - start);
-      const int64_t gc = g * c;
-      const float* k = s.k.data() + slot * cm;
-      const float* b2 = s.b2.data() + slot * s.c;
-      const float* r = b.r + start;
-      QueryFeatures(p, start, c, s);
-      const float* psi = s.q.data();
-      ValuesWithOnes(p, start, c, s);
-      GradN(p, b, start, c, s);
-      GemmRowMajor(false, true, gc, c, m, 1.0f, psi, m, k, m, 0.0f, s.a.data(), c);
-      GemmRowMajor(false, true, gc, c, v, 1.0f, s.gh.data(), v, s.vh.data(), v, 0.0f, s.p_.data(), c);
-      CausalWeights({s.a.data(), s.p_.data()}, g, c, b2, r);
-      // Queries: the chunk's keys, then the state before it (weights 2^(ref - r_i) on gh).
-      GemmRowMajor(false, false, gc, m, c, 1.0f, s.p_.data(), c, k, m, 0.0f, s.dq.data(), m);
-      if (s.defined[slot]) {
-        ScaleQueryRows(s.gh.data(), s.ghs.data(), g, c, v, s.refs[slot], r);
-        GemmRowMajor(false, true, gc, m, v, 1.0f, s.ghs.data(), v, s.states.data() + slot * mv, v, 1.0f, s.dq.data(),
-                     m);
-      }
+    for (int64_t k = end - 1; k >= first; --k) {
+      const int64_t slot = k - first, pos = k * s.s, sl = std::min(s.s, p.length - pos);
+      const float* l2 = s.group_l2.data() + slot * sm;
+      const float* ref = s.group_refs.data() + slot * m;
+      const float* state = s.group_states.data() + slot * mv;
+      const bool has_in = s.group_has[slot];
+      ValuesWithOnes(p, pos, sl, s.vh.data());
+      QueryLog2(p, pos, sl, s.q2.data());
+      Maxima(l2, s.q2.data(), sl * m, sl, ref, has_in, s);
+      GradN(p, b, pos, sl, s);
+      std::fill(s.da.begin(), s.da.begin() + g * sl * m, 0.0f);
+      std::fill(s.dl.begin(), s.dl.begin() + sl * m, 0.0f);
+      std::fill(s.dvh.begin(), s.dvh.begin() + sl * v, 0.0f);
+      // The sub-chunk's own pairs.
       for (int64_t h = 0; h < g; ++h) {
-        FeatureBackward(p, s.dq.data() + h * c * m, psi + h * c * m, p.x + h * p.x_head_stride + start * d,
-                        b.dx + h * b.dx_head_stride + start * d, c, b.dw_MD, s);
-      }
-      // Keys and values: sums over the row's G query heads are contractions over G c rows.
-      float* dk = s.dq.data();
-      GemmRowMajor(true, false, c, m, gc, 1.0f, s.p_.data(), c, psi, m, 0.0f, dk, m);
-      // dv only: the gradient of [v, 1]'s constant column is never needed (Dv columns, row stride V).
-      float* dvh = s.vw.data();
-      GemmRowMajor(true, false, c, s.dv, gc, 1.0f, s.a.data(), c, s.gh.data(), v, 0.0f, dvh, v);
-      const float ref = r[c - 1];
-      if (has_r) {
-        // Key weights 2^(b_j - ref) on [v_j, 1] for dk, and on (k_j R) for dv.
-        GemmRowMajor(false, false, c, s.dv, m, 1.0f, k, m, s.rs.data(), v, 0.0f, s.t.data(), v);
-        for (int64_t j = 0; j < c; ++j) {
-          const float w = std::exp2(b2[j] - ref);
-          for (int64_t k2 = 0; k2 < s.dv; ++k2) {
-            dvh[j * v + k2] += w * s.t[j * v + k2];
-            s.t[j * v + k2] = s.vh[j * v + k2] * w;
+        for (int64_t t = 0; t < sl; ++t) {
+          const float* q = s.q2.data() + (h * sl + t) * m;
+          PairExponentials(q, l2, t, s.s2[h * sl + t], s);
+          const float* ht = s.h.data() + (h * sl + t) * v;
+          float* da = s.da.data() + (h * sl + t) * m;
+          for (int64_t j = 0; j <= t; ++j) {
+            const float* e = s.e.data() + j * m;
+            const float pw = Dot(ht, s.vh.data() + j * v, v);
+            float* dl = s.dl.data() + j * m;
+            for (int64_t i = 0; i < m; ++i) {
+              da[i] += pw * e[i];
+              dl[i] += pw * e[i];
+            }
+            const float w = Sum(e, m);
+            float* dvh = s.dvh.data() + j * v;
+            for (int64_t k2 = 0; k2 < v; ++k2) dvh[k2] += w * ht[k2];
           }
-          s.t[j * v + s.dv] = w;  // [v_j, 1]'s last entry, weighted
         }
-        GemmRowMajor(false, true, c, m, v, 1.0f, s.t.data(), v, s.rs.data(), v, 1.0f, dk, m);
       }
-      for (int64_t j = 0; j < c; ++j) {
-        std::copy(dvh + j * v, dvh + j * v + s.dv, b.dv + (start + j) * s.dv);
+      // Queries against the entering state; the sub-chunk's share T of the reverse state.
+      if (has_in) {
+        StateReadFactors(s.q2.data(), sl * m, sl, ref, s);
+        GemmRowMajor(false, true, g * sl, m, v, 1.0f, s.h.data(), v, state, v, 0.0f, s.tmp.data(), m);
+        for (int64_t i = 0; i < g * sl * m; ++i) s.da[i] += s.qc[i] * s.tmp[i];
+        GemmRowMajor(true, false, m, v, g * sl, 1.0f, s.qc.data(), m, s.h.data(), v, 0.0f, s.t.data(), v);
       }
-      FeatureBackward(p, dk, k, p.y + start * d, b.dy + start * d, c, b.dw_MD, s);
-      if (start == 0) break;
-      // R to the previous chunk's last r (<= every r_i from here on: factors <= 1); the query
-      // weights go on gh.
-      const float prev_ref = b.r[start - 1];
-      ScaleQueryRows(s.gh.data(), s.gh.data(), g, c, v, prev_ref, r);
-      GemmRowMajor(true, false, m, v, gc, 1.0f, psi, m, s.gh.data(), v, has_r ? std::exp2(prev_ref - ref) : 0.0f,
-                   s.rs.data(), v);
-      has_r = true;
+      // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
+      if (has_z) {
+        KeysAtEnd(l2, sl, s);
+        GemmRowMajor(false, true, sl, m, v, 1.0f, s.vh.data(), v, s.z.data(), v, 0.0f, s.tmp.data(), m);
+        for (int64_t i = 0; i < sl * m; ++i) s.dl[i] += s.kk[i] * s.tmp[i];
+        GemmRowMajor(false, false, sl, v, m, 1.0f, s.kk.data(), m, s.z.data(), v, 1.0f, s.dvh.data(), v);
+      }
+      for (int64_t j = 0; j < sl; ++j) std::copy(s.dvh.data() + j * v, s.dvh.data() + j * v + s.dv, b.dv + (pos + j) * s.dv);
+      // d/d(base-2 log) to d/d(natural log): the exponentials are the same numbers, so the sums
+      // above are already the natural-log gradients.
+      FeatureBackward(p, b, pos, sl, s);
+      if (!has_in) break;  // the row's first sub-chunk
+      // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
+      const float* end_r = s.rrows.data() + (sl - 1) * m;
+      if (!has_z) std::copy(s.t.data(), s.t.data() + mv, s.z.data());
+      for (int64_t i = 0; has_z && i < m; ++i) {
+        const float decay = std::exp2(ref[i] - end_r[i]);
+        float* z = s.z.data() + i * v;
+        const float* t = s.t.data() + i * v;
+        for (int64_t k2 = 0; k2 < v; ++k2) z[k2] = t[k2] + decay * z[k2];
+      }
+      has_z = true;
     }
   }
 }

@@ -1,11 +1,14 @@
 // The fused causal operator's CPU kernel for positive features (FeatureMap::positive_features,
 // log phi = x W^T - |x|^2/2 - log(m)/2) on raw fp32 memory: one key row at a time (a key/value
-// head and the G query heads that read it), the whole sequence chunk by chunk, each product one
-// BLAS call (cpu_gemm.h) and each elementwise pass one loop (fast_exp2.h). Same math, chunking and
-// stabiliser as the LibTorch ops of ops/chunk_loop.cpp (see the formulas there), without
-// ~100 dispatched ops per chunk, and a backward in one scan instead of two (checkpoints below).
-// Callers check the conditions (CPU, fp32, every per-head block L contiguous rows,
-// Exp2LoopsVectorised()) and keep the LibTorch path for everything else.
+// head and the G query heads that read it), with the per-feature stabiliser of
+// per_feature_chunks.h scanned sub-chunk by sub-chunk: the running state S_i = sum_j
+// 2^(l_ji - R_i) [v_j, 1] per feature (base 2), read by each sub-chunk's queries with
+// 2^(a_t + R - s_t) <= 1, the sub-chunk's own pairs summed feature by feature, then folded in
+// (rows whose max grew decay by 2^(R_old - R_new) <= 1). The normaliser is >= 1 at any scale.
+// Features are computed a chunk (C positions) at a time, each product one BLAS call (cpu_gemm.h),
+// each elementwise pass one loop (fast_exp2.h); the backward is one reverse scan (checkpoints
+// below). Callers check the conditions (CPU, fp32, every per-head block L contiguous rows,
+// Exp2LoopsVectorised()) and keep the LibTorch forms for everything else.
 #pragma once
 
 #include <cstdint>
@@ -24,32 +27,30 @@ struct PositiveRow {
   const float* v;  // values, L x Dv
 };
 
-// The backward is one reverse scan over groups of chunks. It needs the running key state S
-// (m x V, V = Dv + 1) before each group: the forward saves it as a checkpoint every
-// CheckpointChunks(m, C) = ceil(m / C) chunks, i.e. ~V floats per position whatever m (O(L D),
-// like x, y, v). Inside a group the backward refolds the states from the checkpoint, keeping
-// the group's key features, and then runs the group's chunks in reverse.
-int64_t CheckpointChunks(int64_t features, int64_t chunk);
-// Checkpoints of a row: one per group of CheckpointChunks chunks (the first, an empty state,
-// included).
+// The backward is one reverse scan over groups of sub-chunks. It needs the running state S
+// (m x V, V = Dv + 1) and its per-feature reference R (m) before each group: the forward saves
+// them as a checkpoint every CheckpointSubChunks(m, C) = ceil(m / S) sub-chunks (S = SubChunk(C)),
+// i.e. ~V + 1 floats per position whatever m (O(L D), like x, y, v). Inside a group the backward
+// refolds the states from the checkpoint, keeping each sub-chunk's entering state, and then runs
+// the group's sub-chunks in reverse.
+int64_t CheckpointSubChunks(int64_t features, int64_t chunk);
+// Checkpoints of a row: one per group (the first, an empty state, included).
 int64_t CheckpointCount(int64_t length, int64_t features, int64_t chunk);
 
-// Forward outputs: out (G x L x Dv), the normaliser den (G x L), r (L), the prefix max of the
-// keys' log-scales b_j in base 2, and the checkpoints: states (count x m x V) and their
-// references (count), what the backward reads.
+// Forward outputs: out (G x L x Dv), the normaliser den (G x L, >= 1), and the checkpoints:
+// states (count x m x V) and their references (count x m), what the backward reads.
 struct PositiveRowForward {
   float* out;
   int64_t out_head_stride;
   float* den;
   int64_t den_head_stride;
-  float* r;
   float* states;
   float* state_refs;
 };
 void RunPositiveRowForward(const PositiveRow& row, const PositiveRowForward& fwd);
 
-// Backward: reads the forward's checkpoints, out, den, r and dL/dout (g); writes dx (G x L x D), dy (L x D)
-// and dv (L x Dv); adds dL/dW into dw_MD (nullptr: W needs no gradient).
+// Backward: reads the forward's checkpoints, out, den and dL/dout (g); writes dx (G x L x D), dy
+// (L x D) and dv (L x Dv); adds dL/dW into dw_MD (nullptr: W needs no gradient).
 struct PositiveRowBackward {
   const float* states;
   const float* state_refs;
@@ -57,7 +58,6 @@ struct PositiveRowBackward {
   int64_t out_head_stride;
   const float* den;
   int64_t den_head_stride;
-  const float* r;
   const float* g;
   int64_t g_head_stride;
   float* dx;

@@ -1,0 +1,22 @@
+// The sub-chunk length S of the per-feature stabiliser (per_feature_chunks.h): the largest divisor
+// of the chunk length C up to kMaxSubChunk. Inside a sub-chunk the pairs are summed feature by
+// feature (G S m exponentials per position); a larger S leaves fewer sub-chunk references per
+// chunk (each key is held against C / S of them). docs/attention.md has the figures.
+// Torch-free: the raw CPU kernel includes it too.
+#pragma once
+
+#include <algorithm>
+#include <cstdint>
+
+namespace darkformer::causal_ops {
+
+constexpr int64_t kMaxSubChunk = 8;
+
+inline int64_t SubChunk(int64_t chunk) {
+  for (int64_t s = std::min(chunk, kMaxSubChunk); s > 1; --s) {
+    if (chunk % s == 0) return s;
+  }
+  return 1;
+}
+
+}  // namespace darkformer::causal_ops
