@@ -53,8 +53,8 @@ struct FeatureShadowForm {
 };
 
 // What random-feature attention saves for its backward (x, y and v in fp32, the output, the
-// normaliser and prefix maxima; the raw CPU kernel's key-state checkpoints), and its backward's
-// widest extra (the chunk-parallel form holds whole-sequence features).
+// normaliser; the raw CPU kernel's checkpoints of the state), and its backward's widest extra
+// (the chunk-parallel form holds whole-sequence terms).
 ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& q,
                                        const shadow::Shadow& k, const shadow::Shadow& v, const FeatureShadowForm& form,
                                        const FeatureKernelOptions& options, bool parameters_train);

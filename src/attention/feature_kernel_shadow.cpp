@@ -7,6 +7,7 @@
 #include "attention/log_feature_kernel.h"
 #include "attention/ops/causal_form.h"
 #include "attention/ops/raw_cpu_kernel.h"
+#include "attention/ops/sub_chunk.h"
 
 namespace darkformer {
 
@@ -52,11 +53,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     tape.Save(y);
     tape.Save(vf);
     tape.Save(out);
-    tape.Save(tape.New(T * H, kF32, true));          // normaliser
-    tape.Save(tape.New(T * key_heads, kF32, true));  // prefix max per key row
-    if (c.cpu && form.positive) {  // the raw CPU kernel's key-state checkpoints
+    tape.Save(tape.New(T * H, kF32, true));  // normaliser
+    if (c.cpu && form.positive) {  // the raw CPU kernel's checkpoints: state and per-feature reference
       const int64_t count = CheckpointCount(L, form.features, chunk);
-      tape.Save(tape.New(B * key_heads * count * (form.features * (D + 1) + 1), kF32, true));
+      tape.Save(tape.New(B * key_heads * count * form.features * (D + 2), kF32, true));
     }
   }
   ShadowAttention r;
@@ -66,12 +66,17 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   const bool raw_runs = c.cpu && form.positive;
   if (form.causal_operator &&
       ResolveCausalForm(options.op, c.cpu, raw_runs, c.documents) == CausalForm::kChunkParallel) {
-    // Its backward holds whole-sequence features at once (ops/chunk_parallel.cpp): psi and dpsi per
-    // query head; k~, exp(l - r_end) and dk~ per key row; the intra-chunk matrices P and A; h and
-    // h scaled; the chunk states S, T, Z (N x m x (D+1) per key row).
+    // Its backward holds whole-sequence terms at once (ops/per_feature_chunks.h): per query
+    // position and head the log-features, the three parts' factors and their gradient (5 m), the
+    // sub-chunk's pairs (S m), the part-2 scores and p (2 C) and h (2 (D+1)); per key position
+    // and row the log-features, R, exp(l - R(e_c)) and d l (4 m) and each key against the chunk's
+    // U = C / S references with its gradient's product (2 U m); per key row the per-feature decays
+    // between chunks (m N^2) and the states S, T, Z (3 N m (D+1)).
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
-    r.backward_bytes = std::max(r.backward_bytes, (2 * T * H * m + 3 * T * rows * m + 2 * T * H * chunk +
-                                                   2 * T * H * (D + 1) + 3 * B * rows * chunks * m * (D + 1)) *
+    const int64_t sub = causal_ops::SubChunk(chunk), subs = chunk / sub;
+    r.backward_bytes = std::max(r.backward_bytes, (T * H * ((5 + sub) * m + 2 * chunk + 2 * (D + 1)) +
+                                                   T * rows * (4 + 2 * subs) * m +
+                                                   B * rows * (m * chunks * chunks + 3 * chunks * m * (D + 1))) *
                                                       kF32);
   }
   return r;

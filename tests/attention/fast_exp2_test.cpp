@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "attention/ops/fast_exp2.h"
+#include "rounding_bounds.h"
 
 namespace darkformer {
 namespace {
@@ -55,49 +56,31 @@ TEST_P(FastExp2Test, UnderflowIsZeroAndNaNStaysNaN) {
 }
 
 // Rows whose length is and is not a multiple of the vector width.
-TEST_P(FastExp2Test, ShiftExp2RowsEqualsAmaxSubExp2) {
-  for (const int64_t cols : {1, 13, 256}) {
-    torch::manual_seed(cols);
-    const auto x = torch::randn({7, cols}) * 20;
-    auto fast = x.clone();
-    auto max = torch::empty({7});
-    ShiftExp2Rows(fast.data_ptr<float>(), 7, cols, max.data_ptr<float>());
-    const auto ref_max = x.amax(-1);
-    // The difference rounds in fp32 as LibTorch's sub_ does; the exponential is exact.
-    const auto ref = torch::exp2((x - ref_max.unsqueeze(-1)).to(torch::kFloat64));
-    EXPECT_TRUE(torch::equal(max, ref_max)) << cols;
-    // Above 2^-126 within 2.5e-7 relative; below it (fp32 denormals) exactly 0, as documented.
-    const auto normal = ref >= std::exp2(-126.0);
-    const auto rel = (fast.to(torch::kFloat64) - ref).abs() / ref.clamp_min(1e-300);
-    EXPECT_LE(rel.masked_select(normal).max().item<double>(), 2.5e-7) << cols;
-    EXPECT_TRUE(fast.masked_select(normal.logical_not()).eq(0).all().item<bool>()) << cols;
-    EXPECT_EQ(fast.amax(-1).min().item<float>(), 1.0f) << cols;  // each row's max maps to 2^0
-  }
-}
-
-TEST_P(FastExp2Test, CausalWeightsEqualTheMaskedProductAndZeroLaterKeys) {
-  const int64_t rows = 3, group = 2, c = 11, length = 20;
-  torch::manual_seed(4);
-  const auto b = torch::randn({rows, c}) * 5;
-  // ref_i >= b_j for j <= i: a prefix max plus a carried reference, taken from a wider buffer.
-  const auto wide = torch::zeros({rows, length});
-  wide.narrow(1, 3, c).copy_(std::get<0>(b.cummax(-1)) + 0.5);
-  const auto ref = wide.narrow(1, 3, c);
-  const auto a = torch::randn({rows, group, c, c}), p = torch::randn({rows, group, c, c});
-  auto fast_a = a.clone(), fast_p = p.clone();
-  fast_a[1][1][2][7] = std::numeric_limits<float>::quiet_NaN();  // a later key (j = 7 > i = 2)
-  float* blocks[] = {fast_a.data_ptr<float>(), fast_p.data_ptr<float>()};
-  MulCausalWeights(blocks, 2, rows, group, c, b.data_ptr<float>(), b.stride(0), ref.data_ptr<float>(), ref.stride(0));
-  const auto mask = torch::ones({c, c}).tril().to(torch::kBool);
-  const auto w = torch::exp2(b.to(torch::kFloat64).unsqueeze(1) - ref.to(torch::kFloat64).unsqueeze(2))
-                     .masked_fill(mask.logical_not(), 0.0)
-                     .unsqueeze(1);
-  for (const auto& [fast, orig] : {std::pair{fast_a, a}, std::pair{fast_p, p}}) {
-    const auto expected = orig.to(torch::kFloat64) * w;
-    EXPECT_LE((fast.to(torch::kFloat64) - expected).abs().max().item<double>(),
-              2.5e-7 * orig.abs().max().item<double>());
-    EXPECT_TRUE(torch::isfinite(fast).all().item<bool>());
-  }
+// The fused passes of the raw kernel's sub-chunk pairs against exp2 of the sum, one pass at a time
+// (n = 37: four vectors and a tail).
+TEST_P(FastExp2Test, FusedPassesEqualExp2OfTheSum) {
+  torch::manual_seed(3);
+  const int64_t n = 37;
+  const auto a = torch::randn({n}) * 20, b = torch::randn({n}) * 20;
+  const float shift = (a + b).max().item<float>();
+  auto expected = ((a + b) - shift).contiguous();
+  Exp2InPlace(expected.data_ptr<float>(), n);
+  const auto e64 = expected.to(torch::kFloat64);
+  const double sum = e64.sum().item<double>();
+  // The same exp2 of the same rounded argument: only the summation order differs, within
+  // gamma_n of the sum of the (positive) terms (rounding_bounds.h).
+  const double tolerance = 2 * testing::Gamma(n) * e64.sum().item<double>();
+  EXPECT_NEAR(SumExp2OfSum(a.data_ptr<float>(), b.data_ptr<float>(), shift, n), sum, tolerance);
+  auto out = torch::empty({n});
+  Exp2OfSum(a.data_ptr<float>(), b.data_ptr<float>(), shift, out.data_ptr<float>(), n);
+  EXPECT_TRUE(torch::equal(out, expected));
+  auto da = torch::ones({n}), db = torch::zeros({n});
+  const float total = AccumulateExp2OfSum(a.data_ptr<float>(), b.data_ptr<float>(), shift, 0.5f, da.data_ptr<float>(),
+                                          db.data_ptr<float>(), n);
+  EXPECT_NEAR(total, sum, tolerance);
+  // A fused multiply-add against a product and a sum: one rounding apart, u of a value <= 1.5.
+  EXPECT_TRUE(torch::allclose(da, 1 + 0.5 * expected, 0, 1.5 * testing::kFp32Unit));
+  EXPECT_TRUE(torch::allclose(db, 0.5 * expected, 0, 1.5 * testing::kFp32Unit));
 }
 
 }  // namespace

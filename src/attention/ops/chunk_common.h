@@ -1,5 +1,5 @@
 // What the chunked forms of the causal operator share (chunk loop, raw CPU kernel, recurrent
-// step): the head layout, log-features of query and key blocks, the key split k_j = exp(l_j - b_j).
+// step): the head layout, log-features of query and key blocks, [v, 1].
 // Internal to src/attention/ops.
 #pragma once
 
@@ -55,26 +55,9 @@ inline torch::Tensor KeyLogFeatures(const FeatureMap& map, const std::vector<tor
   return lk_BHCM.view({l.batch, l.kv_heads, l.group, c, lk_BHCM.size(-1)});
 }
 
-// Outside autograd the shift and exp run in place (one L x m block instead of three).
-inline torch::Tensor ShiftedQueryFeatures(torch::Tensor lq_BKGCM) {
-  const auto shift = lq_BKGCM.amax(-1, /*keepdim=*/true).detach();
-  if (!lq_BKGCM.requires_grad()) return lq_BKGCM.sub_(shift).exp_();
-  return torch::exp(lq_BKGCM - shift);
-}
-
 // [v, 1] per KV head, broadcastable over the group: BK1CV.
 inline torch::Tensor WithOnes(const torch::Tensor& v_BKCD) {
   return torch::cat({v_BKCD, torch::ones_like(v_BKCD.narrow(-1, 0, 1))}, -1).unsqueeze(2);
-}
-
-// Key-side quantities of one chunk: k_j = exp(lk_j - b_j) and b_j = max log phi(y_j).
-struct KeyChunk {
-  torch::Tensor k_BKFCM, b_BKFC;
-};
-inline KeyChunk SplitKeys(torch::Tensor lk_BKFCM) {
-  const auto b_BKFC = lk_BKFCM.amax(-1).detach();
-  if (!lk_BKFCM.requires_grad()) return {lk_BKFCM.sub_(b_BKFC.unsqueeze(-1)).exp_(), b_BKFC};
-  return {torch::exp(lk_BKFCM - b_BKFC.unsqueeze(-1)), b_BKFC};
 }
 
 }  // namespace darkformer::causal_ops

@@ -134,8 +134,10 @@ Chunked Build(const torch::Tensor& lq_BHLM, const torch::Tensor& lk_BRLM, const 
   // Chunk states relative to their own end, then the state entering each chunk: one product with
   // the per-feature N x N decays (c' < c; a document boundary between e_c' and e_{c-1} is -inf).
   const auto u_BRMNV = torch::matmul(k.kend_BRNCM.transpose(-1, -2), blk.vh_BRNCV).transpose(2, 3);
-  auto dec = (end_BRNM.transpose(2, 3).unsqueeze(-2) - blk.prev_BRNM.transpose(2, 3).unsqueeze(-1))
-                 .add_(Mask(n, 0, options));
+  // From features-first copies: the decays come out contiguous, so the batched products read them
+  // without a copy per feature (which LibTorch's bmm makes of strided batches at some sizes only).
+  const auto end_BRMN = end_BRNM.transpose(2, 3).contiguous(), prev_BRMN = blk.prev_BRNM.transpose(2, 3).contiguous();
+  auto dec = (end_BRMN.unsqueeze(-2) - prev_BRMN.unsqueeze(-1)).add_(Mask(n, 0, options));
   if (doc_B1L.defined()) {
     dec.add_(causal_ops::CrossingBias(end_doc_B1N.unsqueeze(-2).ne(blk.prevdoc_B1N.unsqueeze(-1)), options).unsqueeze(1));
   }

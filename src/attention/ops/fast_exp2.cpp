@@ -73,65 +73,85 @@ DF_AVX2 void Exp2InPlaceAvx2(float* x, int64_t n) {
   for (; i < n; ++i) x[i] = Exp2(x[i]);
 }
 
-DF_AVX2 void ShiftExp2RowsAvx2(float* x, int64_t rows, int64_t cols, float* max_out) {
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = x + r * cols;
-    __m256 lanes = _mm256_set1_ps(-std::numeric_limits<float>::infinity());
-    int64_t c = 0;
-    for (; c + 8 <= cols; c += 8) lanes = _mm256_max_ps(lanes, _mm256_loadu_ps(row + c));
-    float lane[8];
-    _mm256_storeu_ps(lane, lanes);
-    float row_max = *std::max_element(lane, lane + 8);
-    for (; c < cols; ++c) row_max = std::max(row_max, row[c]);
-    const __m256 shift = _mm256_set1_ps(row_max);
-    int64_t j = 0;
-    for (; j + 8 <= cols; j += 8) _mm256_storeu_ps(row + j, Exp2x8(_mm256_sub_ps(_mm256_loadu_ps(row + j), shift)));
-    for (; j < cols; ++j) row[j] = Exp2(row[j] - row_max);
-    max_out[r] = row_max;
+// The fused passes (fast_exp2.h), eight lanes, the tail one value at a time.
+DF_AVX2 float SumExp2OfSumAvx2(const float* a, const float* b, float shift, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    acc = _mm256_add_ps(acc, Exp2x8(_mm256_sub_ps(_mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), s)));
   }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; i < n; ++i) sum += Exp2((a[i] + b[i]) - shift);
+  return sum;
 }
 
-// MulCausalWeights (below) in one AVX2 function: no scalar code between its vector loops. Each
-// query i computes weights for the vectors that hold keys 0..i (lanes past i are 0 by a blend,
-// as are NaN products there), then scales every row of every block.
-DF_AVX2 void MulCausalWeightsAvx2(float* const* blocks, int count, int64_t rows, int64_t group, int64_t c,
-                                  const float* b, int64_t b_row_stride, const float* ref, int64_t ref_row_stride,
-                                  float* w) {
-  const __m256 lane = _mm256_setr_ps(0, 1, 2, 3, 4, 5, 6, 7);
-  const __m256 zero = _mm256_setzero_ps();
-  const int64_t full = c / 8 * 8;
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* b_row = b + r * b_row_stride;
-    for (int64_t i = 0; i < c; ++i) {
-      const float ref_i = ref[r * ref_row_stride + i];
-      const __m256 ref_v = _mm256_set1_ps(ref_i);
-      const __m256 last = _mm256_set1_ps(static_cast<float>(i));
-      const int64_t covered = std::min(full, (i / 8 + 1) * 8);  // vectors holding keys <= i
-      for (int64_t j = 0; j < covered; j += 8) {
-        const __m256 keep = _mm256_cmp_ps(_mm256_add_ps(lane, _mm256_set1_ps(static_cast<float>(j))), last, _CMP_LE_OQ);
-        const __m256 wj = Exp2x8(_mm256_sub_ps(_mm256_loadu_ps(b_row + j), ref_v));
-        _mm256_storeu_ps(w + j, _mm256_blendv_ps(zero, wj, keep));
-      }
-      for (int64_t j = full; j < c; ++j) w[j] = j <= i ? Exp2(b_row[j] - ref_i) : 0.0f;
-      for (int n = 0; n < count; ++n) {
-        for (int64_t g = 0; g < group; ++g) {
-          float* out = blocks[n] + ((r * group + g) * c + i) * c;
-          int64_t j = 0;
-          for (; j < covered; j += 8) {
-            const __m256 keep = _mm256_cmp_ps(_mm256_add_ps(lane, _mm256_set1_ps(static_cast<float>(j))), last, _CMP_LE_OQ);
-            const __m256 product = _mm256_mul_ps(_mm256_loadu_ps(out + j), _mm256_loadu_ps(w + j));
-            _mm256_storeu_ps(out + j, _mm256_blendv_ps(zero, product, keep));
-          }
-          for (; j < full; j += 8) _mm256_storeu_ps(out + j, zero);
-          for (; j < c; ++j) out[j] = j <= i ? out[j] * w[j] : 0.0f;
-        }
-      }
-    }
+DF_AVX2 float AccumulateExp2OfSumAvx2(const float* a, const float* b, float shift, float weight, float* da, float* db,
+                                      int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift), w = _mm256_set1_ps(weight);
+  __m256 acc = _mm256_setzero_ps();
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    const __m256 e = Exp2x8(_mm256_sub_ps(_mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), s));
+    acc = _mm256_add_ps(acc, e);
+    _mm256_storeu_ps(da + i, _mm256_fmadd_ps(w, e, _mm256_loadu_ps(da + i)));
+    _mm256_storeu_ps(db + i, _mm256_fmadd_ps(w, e, _mm256_loadu_ps(db + i)));
   }
+  float lanes[8];
+  _mm256_storeu_ps(lanes, acc);
+  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
+  for (; i < n; ++i) {
+    const float e = Exp2((a[i] + b[i]) - shift);
+    sum += e;
+    da[i] += weight * e;
+    db[i] += weight * e;
+  }
+  return sum;
+}
+
+DF_AVX2 void Exp2OfSumAvx2(const float* a, const float* b, float shift, float* out, int64_t n) {
+  const __m256 s = _mm256_set1_ps(shift);
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    _mm256_storeu_ps(out + i, Exp2x8(_mm256_sub_ps(_mm256_add_ps(_mm256_loadu_ps(a + i), _mm256_loadu_ps(b + i)), s)));
+  }
+  for (; i < n; ++i) out[i] = Exp2((a[i] + b[i]) - shift);
 }
 #endif
 
 }  // namespace
+
+float SumExp2OfSum(const float* a, const float* b, float shift, int64_t n) {
+#ifdef DF_HAVE_AVX2_PATH
+  if (HasAvx2()) return SumExp2OfSumAvx2(a, b, shift, n);
+#endif
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) sum += Exp2((a[i] + b[i]) - shift);
+  return sum;
+}
+
+float AccumulateExp2OfSum(const float* a, const float* b, float shift, float weight, float* da, float* db, int64_t n) {
+#ifdef DF_HAVE_AVX2_PATH
+  if (HasAvx2()) return AccumulateExp2OfSumAvx2(a, b, shift, weight, da, db, n);
+#endif
+  float sum = 0.0f;
+  for (int64_t i = 0; i < n; ++i) {
+    const float e = Exp2((a[i] + b[i]) - shift);
+    sum += e;
+    da[i] += weight * e;
+    db[i] += weight * e;
+  }
+  return sum;
+}
+
+void Exp2OfSum(const float* a, const float* b, float shift, float* out, int64_t n) {
+#ifdef DF_HAVE_AVX2_PATH
+  if (HasAvx2()) return Exp2OfSumAvx2(a, b, shift, out, n);
+#endif
+  for (int64_t i = 0; i < n; ++i) out[i] = Exp2((a[i] + b[i]) - shift);
+}
 
 bool Exp2LoopsVectorised() {
 #ifdef DF_HAVE_AVX2_PATH
@@ -152,44 +172,6 @@ void Exp2InPlace(float* x, int64_t n) {
   if (HasAvx2()) return Exp2InPlaceAvx2(x, n);
 #endif
   for (int64_t i = 0; i < n; ++i) x[i] = Exp2(x[i]);
-}
-
-void ShiftExp2Rows(float* x, int64_t rows, int64_t cols, float* max_out) {
-#ifdef DF_HAVE_AVX2_PATH
-  if (HasAvx2()) return ShiftExp2RowsAvx2(x, rows, cols, max_out);
-#endif
-  for (int64_t r = 0; r < rows; ++r) {
-    float* row = x + r * cols;
-    const float row_max = *std::max_element(row, row + cols);
-    for (int64_t j = 0; j < cols; ++j) row[j] = Exp2(row[j] - row_max);
-    max_out[r] = row_max;
-  }
-}
-
-void MulCausalWeights(float* const* blocks, int count, int64_t rows, int64_t group, int64_t c, const float* b,
-                      int64_t b_row_stride, const float* ref, int64_t ref_row_stride) {
-  std::vector<float> weights(static_cast<size_t>(c));
-  float* w = weights.data();
-#ifdef DF_HAVE_AVX2_PATH
-  if (HasAvx2()) {
-    return MulCausalWeightsAvx2(blocks, count, rows, group, c, b, b_row_stride, ref, ref_row_stride, w);
-  }
-#endif
-  for (int64_t r = 0; r < rows; ++r) {
-    const float* b_row = b + r * b_row_stride;
-    for (int64_t i = 0; i < c; ++i) {
-      const float ref_i = ref[r * ref_row_stride + i];
-      for (int64_t j = 0; j <= i; ++j) w[j] = Exp2(b_row[j] - ref_i);
-      for (int n = 0; n < count; ++n) {
-        for (int64_t g = 0; g < group; ++g) {
-          float* out = blocks[n] + ((r * group + g) * c + i) * c;
-          for (int64_t j = 0; j <= i; ++j) out[j] *= w[j];
-          // Later keys are set to 0, not multiplied by 0: a non-finite q.k of a later key stays out.
-          std::fill(out + i + 1, out + c, 0.0f);
-        }
-      }
-    }
-  }
 }
 
 }  // namespace darkformer

@@ -1,9 +1,7 @@
-// Base-2 exponentials of the fused causal operator's CPU path, each fused with the pass around
-// it (ops/chunk_loop.cpp). LibTorch's amax, sub_ and exp2_ over a chunk's C x m feature
-// block are three passes at ~0.8 ns per element on this project's CPUs; here it is one reduction
-// and one exp2 pass, eight lanes at a time where the CPU has AVX2 and FMA. Loops on raw fp32
-// memory: callers check device, dtype, layout and Exp2LoopsVectorised() and keep the LibTorch
-// ops for everything else (CUDA, fp64, CPUs without AVX2).
+// Base-2 exponentials of the raw CPU kernel (raw_cpu_kernel.h), eight lanes at a time where the
+// CPU has AVX2 and FMA. Loops on raw fp32 memory: callers check device, dtype, layout and
+// Exp2LoopsVectorised() and keep the LibTorch ops for everything else (CUDA, fp64, CPUs without
+// AVX2).
 //
 // 2^x = 2^n 2^f with n = round(x), f in [-1/2, 1/2], 2^f by a degree-6 polynomial (least squares
 // in relative error, fitted for this file): relative error <= 2e-7 in fp32 (tests/attention/
@@ -19,16 +17,14 @@ namespace darkformer {
 // 2^x for x[0..n), in place.
 void Exp2InPlace(float* x, int64_t n);
 
-// Each of `rows` rows of `cols` contiguous floats: max_out[r] = max_c x[r][c], then
-// x[r][c] = 2^(x[r][c] - max_out[r]) (every value in (0, 1], the row max at 1).
-void ShiftExp2Rows(float* x, int64_t rows, int64_t cols, float* max_out);
-
-// Causal weights of one chunk applied in place to `count` blocks, each rows x group x c x c
-// contiguous (row r's G query heads, then query i, key j):
-//   block[r][g][i][j] *= (j <= i) ? 2^(b[r][j] - ref[r][i]) : 0,
-// with b and ref rows of c contiguous floats, `b_row_stride` / `ref_row_stride` apart.
-void MulCausalWeights(float* const* blocks, int count, int64_t rows, int64_t group, int64_t c, const float* b,
-                      int64_t b_row_stride, const float* ref, int64_t ref_row_stride);
+// Fused passes of the per-feature stabiliser's sub-chunk pairs (raw_cpu_kernel.cpp), over n
+// features: e_i = 2^((a_i + b_i) - shift), never stored.
+// sum_i e_i.
+float SumExp2OfSum(const float* a, const float* b, float shift, int64_t n);
+// da_i += weight e_i and db_i += weight e_i; returns sum_i e_i.
+float AccumulateExp2OfSum(const float* a, const float* b, float shift, float weight, float* da, float* db, int64_t n);
+// out_i = 2^((a_i + b_i) - shift).
+void Exp2OfSum(const float* a, const float* b, float shift, float* out, int64_t n);
 
 // True where the loops run eight lanes at a time (x86-64 with AVX2 and FMA). Elsewhere their
 // one-value-at-a-time path is ~10x slower than LibTorch's own vectorised exp2: callers keep the

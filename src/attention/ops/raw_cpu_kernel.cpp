@@ -15,22 +15,15 @@
 
 #include "attention/ops/cpu_gemm.h"
 #include "attention/ops/fast_exp2.h"
+#include "attention/ops/raw_cpu_features.h"
 #include "attention/ops/sub_chunk.h"
-
-// The kernel runs only where fast_exp2's loops run vectorised (x86-64 with AVX2 and FMA, checked at
-// run time by the caller), so its elementwise loops may use them too; per function, not per file:
-// inline library code compiled with AVX2 in this file could be picked by the linker for others.
-#if defined(__x86_64__) && (defined(__GNUC__) || defined(__clang__))
-#define DF_KERNEL_LOOPS __attribute__((target("avx2,fma")))
-#else
-#define DF_KERNEL_LOOPS
-#endif
 
 namespace darkformer {
 
 namespace {
 
-constexpr double kLog2E = 1.4426950408889634;
+using namespace raw_cpu;
+
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 std::atomic<int64_t> row_runs{0};
@@ -41,10 +34,9 @@ struct Scratch {
   int64_t g, c, s, m, d, dv, v, group_subs;  // G, C, S, m, D, Dv, V = Dv + 1, sub-chunks per checkpoint
   // Forward: a chunk's query and key log-features (q2, l2) and [v, 1] (vh). Both directions: a
   // sub-chunk's running maxima (rrows, S x m), query shifts (s2), state-read factors (qc), pair
-  // sums (w), numerators (n), exponentials of one query's pairs (e), folded keys (kk), the
-  // state and its reference. Backward: each sub-chunk of a group's key features, entering state
+  // sums (w), numerators (n), folded keys (kk), the state and its reference. Backward: each sub-chunk of a group's key features, entering state
   // and reference, and the gradients of one sub-chunk.
-  std::vector<float> q2, l2, vh, rrows, s2, qc, w, n, e, kk, state, ref, decay;
+  std::vector<float> q2, l2, vh, rrows, s2, qc, w, n, kk, state, ref, decay;
   std::vector<float> group_l2, group_states, group_refs, h, da, dl, dvh, tmp, z, t, rowsum;
   std::vector<char> group_has;
 };
@@ -71,7 +63,6 @@ Scratch& ScratchFor(const PositiveRow& p) {
   fit(s.qc, gs * s.m);
   fit(s.w, gs * s.s);
   fit(s.n, gs * s.v);
-  fit(s.e, s.s * s.m);
   fit(s.kk, s.s * s.m);
   fit(s.state, mv);
   fit(s.ref, s.m);
@@ -96,60 +87,6 @@ void FitBackward(Scratch& s) {
   fit(s.z, mv);
   fit(s.t, mv);
   fit(s.rowsum, s.s);
-}
-
-// sum_k a[k] b[k] and sum_k a[k] in eight independent partial sums (a vector register's lanes;
-// one running sum is a chain of dependent adds the compiler may not reorder).
-DF_KERNEL_LOOPS inline float Dot(const float* a, const float* b, int64_t n) {
-  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int l = 0; l < 8; ++l) lanes[l] += a[k + l] * b[k + l];
-  }
-  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-  for (; k < n; ++k) sum += a[k] * b[k];
-  return sum;
-}
-DF_KERNEL_LOOPS inline float Sum(const float* a, int64_t n) {
-  float lanes[8] = {0, 0, 0, 0, 0, 0, 0, 0};
-  int64_t k = 0;
-  for (; k + 8 <= n; k += 8) {
-    for (int l = 0; l < 8; ++l) lanes[l] += a[k + l];
-  }
-  float sum = ((lanes[0] + lanes[1]) + (lanes[2] + lanes[3])) + ((lanes[4] + lanes[5]) + (lanes[6] + lanes[7]));
-  for (; k < n; ++k) sum += a[k];
-  return sum;
-}
-
-// Query log-features a = x W^T log2(e) of `rows` positions from `start`, each head's rows
-// together: out (G rows x m).
-void QueryLog2(const PositiveRow& p, int64_t start, int64_t rows, float* out) {
-  for (int64_t h = 0; h < p.group; ++h) {
-    GemmRowMajor(false, false, rows, p.features, p.dim, 1.0f, p.x + h * p.x_head_stride + start * p.dim, p.dim,
-                 p.w2_DM, p.features, 0.0f, out + h * rows * p.features, p.features);
-  }
-}
-
-// Key log-features l = (y W^T - |y|^2/2) log2(e) of `rows` positions from `start`: out (rows x m).
-DF_KERNEL_LOOPS void KeyLog2(const PositiveRow& p, int64_t start, int64_t rows, float* out) {
-  const int64_t d = p.dim, m = p.features;
-  GemmRowMajor(false, false, rows, m, d, 1.0f, p.y + start * d, d, p.w2_DM, m, 0.0f, out, m);
-  for (int64_t j = 0; j < rows; ++j) {
-    const float* y = p.y + (start + j) * d;
-    const float offset = static_cast<float>(0.5 * Dot(y, y, d) * kLog2E);
-    float* row = out + j * m;
-    for (int64_t i = 0; i < m; ++i) row[i] -= offset;
-  }
-}
-
-// [v_j, 1] for `rows` positions from `start`: out (rows x V).
-DF_KERNEL_LOOPS void ValuesWithOnes(const PositiveRow& p, int64_t start, int64_t rows, float* out) {
-  const int64_t dv = p.value_dim, v = dv + 1;
-  for (int64_t j = 0; j < rows; ++j) {
-    const float* src = p.v + (start + j) * dv;
-    std::copy(src, src + dv, out + j * v);
-    out[j * v + dv] = 1.0f;
-  }
 }
 
 // A sub-chunk of `sl` positions as the scan sees it: its keys' log-features l2 (sl x m), its
@@ -180,30 +117,14 @@ DF_KERNEL_LOOPS void Maxima(const float* l2, const float* q2, int64_t q_head_str
   }
 }
 
-// The pairs of query (h, t) with the sub-chunk's keys j <= t, feature by feature:
-// s.e[j] = 2^((a_t + l_j) - s_t) (m each), j = 0..t.
-DF_KERNEL_LOOPS void PairExponentials(const float* q, const float* l2, int64_t t, float shift, Scratch& s) {
-  const int64_t m = s.m;
-  for (int64_t j = 0; j <= t; ++j) {
-    const float* l = l2 + j * m;
-    float* e = s.e.data() + j * m;
-    for (int64_t i = 0; i < m; ++i) e[i] = (q[i] + l[i]) - shift;
-  }
-  Exp2InPlace(s.e.data(), (t + 1) * m);
-}
-
 // s.qc = 2^((a_t + R(e')) - s_t) for the G sl queries of q2 (head h at h q_head_stride).
-DF_KERNEL_LOOPS void StateReadFactors(const float* q2, int64_t q_head_stride, int64_t sl, const float* ref, Scratch& s) {
+void StateReadFactors(const float* q2, int64_t q_head_stride, int64_t sl, const float* ref, Scratch& s) {
   const int64_t m = s.m;
   for (int64_t h = 0; h < s.g; ++h) {
     for (int64_t t = 0; t < sl; ++t) {
-      const float* q = q2 + h * q_head_stride + t * m;
-      const float shift = s.s2[h * sl + t];
-      float* out = s.qc.data() + (h * sl + t) * m;
-      for (int64_t i = 0; i < m; ++i) out[i] = (q[i] + ref[i]) - shift;
+      Exp2OfSum(q2 + h * q_head_stride + t * m, ref, s.s2[h * sl + t], s.qc.data() + (h * sl + t) * m, m);
     }
   }
-  Exp2InPlace(s.qc.data(), s.g * sl * m);
 }
 
 // s.kk = 2^(l_j - R_end) for the sub-chunk's sl keys, R_end its last position's maxima.
@@ -242,14 +163,15 @@ DF_KERNEL_LOOPS void SubChunkForward(const PositiveRow& p, const PositiveRowForw
                                      bool has, Scratch& s) {
   const int64_t m = s.m, v = s.v, dv = s.dv, g = s.g;
   Maxima(l2, q2, q_head_stride, sl, s.ref.data(), has, s);
-  // Inside the sub-chunk: n_t = sum_{j <= t} w_tj [v_j, 1].
+  // Inside the sub-chunk: n_t = sum_{j <= t} w_tj [v_j, 1], w_tj = sum_i 2^((a_ti + l_ji) - s_t).
   for (int64_t h = 0; h < g; ++h) {
     for (int64_t t = 0; t < sl; ++t) {
-      PairExponentials(q2 + h * q_head_stride + t * m, l2, t, s.s2[h * sl + t], s);
+      const float* q = q2 + h * q_head_stride + t * m;
+      const float shift = s.s2[h * sl + t];
       float* n = s.n.data() + (h * sl + t) * v;
       std::fill(n, n + v, 0.0f);
       for (int64_t j = 0; j <= t; ++j) {
-        const float w = Sum(s.e.data() + j * m, m);
+        const float w = SumExp2OfSum(q, l2 + j * m, shift, m);
         const float* row = vh + j * v;
         for (int64_t k = 0; k < v; ++k) n[k] += w * row[k];
       }
@@ -284,27 +206,6 @@ DF_KERNEL_LOOPS void GradN(const PositiveRow& p, const PositiveRowBackward& b, i
       row[s.dv] = -Dot(g, out, s.dv) * inv;
     }
   }
-}
-
-// The features' backward for a sub-chunk: queries dx = da W (their log-features carry no
-// -|x|^2/2), keys dy = dl W - y sum_m dl; dW += da^T x + dl^T y. da, dl are d/d(natural log phi).
-DF_KERNEL_LOOPS void FeatureBackward(const PositiveRow& p, const PositiveRowBackward& b, int64_t pos, int64_t sl,
-                                     Scratch& s) {
-  const int64_t m = s.m, d = s.d;
-  for (int64_t h = 0; h < p.group; ++h) {
-    const float* da = s.da.data() + h * sl * m;
-    const float* x = p.x + h * p.x_head_stride + pos * d;
-    GemmRowMajor(false, false, sl, d, m, 1.0f, da, m, p.w_MD, d, 0.0f, b.dx + h * b.dx_head_stride + pos * d, d);
-    if (b.dw_MD != nullptr) GemmRowMajor(true, false, m, d, sl, 1.0f, da, m, x, d, 1.0f, b.dw_MD, d);
-  }
-  const float* y = p.y + pos * d;
-  float* dy = b.dy + pos * d;
-  GemmRowMajor(false, false, sl, d, m, 1.0f, s.dl.data(), m, p.w_MD, d, 0.0f, dy, d);
-  for (int64_t j = 0; j < sl; ++j) {
-    const float sum = Sum(s.dl.data() + j * m, m);
-    for (int64_t k = 0; k < d; ++k) dy[j * d + k] -= y[j * d + k] * sum;
-  }
-  if (b.dw_MD != nullptr) GemmRowMajor(true, false, m, d, sl, 1.0f, s.dl.data(), m, y, d, 1.0f, b.dw_MD, d);
 }
 
 }  // namespace
@@ -401,22 +302,16 @@ void RunPositiveRowBackward(const PositiveRow& p, const PositiveRowBackward& b) 
       std::fill(s.da.begin(), s.da.begin() + g * sl * m, 0.0f);
       std::fill(s.dl.begin(), s.dl.begin() + sl * m, 0.0f);
       std::fill(s.dvh.begin(), s.dvh.begin() + sl * v, 0.0f);
-      // The sub-chunk's own pairs.
+      // The sub-chunk's own pairs: each pair's exponentials go into d a and d l at once.
       for (int64_t h = 0; h < g; ++h) {
         for (int64_t t = 0; t < sl; ++t) {
           const float* q = s.q2.data() + (h * sl + t) * m;
-          PairExponentials(q, l2, t, s.s2[h * sl + t], s);
+          const float shift = s.s2[h * sl + t];
           const float* ht = s.h.data() + (h * sl + t) * v;
           float* da = s.da.data() + (h * sl + t) * m;
           for (int64_t j = 0; j <= t; ++j) {
-            const float* e = s.e.data() + j * m;
             const float pw = Dot(ht, s.vh.data() + j * v, v);
-            float* dl = s.dl.data() + j * m;
-            for (int64_t i = 0; i < m; ++i) {
-              da[i] += pw * e[i];
-              dl[i] += pw * e[i];
-            }
-            const float w = Sum(e, m);
+            const float w = AccumulateExp2OfSum(q, l2 + j * m, shift, pw, da, s.dl.data() + j * m, m);
             float* dvh = s.dvh.data() + j * v;
             for (int64_t k2 = 0; k2 < v; ++k2) dvh[k2] += w * ht[k2];
           }
@@ -439,7 +334,7 @@ void RunPositiveRowBackward(const PositiveRow& p, const PositiveRowBackward& b) 
       for (int64_t j = 0; j < sl; ++j) std::copy(s.dvh.data() + j * v, s.dvh.data() + j * v + s.dv, b.dv + (pos + j) * s.dv);
       // d/d(base-2 log) to d/d(natural log): the exponentials are the same numbers, so the sums
       // above are already the natural-log gradients.
-      FeatureBackward(p, b, pos, sl, s);
+      FeatureBackward(p, b, pos, sl, s.da.data(), s.dl.data());
       if (!has_in) break;  // the row's first sub-chunk
       // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
       const float* end_r = s.rrows.data() + (sl - 1) * m;

@@ -7,7 +7,7 @@ namespace darkformer::causal_ops {
 
 void KeyState::Fold(const torch::Tensor& k_XCM, const torch::Tensor& b_XC, const torch::Tensor& vh_XCV,
                     const torch::Tensor& new_ref_X) {
-  auto scale = [this](const torch::Tensor& log) { return base2 ? torch::exp2(log) : torch::exp(log); };
+  auto scale = [](const torch::Tensor& log) { return torch::exp(log); };
   // The key weights go on [v, 1] (C x V) rather than on k (C x M).
   const auto vw_XCV = vh_XCV * scale(b_XC - new_ref_X.unsqueeze(-1)).unsqueeze(-1);
   const auto chunk_XMV = torch::matmul(k_XCM.transpose(-1, -2), vw_XCV);
