@@ -82,7 +82,7 @@ def find_sweeps(runs_dir):
 
 def run_status(run):
     """finished | diverged | failed | partial | pending: asked of the binary
-    (`darkformer inspect --run-status`, src/train/sweep.cpp's StatusOfRunDir), which classifies a
+    (`darkformer inspect --run-status`, src/sweep/sweep_status.cpp's StatusOfRunDir), which classifies a
     run as the sweep runner does; once per folder of runs."""
     path = os.path.normpath(run["path"])
     return folder_statuses(os.path.dirname(path), tuple(sorted(os.listdir(os.path.dirname(path) or "."))))[path]

@@ -12,7 +12,7 @@
 #include "model/weights_io.h"
 #include "train/memory_estimate.h"
 #include "train/run_config.h"
-#include "train/sweep.h"
+#include "sweep/sweep_status.h"
 #include "util/json.h"
 
 namespace darkformer {

@@ -22,7 +22,7 @@
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
 #include "attention/ops/dtype_probe.h"
-#include "train/fit_check.h"
+#include "train/size_terms.h"
 #include "util/error.h"
 #include "util/json.h"
 #include "util/mixed_precision.h"

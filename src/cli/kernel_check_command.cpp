@@ -16,7 +16,7 @@
 #include "attention/kernel_registry.h"
 #include "cli/commands.h"
 #include "cli/kernel_bench.h"
-#include "train/fit_check.h"
+#include "train/size_terms.h"
 #include "data/packed_loader.h"
 #include "data/tokenizer.h"
 #include "model/weights_io.h"

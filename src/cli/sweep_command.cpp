@@ -5,7 +5,7 @@
 #include <filesystem>
 
 #include "cli/commands.h"
-#include "train/sweep_runner.h"
+#include "sweep/sweep_runner.h"
 #include "util/error.h"
 
 namespace darkformer {

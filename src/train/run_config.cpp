@@ -5,7 +5,7 @@
 #include <algorithm>
 
 #include "attention/kernel_registry.h"
-#include "train/fit_check.h"
+#include "train/size_terms.h"
 
 namespace darkformer {
 

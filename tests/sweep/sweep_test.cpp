@@ -1,7 +1,10 @@
 // Sweeps: sweep-file parsing, grid expansion and naming, run status, summary tables, and the
 // runner's skip/resume/failure handling with a stand-in program (a shell script) instead of a
 // real training run.
-#include "train/sweep.h"
+#include "sweep/sweep_spec.h"
+#include "sweep/sweep_state.h"
+#include "sweep/sweep_status.h"
+#include "sweep/sweep_summary.h"
 
 #include <gtest/gtest.h>
 
@@ -17,7 +20,7 @@
 #include <sstream>
 
 #include "remove_tree.h"
-#include "train/sweep_runner.h"
+#include "sweep/sweep_runner.h"
 #include "util/error.h"
 
 namespace darkformer {

@@ -1,5 +1,5 @@
 // Launching a sweep's runs as child processes and keeping its state and tables (see sweep_runner.h).
-#include "train/sweep_runner.h"
+#include "sweep/sweep_runner.h"
 
 #include <torch/cuda.h>
 

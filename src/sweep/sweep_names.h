@@ -19,6 +19,8 @@ using GridValues = std::vector<std::pair<std::string, YAML::Node>>;  // (axis ke
 std::string RunName(const GridValues& values);
 // The names of sweeps before short names: "attention--kernel--performer--..._lr-1.0e-4_seed-0".
 std::string LegacyRunName(const GridValues& values);
+// A YAML node as one line of flow YAML (what `--set key=<this>` parses back to the same node).
+std::string FlowYaml(const YAML::Node& node);
 // A map value without its `name:` key: what the run's config gets.
 YAML::Node WithoutName(const YAML::Node& value);
 

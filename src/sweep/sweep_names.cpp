@@ -1,5 +1,5 @@
 // Sweep run names (see sweep_names.h).
-#include "train/sweep_names.h"
+#include "sweep/sweep_names.h"
 
 #include <fcntl.h>
 #include <spdlog/spdlog.h>
@@ -10,10 +10,16 @@
 #include <filesystem>
 #include <map>
 
-#include "train/sweep.h"
+#include "sweep/sweep_state.h"
 #include "util/error.h"
 
 namespace darkformer {
+
+std::string FlowYaml(const YAML::Node& node) {
+  YAML::Emitter out;
+  out << YAML::Flow << node;
+  return out.c_str();
+}
 
 namespace fs = std::filesystem;
 

@@ -8,7 +8,10 @@
 #include <string>
 #include <vector>
 
-#include "train/sweep.h"
+#include "sweep/sweep_spec.h"
+#include "sweep/sweep_state.h"
+#include "sweep/sweep_status.h"
+#include "sweep/sweep_summary.h"
 
 namespace darkformer {
 

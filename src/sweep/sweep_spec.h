@@ -1,6 +1,7 @@
-// Sweeps: a grid over run-config keys applied to a base run config. This file holds the pieces
-// that need no processes: the sweep file, grid expansion, run naming, run status from a run
-// directory, and the summary tables (CSV and Markdown). sweep_runner.h launches the runs.
+// Sweeps: a grid over run-config keys applied to a base run config. This file holds the sweep
+// file and its grid: the points, their run directories and the overrides each run gets. Beside it:
+// sweep_names.h (run names), sweep_state.h (per-run exit codes), sweep_status.h (a run's status),
+// sweep_summary.h (the tables) and sweep_runner.h (launching the runs).
 //
 //   base: ../micro/finetune_base.yaml   # run config the grid applies to (relative to this file)
 //   output: runs/micro/lr_sweep          # run directories: <output>/<name> (relative to the cwd)
@@ -22,14 +23,11 @@
 #include <yaml-cpp/yaml.h>
 
 #include <cstdint>
-#include <map>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
 
-#include "train/run_summary.h"
-#include "train/sweep_names.h"
+#include "sweep/sweep_names.h"
 
 namespace darkformer {
 
@@ -73,56 +71,9 @@ struct SweepPoint {
 // by LegacyRunName where two short names would clash). Names must be unique (fails naming the
 // clash otherwise).
 std::vector<SweepPoint> ExpandGrid(const std::vector<SweepAxis>& grid);
-// A YAML node as one line of flow YAML (what `--set key=<this>` parses back to the same node).
-std::string FlowYaml(const YAML::Node& node);
 
 // The overrides a run gets: the sweep's fixed ones, the point's values, then log.dir.
 std::vector<std::string> RunOverrides(const SweepSpec& spec, const SweepPoint& point);
 std::string RunDir(const SweepSpec& spec, const SweepPoint& point);
-
-
-// pending: never started; partial: started, not finished (interrupted, or killed) and will be
-// resumed from its checkpoint; failed: the last attempt exited with an error (retried on the next
-// sweep, resuming from its checkpoint); diverged: stopped on a non-finite loss (kept as a result,
-// not rerun); finished: summary.json with steps == train.steps.
-enum class RunStatus { kPending, kPartial, kFailed, kDiverged, kFinished };
-const char* RunStatusName(RunStatus status);
-// `last_exit_code` is from sweep_state.yaml: -1 when unknown (never run by this sweep).
-RunStatus ClassifyRun(const std::string& run_dir, const std::optional<RunSummary>& summary,
-                      int64_t target_steps, int last_exit_code);
-// The status of the run directory `run_dir` alone, as the sweep that made it would classify it:
-// its summary.json, its config.yaml's train.steps, and the last exit code recorded in
-// sweep_state.yaml beside it. The tools ask this (`darkformer inspect --run-status`), so the rule
-// is written once.
-RunStatus StatusOfRunDir(const std::string& run_dir);
-// Whether the sweep (re)starts a run in this status.
-bool NeedsRun(RunStatus status);
-
-// Per-run exit codes and statuses, kept in <output>/sweep_state.yaml across sweep invocations.
-struct SweepState {
-  struct Entry {
-    std::string status;
-    int exit_code = -1;
-    int attempts = 0;
-  };
-  std::map<std::string, Entry> runs;
-  static SweepState Load(const std::string& path);  // empty when absent
-  void Save(const std::string& path) const;         // written via a temp file and rename
-};
-
-// One row of the summary tables.
-struct SweepRecord {
-  SweepPoint point;
-  std::string dir;
-  int64_t target_steps = 0;
-  RunStatus status = RunStatus::kPending;
-  int exit_code = -1;
-  std::optional<RunSummary> summary;
-};
-// Columns: run, one per grid key, status, exit_code, then RunSummary's fields.
-void WriteSummaryCsv(const std::vector<SweepRecord>& records, const std::vector<std::string>& grid_keys,
-                     const std::string& path);
-void WriteSummaryMarkdown(const std::vector<SweepRecord>& records, const std::vector<std::string>& grid_keys,
-                          const std::string& path, const std::string& title);
 
 }  // namespace darkformer
