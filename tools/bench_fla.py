@@ -64,7 +64,12 @@ def main():
             "heads": args.heads, "kv_heads": args.kv_heads, "head_dim": args.head_dim,
             "num_features": args.features, "dtype": args.dtype}
     reason = why_not_runnable()
-    with open(args.json, "w") as out:
+    try:
+        out = open(args.json, "w")
+    except OSError as e:
+        print("bench_fla.py: --json %s: cannot write it (%s)" % (args.json, e.strerror), file=sys.stderr)
+        return 2
+    with out:
         if reason:
             for length in lengths:
                 out.write(json.dumps(dict(base, length=length, skipped=reason)) + "\n")

@@ -35,7 +35,8 @@ def run_bench(binary, kernel, length, norm, args):
            "--bench-norm", str(norm), "--exact-max-length", str(args.exact_max_length), "--json", path]
     result = subprocess.run(cmd, capture_output=True, text=True)
     if result.returncode != 0:
-        sys.exit("%s failed (exit %d): %s" % (" ".join(cmd), result.returncode, result.stderr[-2000:]))
+        print("%s failed (exit %d): %s" % (" ".join(cmd), result.returncode, result.stderr[-2000:]), file=sys.stderr)
+        sys.exit(2)
     with open(path) as f:
         rows = [json.loads(line) for line in f if line.strip()]
     os.unlink(path)
@@ -62,6 +63,10 @@ def main():
     binaries = {"new": args.new}
     if args.old:
         binaries["old"] = args.old
+    for binary in binaries.values():
+        if not os.access(binary, os.X_OK):
+            print("bench_stabiliser.py: %s is not an executable darkformer binary" % binary, file=sys.stderr)
+            sys.exit(2)
     norms = [float(n) for n in args.norms.split(",")]
     ms = collections.defaultdict(list)
     mib = collections.defaultdict(list)

@@ -56,6 +56,10 @@ def main():
     parser.add_argument("--label-b", default="B")
     parser.add_argument("--json")
     args = parser.parse_args()
+    for side in (args.a, args.b):
+        if not os.path.isdir(side):
+            print("compare_sweeps.py: %s is not a sweep folder" % side, file=sys.stderr)
+            return 2
     a, b = runs_of(args.a), runs_of(args.b)
     points = {}
     for name in sorted(set(a) & set(b)):
@@ -83,4 +87,4 @@ def main():
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

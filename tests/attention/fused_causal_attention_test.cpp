@@ -316,7 +316,7 @@ TEST_P(FusedCausalAttentionTest, NewTokensAfterTLeaveEarlierOutputsBitIdentical)
   }
 }
 
-// Autograd keeps O(L D) bytes (x, y, v, output, normaliser, reference), never O(L m) features.
+// Autograd keeps O(L D) bytes (x, y, v, output, normaliser), never O(L m) features.
 TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
   const int64_t heads = 2, d = 16;
   auto saved = [&](int64_t length, int64_t m) {
@@ -343,10 +343,10 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
 }
 
 // Positive features (performer here; darkformer and lfk take the same path) through the kernel's
-// own forward: on the raw CPU kernel the backward also reads checkpoints of the key state, at
-// most V + 1 = d + 2 floats per position and key row whatever m (raw_cpu_kernel.h). Per
-// position: x, y, v and the output (d floats per head each), the normaliser (per head), r (per
-// key row) and the checkpoints; the draw W is the only term that grows with m.
+// own forward: on the raw CPU kernel the backward also reads checkpoints of the state and its
+// per-feature reference, V + 1 = d + 2 floats per position and key row whatever m
+// (raw_cpu_kernel.h). Per position: x, y, v and the output (d floats per head each), the
+// normaliser (per head) and the checkpoints; the draw W is the only term that grows with m.
 TEST_P(FusedCausalAttentionTest, SavedTensorsOfPositiveFeaturesStayOLTimesD) {
   const int64_t heads = 2, d = 16, chunk = 64;
   auto saved = [&](int64_t length, int64_t m) {
@@ -362,7 +362,7 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsOfPositiveFeaturesStayOLTimesD) {
   for (const int64_t m : {16, 256, 1024}) {
     const int64_t at_l = saved(length, m), at_2l = saved(2 * length, m);
     const double per_position = static_cast<double>(at_2l - at_l) / length;
-    const double budget = 4.0 * (heads * (4 * d + 1) + heads * 1 + heads * (d + 2));
+    const double budget = 4.0 * (heads * (4 * d + 1) + heads * (d + 2));
     std::cout << "[saved bytes, positive features] m=" << m << ": " << per_position << " per position (budget "
               << budget << ", an L x m feature tensor: " << 4 * heads * m << ")\n";
     EXPECT_GT(at_l, int64_t{4} * heads * length * 4 * d) << m;  // x, y, v and the output at least

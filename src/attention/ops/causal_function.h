@@ -1,12 +1,14 @@
 // The causal operator's autograd function for the chunk loop and the raw CPU kernel, and the entry
-// point that picks the form (FeatureMap::op; chunk_parallel.h is the third form). The loop and raw forms: features are
-// computed chunk by chunk from the D-wide inputs (never held for the whole sequence), the
-// backward recomputes them per chunk in two scans (queries in forward order against the running
-// key state, keys in reverse order against a running query state), and autograd saves only
-// x, y, v, the kernel's parameters, the output, its normaliser and the prefix-max reference.
+// point that picks the form (FeatureMap::op; chunk_parallel.h is the third form). Every form runs
+// the per-feature stabiliser (per_feature_chunks.h): normaliser >= 1 at any scale, no guard. The
+// loop and raw forms: features are computed chunk by chunk from the D-wide inputs (never held for
+// the whole sequence), the backward recomputes them per chunk in two scans (queries in forward
+// order against the running state, keys in reverse order against the reverse state), and
+// autograd saves only x, y, v, the kernel's parameters, the output and its normaliser.
 // Positive features in fp32 on a CPU with AVX2 run a raw kernel instead of LibTorch ops
-// (raw_cpu_kernel.h): its backward is one reverse scan, reading checkpoints of the key state
-// that its forward saves every ceil(m / C) chunks (~Dv + 2 floats per position and key row).
+// (raw_cpu_kernel.h): its backward is one reverse scan, reading checkpoints of the state and its
+// per-feature reference that its forward saves every ceil(m / S) sub-chunks (~Dv + 2 floats per
+// position and key row).
 // causal_linear_attention.h (the composite form) stays as the naive reference the tests use.
 //
 // Grouped / multi-query attention: x has H query heads, y and v have K key/value heads; key

@@ -1,8 +1,8 @@
 // Chunk-parallel causal attention (see chunk_parallel.h). Layout: a key row is a KV head of one
 // sequence (or a query head when key features are per query head), R = K such rows per sequence,
-// G query heads each. Chunked tensors are B x R x N x ..., the query side with its G heads' C
-// rows of a chunk side by side (Q = G C rows): every product below is one batched matmul over
-// (B, R, N), and the sums over a row's query heads are contractions over those Q rows.
+// G query heads each. Chunked tensors are B x R x N x ..., the query side in
+// per_feature_chunks.h's blocks (a sub-chunk's G heads together): every product below is one
+// batched matmul over (B, R, N), and the sums over a row's query heads are contractions over rows.
 #include "attention/ops/chunk_parallel.h"
 
 #include <limits>
