@@ -234,6 +234,7 @@ void DataParallel::BroadcastFromRankZero(const std::vector<torch::Tensor>& tenso
 }
 
 void DataParallel::WatchGradients(const std::vector<torch::Tensor>& params) {
+  watched_ = params;
   // As torch DDP: a small first bucket so the all-reduce starts early in backward, then
   // bucket_cap_mb buckets, in reverse parameter order (the order gradients become ready).
   const std::vector<size_t> caps{static_cast<size_t>(c10d::kDefaultFirstBucketBytes),
@@ -263,11 +264,42 @@ void DataParallel::Backward(const torch::Tensor& loss, bool synchronise) {
       if (config_.find_unused_parameters) outputs.push_back(loss);
       group_->reducer->prepare_for_backward(outputs);
     }
-    loss.backward();
+    (loss * static_cast<double>(world_size_)).backward();
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {
     Fail("the gradient all-reduce", CauseOf(e));
+  }
+  if (synchronise && !synchronised_once_) {
+    synchronised_once_ = true;
+    int64_t views = 0;
+    for (const auto& p : watched_) views += p.grad().defined() && p.grad().is_view() ? 1 : 0;
+    spdlog::info("data parallel: {} of {} gradients are views into the all-reduce buckets", views, watched_.size());
+  }
+}
+
+void DataParallel::ZeroGradients(const std::vector<torch::Tensor>& params) {
+  for (auto p : params) {
+    auto& grad = p.mutable_grad();
+    if (!grad.defined()) continue;
+    if (grad.is_view()) {
+      grad.zero_();
+    } else {
+      grad.reset();
+    }
+  }
+}
+
+// Every rank applied the same averaged gradients; a digest of each rank's parameters shows the
+// replicas stayed bit-identical (logged on every rank, so a launcher's logs can be compared too).
+void DataParallel::CheckReplicasAgree(const std::vector<torch::Tensor>& params, int64_t step) {
+  const auto digest = static_cast<int64_t>(DigestOf(params));
+  spdlog::info("rank {} parameter digest {:016x} after step {}", rank_, static_cast<uint64_t>(digest), step);
+  const auto digests = AllGather(digest, "comparing parameter digests");
+  for (int64_t r = 1; r < world_size_; ++r) {
+    DF_CHECK(digests[r] == digests[0], "data parallel: rank " << r << "'s parameters differ from rank 0's after step "
+                                                              << step << " (digest " << std::hex << digests[r]
+                                                              << " vs " << digests[0] << ")");
   }
 }
 

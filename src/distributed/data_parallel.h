@@ -16,6 +16,7 @@
 
 #include "distributed/distributed_config.h"
 #include "distributed/launch_environment.h"
+#include "distributed/replica_group.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -26,37 +27,38 @@ class DistributedError : public Error {
   using Error::Error;
 };
 
-class DataParallel {
+class DataParallel final : public ReplicaGroup {
  public:
   // Joins the group `env` describes; nullptr when it has one rank (a plain run) unless
   // `even_alone` (a group of one: the device tests' NCCL check). `device` is this rank's device
   // (CUDA: cuda:LOCAL_RANK).
   static std::unique_ptr<DataParallel> Join(const DistributedConfig& config, const LaunchEnvironment& env,
                                             torch::Device device, bool even_alone = false);
-  ~DataParallel();
+  ~DataParallel() override;
   DataParallel(const DataParallel&) = delete;
   DataParallel& operator=(const DataParallel&) = delete;
 
-  int64_t rank() const { return rank_; }
-  int64_t world_size() const { return world_size_; }
+  int64_t rank() const override { return rank_; }
+  int64_t world_size() const override { return world_size_; }
   const std::string& backend_name() const { return backend_name_; }
 
-  void Barrier(const std::string& what);
-  // Element-wise sum / max over ranks, in fp64.
-  std::vector<double> Sum(const std::vector<double>& values, const std::string& what);
-  std::vector<double> Max(const std::vector<double>& values, const std::string& what);
-  // Every rank's `value`, in rank order.
-  std::vector<int64_t> AllGather(int64_t value, const std::string& what);
-  // Every rank's `text`, in rank order (for the rare exchange of configs; not for bulk data).
-  std::vector<std::string> AllGatherText(const std::string& text, const std::string& what);
-  // Overwrites `tensors` on every rank with rank 0's (in place, without autograd).
-  void BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what);
+  void Barrier(const std::string& what) override;
+  std::vector<double> Sum(const std::vector<double>& values, const std::string& what) override;
+  std::vector<double> Max(const std::vector<double>& values, const std::string& what) override;
+  std::vector<int64_t> AllGather(int64_t value, const std::string& what) override;
+  std::vector<std::string> AllGatherText(const std::string& text, const std::string& what) override;
+  void BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what) override;
 
-  // From now on, a synchronised backward averages the gradients of `params` over the ranks.
-  void WatchGradients(const std::vector<torch::Tensor>& params);
-  // loss.backward(): with `synchronise`, the gradients (accumulated since the last synchronised
-  // backward, as torch DDP's no_sync) are averaged over ranks while backward runs.
-  void Backward(const torch::Tensor& loss, bool synchronise);
+  // c10d's Reducer on `params` (torch DDP's buckets, gradients as bucket views).
+  void WatchGradients(const std::vector<torch::Tensor>& params) override;
+  // The Reducer averages the summed gradients over the ranks while backward runs; the loss is
+  // scaled by the rank count first, which undoes that mean (the loss is already divided by the
+  // global label count).
+  void Backward(const torch::Tensor& loss, bool synchronise) override;
+  // A gradient that is a view into a bucket is zeroed in place: it cannot be detached, and
+  // keeping it keeps the next backward accumulating into the bucket (one copy); others are reset.
+  void ZeroGradients(const std::vector<torch::Tensor>& params) override;
+  void CheckReplicasAgree(const std::vector<torch::Tensor>& params, int64_t step) override;
 
  private:
   struct Group;
@@ -71,6 +73,8 @@ class DataParallel {
   int64_t timeout_s_;
   std::string backend_name_;
   DistributedConfig config_;
+  std::vector<torch::Tensor> watched_;  // WatchGradients' parameters
+  bool synchronised_once_ = false;
 };
 
 // One 64-bit digest of the tensors' bytes, in order: equal digests across ranks show bit-identical

@@ -2,7 +2,7 @@
 // its readers used for the keys it leaves out, so `lr: 1e-3` equals an absent lr whose default
 // is 0.001. Two places need it:
 //   - a resumed run must have the config its checkpoints were made with (CheckResumedConfig);
-//   - data-parallel ranks must all have the same config (Trainer::JoinDataParallelGroup).
+//   - data-parallel ranks must all have the same config (Trainer::JoinReplicaGroup).
 // Kernel option sections are compared as written (their defaults live in the kernels).
 #pragma once
 

@@ -1,5 +1,5 @@
-// The training loop (see trainer.h); losses and evaluation in trainer_loss.cpp, the data-parallel
-// rank in trainer_data_parallel.cpp.
+// The training loop (see trainer.h); losses and evaluation in trainer_loss.cpp, joining and
+// checking the replica group in trainer_replicas.cpp.
 #include "train/trainer.h"
 
 #include <spdlog/spdlog.h>
@@ -52,12 +52,12 @@ Trainer::Trainer(RunConfig config) : config_(std::move(config)) {
 // ---- Run and its phases -------------------------------------------------------------------
 
 int Trainer::Run() {
-  JoinDataParallelGroup();
+  JoinReplicaGroup();
   {
     // Before the run directory is touched. CPU ranks of one host share its memory; GPUs have their own.
     const char* local = std::getenv("LOCAL_WORLD_SIZE");
     const int64_t sharing = device_.is_cuda() || !local ? 1 : std::max(1L, std::atol(local));
-    CheckRunFits(config_, Workload::kTrain, device_, parallel_ ? parallel_->world_size() : 1, sharing);
+    CheckRunFits(config_, Workload::kTrain, device_, replicas_->world_size(), sharing);
   }
   CheckResumedConfig(config_);  // before the run directory is touched, so a refusal leaves it as it was
   if (is_rank_zero()) log_ = std::make_unique<RunLog>(config_.log.dir);  // locks the run directory
@@ -86,7 +86,7 @@ int Trainer::Run() {
     if (after == AfterDivergence::kRewound) continue;  // at the checkpoint's step, which was evaluated and saved
     MaybeEvaluate();
     state_.wall_seconds = wall_before + std::chrono::duration<double>(Clock::now() - run_start).count();
-    const bool stop = AnyRank(g_stop_requested.load() || t.fault_injection.stop_at_step == state_.step,
+    const bool stop = AnyRank(g_stop_requested.load() || faults_->StopsAfter(state_.step),
                               "agreeing on a stop request");
     MaybeCheckpoint(stop);
     if (stop && state_.step < t.steps) {
@@ -119,6 +119,7 @@ void Trainer::Setup() {
   val_loader_ = OpenBatchSource(config_.data, "val");
   spikes_ = std::make_unique<SpikeMonitor>(config_.train.spikes);
   divergence_ = std::make_unique<DivergenceDetector>(config_.train.spikes.divergence);
+  faults_ = std::make_unique<FaultInjection>(config_.train.fault_injection, replicas_->rank());
 }
 
 // Resumes from the newest checkpoint that loads; an unreadable one (a disk error, a bad copy) is
@@ -149,10 +150,9 @@ void Trainer::Resume() {
                                << "over them; move them away to do that):" << failures);
   // A checkpoint write killed midway leaves a .tmp file.
   if (is_rank_zero()) RemoveStaleCheckpointFiles(config_.log.dir);
-  if (!parallel_) return;
   // Every rank read the run directory (a shared filesystem); they must have resumed together.
-  const auto steps = parallel_->AllGather(state_.step, "comparing resumed steps");
-  for (int64_t r = 0; r < parallel_->world_size(); ++r) {
+  const auto steps = replicas_->AllGather(state_.step, "comparing resumed steps");
+  for (int64_t r = 0; r < replicas_->world_size(); ++r) {
     DF_CHECK(steps[r] == steps[0], "rank " << r << " resumed " << config_.log.dir << " at step " << steps[r]
                                            << " but rank 0 at step " << steps[0]
                                            << ": every rank must see the same run directory (a shared filesystem)");
@@ -163,8 +163,16 @@ void Trainer::Resume() {
   std::vector<torch::Tensor> state;
   for (const auto& p : model_->parameters()) state.push_back(p);
   for (const auto& b : model_->buffers()) state.push_back(b);
-  parallel_->BroadcastFromRankZero(state, "broadcasting rank 0's parameters");
-  parallel_->WatchGradients(trainable_);
+  replicas_->BroadcastFromRankZero(state, "broadcasting rank 0's parameters");
+  replicas_->WatchGradients(trainable_);
+}
+
+double Trainer::StepLr(int64_t step) const {
+  const auto& t = config_.train;
+  double lr = ScheduledLr(t.schedule, t.lr, step - 1, t.steps, t.warmup_steps, t.min_lr_ratio, t.decay_fraction);
+  if (step <= state_.lr_factor_until) lr *= t.spikes.rewind.lr_factor;  // after a rewind
+  const int64_t data_batch = MicroBatchesRead(train_loader_->state()) / t.grad_accum + 1;
+  return lr * faults_->LrFactor(data_batch);
 }
 
 Trainer::StepResult Trainer::TrainStep() {
@@ -172,33 +180,20 @@ Trainer::StepResult Trainer::TrainStep() {
   const auto start = Clock::now();
   const int64_t this_step = state_.step + 1;  // 1-based, as logged
   StepResult r;
-  r.lr = ScheduledLr(t.schedule, t.lr, state_.step, t.steps, t.warmup_steps, t.min_lr_ratio, t.decay_fraction);
-  if (this_step <= state_.lr_factor_until) r.lr *= t.spikes.rewind.lr_factor;  // after a rewind
-  {
-    // Keyed to the data batch, not the step: a rewind skips the batch, and so the fault with it.
-    const auto& f = t.fault_injection;
-    const int64_t batch = MicroBatchesRead(train_loader_->state()) / t.grad_accum + 1;
-    if (f.lr_multiplier_step > 0 && batch >= f.lr_multiplier_step && batch < f.lr_multiplier_step + f.lr_multiplier_steps) {
-      r.lr *= f.lr_multiplier_factor;
-    }
-  }
+  r.lr = StepLr(this_step);
   ApplyLr(r.lr);
-  ZeroGradients();
+  replicas_->ZeroGradients(trainable_);
   r.position = train_loader_->state();
-  const bool inject_nan = t.fault_injection.nan_loss_at_step == this_step &&
-                          (t.fault_injection.nan_loss_rank < 0 || t.fault_injection.nan_loss_rank == config_.data.rank);
   const auto micro_batches = ReadMicroBatches();
   double loss = 0.0;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
-    loss += MicroBatchBackward(micro_batches[i], i + 1 == micro_batches.size(), inject_nan);
+    loss += MicroBatchBackward(micro_batches[i], i + 1 == micro_batches.size(), this_step);
     r.tokens += micro_batches[i].ids.numel();
   }
-  r.loss = loss;
-  if (parallel_) {  // the logged loss and tokens are the global batch's
-    const auto totals = parallel_->Sum({loss, static_cast<double>(r.tokens)}, "summing the step's loss");
-    r.loss = totals[0];
-    r.tokens = static_cast<int64_t>(totals[1]);
-  }
+  // The logged loss and tokens are the global batch's.
+  const auto totals = replicas_->Sum({loss, static_cast<double>(r.tokens)}, "summing the step's loss");
+  r.loss = totals[0];
+  r.tokens = static_cast<int64_t>(totals[1]);
   const auto& last_ids_BL = micro_batches.back().ids;
   const double clip = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
   r.grad_norm = torch::nn::utils::clip_grad_norm_(trainable_, clip);
@@ -212,11 +207,6 @@ Trainer::StepResult Trainer::TrainStep() {
   if (!r.finite) {
     spdlog::warn("step {}: non-finite loss {} or grad norm {} ({})", this_step, r.loss, r.grad_norm,
                  EnumName(t.spikes.on_nonfinite, kNonfiniteActionNames));
-  }
-  if (parallel_ && this_step == 1) {
-    int64_t views = 0;
-    for (const auto& p : trainable_) views += p.grad().defined() && p.grad().is_view() ? 1 : 0;
-    spdlog::info("data parallel: {} of {} gradients are views into the all-reduce buckets", views, trainable_.size());
   }
   r.skipped = !r.finite || (r.verdict.spike && t.spikes.skip_update);
   if (!r.skipped) optimizer_->step();
@@ -259,7 +249,7 @@ void Trainer::MaybeCheckpoint(bool stop) {
   if (is_rank_zero()) WriteCheckpoint();
   // The other ranks wait until the checkpoint is on disk: a job killed after this point resumes
   // from it on any number of ranks.
-  if (parallel_) parallel_->Barrier("waiting for rank 0's checkpoint of step " + std::to_string(state_.step));
+  replicas_->Barrier("waiting for rank 0's checkpoint of step " + std::to_string(state_.step));
 }
 
 int Trainer::Finish(int exit_code) {
@@ -280,7 +270,7 @@ int Trainer::Finish(int exit_code) {
   s.peak_memory_bytes = metrics_->run_peak_memory();
   s.kernel = config_.attention.kernel;
   if (log_) log_->Summary(s);
-  if (parallel_) CheckReplicasAgree();
+  replicas_->CheckReplicasAgree(model_->parameters(), state_.step);
   return exit_code;
 }
 

@@ -4,7 +4,8 @@
 // Run() reads as torchtitan's train(): set up, resume, then step / log / evaluate / checkpoint.
 // Started by torchrun with WORLD_SIZE > 1 it is one data-parallel rank: it reads its slice of each
 // global batch, gradients are averaged over ranks, every decision (skip, stop, spike) is taken on
-// all-reduced values, and rank 0 alone writes the run directory.
+// all-reduced values, and rank 0 alone writes the run directory. The loop does not branch on it:
+// a plain run is a group of one (distributed/replica_group.h).
 #pragma once
 
 #include <atomic>
@@ -12,11 +13,12 @@
 #include <string>
 
 #include "data/batch_source.h"
-#include "distributed/data_parallel.h"
+#include "distributed/replica_group.h"
 #include "model/gemma_model.h"
 #include "train/attention_stats.h"
 #include "train/checkpoint.h"
 #include "train/divergence.h"
+#include "train/fault_injection.h"
 #include "train/run_config.h"
 #include "train/run_log.h"
 #include "train/spike_monitor.h"
@@ -90,13 +92,13 @@ class Trainer {
   void WriteNonfinite(const StepResult& step);
   void LogStep(const StepResult& step);
   void LogEval(const EvalResult& r);
-  // Data parallelism: joins the group torchrun's environment describes (none: a plain run).
-  void JoinDataParallelGroup();
-  bool is_rank_zero() const { return !parallel_ || parallel_->rank() == 0; }
+  // Joins the data-parallel group torchrun's environment describes (none: a plain run, a group of one).
+  void JoinReplicaGroup();
+  bool is_rank_zero() const { return replicas_->is_rank_zero(); }
   // The same on every rank: any rank's flag raises it on all.
   bool AnyRank(bool flag, const std::string& what);
   // One micro-batch of the step, on the device, and the count of labelled tokens its loss is
-  // divided by: its own, or under data parallelism the global micro-batch's.
+  // divided by: the global micro-batch's (summed over the replicas).
   struct MicroBatch {
     torch::Tensor ids, labels;
     double label_count = 0.0;
@@ -106,15 +108,15 @@ class Trainer {
   // Forward and backward of one micro-batch, under the run's autocast: its mean token loss over
   // grad_accum, so that the summed gradients are the (global) batch's mean. Returns this rank's
   // share of the logged loss.
-  double MicroBatchBackward(const MicroBatch& batch, bool last_micro, bool inject_nan);
-  void CheckReplicasAgree();
+  double MicroBatchBackward(const MicroBatch& batch, bool last_micro, int64_t step);
+  // The step's lr: the schedule, a rewind's factor and the fault hook.
+  double StepLr(int64_t step) const;
   // Every rank's `text` when some rank's differs from rank 0's (compared by digest), else none.
   std::optional<std::vector<std::string>> DifferingRanks(const std::string& text, const std::string& what);
   // Before rank 0's parameters are broadcast: the same names, dtypes and shapes on every rank.
   void CheckRanksBuiltTheSameModel();
   // The token loss sum of one micro-batch under the caller's autocast scope.
   torch::Tensor LossSum(const torch::Tensor& ids, const torch::Tensor& labels);
-  void ZeroGradients();
   bool bf16() const { return config_.train.precision == Precision::kBf16Autocast; }
 
   RunConfig config_;
@@ -127,7 +129,8 @@ class Trainer {
   std::unique_ptr<SpikeMonitor> spikes_;
   std::unique_ptr<DivergenceDetector> divergence_;
   std::unique_ptr<RunLog> log_;  // rank 0 only
-  std::unique_ptr<DataParallel> parallel_;  // null in a plain run
+  std::unique_ptr<ReplicaGroup> replicas_ = std::make_unique<SingleProcess>();
+  std::unique_ptr<FaultInjection> faults_;
   TrainerState state_;
   std::string attention_yaml_;
   std::unique_ptr<StepMetrics> metrics_;  // throughput, MFU and memory peaks, once the model is built

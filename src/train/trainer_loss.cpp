@@ -1,9 +1,8 @@
 // The trainer's losses and evaluation (see trainer.h): the step's micro-batches, each one's forward
-// and backward (one path for a plain run and data parallelism: only the label count differs),
-// through the full logits or the chunked LM-head cross-entropy, and the validation pass.
+// and backward (through the replica group), through the full logits or the chunked LM-head
+// cross-entropy, and the validation pass.
 #include <spdlog/spdlog.h>
 
-#include <limits>
 #include <vector>
 
 #include "train/trainer.h"
@@ -39,13 +38,12 @@ EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
   }
   loader.Restore(saved);  // every eval sees the same validation batches
   model_->train();
-  if (parallel_) {  // each rank evaluated its slice of every batch
-    const auto totals = parallel_->Sum({loss_sum, static_cast<double>(correct), static_cast<double>(tokens)},
-                                       "summing evaluation results");
-    loss_sum = totals[0];
-    correct = static_cast<int64_t>(totals[1]);
-    tokens = static_cast<int64_t>(totals[2]);
-  }
+  // Each rank evaluated its slice of every batch.
+  const auto totals = replicas_->Sum({loss_sum, static_cast<double>(correct), static_cast<double>(tokens)},
+                                     "summing evaluation results");
+  loss_sum = totals[0];
+  correct = static_cast<int64_t>(totals[1]);
+  tokens = static_cast<int64_t>(totals[2]);
   EvalResult r;
   r.tokens = tokens;
   r.loss = tokens ? loss_sum / static_cast<double>(tokens) : 0.0;
@@ -61,25 +59,6 @@ EvalResult Trainer::EvaluateFrom(BatchSource& loader, int64_t batches) {
   return Evaluate(loader, batches);
 }
 
-// As torch's zero_grad(set_to_none=True), except that under data parallelism a gradient that is a
-// view into the reducer's bucket (gradient_as_bucket_view) is zeroed in place: it cannot be
-// detached, and keeping it keeps the next backward accumulating into the bucket (one copy).
-void Trainer::ZeroGradients() {
-  if (!parallel_) {
-    optimizer_->zero_grad(/*set_to_none=*/true);
-    return;
-  }
-  for (auto& p : trainable_) {
-    auto& grad = p.mutable_grad();
-    if (!grad.defined()) continue;
-    if (grad.is_view()) {
-      grad.zero_();
-    } else {
-      grad.reset();
-    }
-  }
-}
-
 std::vector<Trainer::MicroBatch> Trainer::ReadMicroBatches() {
   std::vector<MicroBatch> micro_batches;
   std::vector<double> label_counts;
@@ -88,13 +67,13 @@ std::vector<Trainer::MicroBatch> Trainer::ReadMicroBatches() {
     micro_batches.push_back({batch.input_ids_BL.to(device_), batch.labels_BL.to(device_), 0.0});
     label_counts.push_back(static_cast<double>(batch.labels_BL.ne(kIgnoreIndex).sum().item<int64_t>()));
   }
-  // Data parallelism: one all-reduce before any forward gives every micro-batch's global count.
-  if (parallel_) label_counts = parallel_->Sum(label_counts, "summing label counts");
+  // One all-reduce before any forward gives every micro-batch's global count.
+  label_counts = replicas_->Sum(label_counts, "summing label counts");
   for (size_t i = 0; i < micro_batches.size(); ++i) micro_batches[i].label_count = label_counts[i];
   return micro_batches;
 }
 
-double Trainer::MicroBatchBackward(const MicroBatch& batch, bool last_micro, bool inject_nan) {
+double Trainer::MicroBatchBackward(const MicroBatch& batch, bool last_micro, int64_t step) {
   torch::Tensor loss;
   {
     // Autocast covers this micro-batch's forward and loss only: leaving the scope drops its
@@ -102,13 +81,8 @@ double Trainer::MicroBatchBackward(const MicroBatch& batch, bool last_micro, boo
     AutocastScope autocast(device_.type(), bf16());
     loss = LossSum(batch.ids, batch.labels) / batch.label_count / static_cast<double>(config_.train.grad_accum);
   }
-  if (inject_nan) loss = loss * std::numeric_limits<double>::quiet_NaN();
-  if (parallel_) {
-    // The Reducer divides the summed gradients by the rank count: a factor W undoes it.
-    parallel_->Backward(loss * static_cast<double>(parallel_->world_size()), last_micro);
-  } else {
-    loss.backward();
-  }
+  loss = faults_->Loss(loss, step);
+  replicas_->Backward(loss, last_micro);
   return loss.item<double>();
 }
 

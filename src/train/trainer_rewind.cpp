@@ -6,7 +6,6 @@
 // with the skipped data position and the rewind counted.
 #include <spdlog/spdlog.h>
 
-#include <csignal>
 #include <filesystem>
 
 #include "train/rewind.h"
@@ -17,11 +16,6 @@ namespace darkformer {
 namespace fs = std::filesystem;
 
 namespace {
-
-// train.fault_injection.kill_in_rewind: the process dies here as under kill -9 (tests only).
-void MaybeKill(const TrainConfig& train, const TrainerState& before, int64_t phase) {
-  if (train.fault_injection.kill_in_rewind == phase && before.rewinds == 0) std::raise(SIGKILL);
-}
 
 Json Position(const LoaderState& s) { return {{"epoch", s.epoch}, {"step", s.step}, {"micro_batches", MicroBatchesRead(s)}}; }
 
@@ -68,8 +62,8 @@ void Trainer::Rewind(const Divergence& d, const std::pair<int64_t, std::string>&
       if (step > to_step) fs::remove(file);
     }
   }
-  if (is_rank_zero()) MaybeKill(config_.train, before, 1);
-  if (parallel_) parallel_->Barrier("removing the checkpoints after step " + std::to_string(to_step));
+  if (is_rank_zero()) faults_->AtRewindPhase(1, before.rewinds);
+  replicas_->Barrier("removing the checkpoints after step " + std::to_string(to_step));
 
   state_ = LoadCheckpoint(path, *model_, *optimizer_);
   spikes_->Restore(state_.spike_window);
@@ -90,9 +84,9 @@ void Trainer::Rewind(const Divergence& d, const std::pair<int64_t, std::string>&
                   {"data_resumes_at", Position(resume_at)}, {"lr_factor", w.lr_factor},
                   {"lr_factor_until_step", state_.lr_factor_until},
                   {"spikes", log_->SpikesBetween(d.first_bad, d.declared_at)}});
-    MaybeKill(config_.train, before, 2);
+    faults_->AtRewindPhase(2, before.rewinds);
     log_->OpenAfterStep(to_step, state_.rewinds);  // the abandoned steps' lines go; they run again
-    MaybeKill(config_.train, before, 3);
+    faults_->AtRewindPhase(3, before.rewinds);
   }
   spdlog::warn("diverged at step {} ({}; first bad step {}): rewind {} of at most {} to the checkpoint of step {}, "
                "skipping {} batches (data resumes at epoch {}, batch {}){}",
@@ -100,12 +94,12 @@ void Trainer::Rewind(const Divergence& d, const std::pair<int64_t, std::string>&
                resume_at.step, w.lr_steps > 0 ? fmt::format("; lr x {} until step {}", w.lr_factor, state_.lr_factor_until)
                                               : std::string());
   // All ranks have loaded it before rank 0 writes it again.
-  if (parallel_) parallel_->Barrier("loading the checkpoint of step " + std::to_string(to_step));
+  replicas_->Barrier("loading the checkpoint of step " + std::to_string(to_step));
   if (is_rank_zero()) {
     WriteCheckpoint();
-    MaybeKill(config_.train, before, 4);
+    faults_->AtRewindPhase(4, before.rewinds);
   }
-  if (parallel_) parallel_->Barrier("waiting for rank 0's rewound checkpoint of step " + std::to_string(to_step));
+  replicas_->Barrier("waiting for rank 0's rewound checkpoint of step " + std::to_string(to_step));
 }
 
 }  // namespace darkformer

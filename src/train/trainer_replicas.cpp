@@ -1,11 +1,12 @@
-// The trainer as one data-parallel rank (see trainer.h): joining torchrun's group, agreeing on
-// decisions, the micro-batch backward through the reducer and the end-of-run replica check.
+// The trainer's replica group (see trainer.h): joining torchrun's data-parallel group, checking
+// that the ranks run the same config and model, and agreeing on decisions.
 #include <c10/core/impl/DeviceGuardImplInterface.h>
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
 #include <sstream>
 
+#include "distributed/data_parallel.h"
 #include "distributed/launch_environment.h"
 #include "train/config_diff.h"
 #include "train/trainer.h"
@@ -15,9 +16,7 @@
 
 namespace darkformer {
 
-// ---- Data parallelism ---------------------------------------------------------------------
-
-void Trainer::JoinDataParallelGroup() {
+void Trainer::JoinReplicaGroup() {
   const auto env = LaunchEnvironment::FromProcessEnvironment();
   if (!env || env->world_size <= 1) return;
   config_.data.rank = env->rank;
@@ -28,7 +27,7 @@ void Trainer::JoinDataParallelGroup() {
     // context and first tensors land on cuda:0.
     c10::impl::getDeviceGuardImpl(c10::DeviceType::CUDA)->setDevice(device_);
   }
-  parallel_ = DataParallel::Join(config_.train.distributed, *env, device_);
+  replicas_ = DataParallel::Join(config_.train.distributed, *env, device_);
   if (!is_rank_zero()) {
     // Every rank logs its setup (prefixed); step, eval and spike lines come from rank 0 alone.
     spdlog::set_pattern(fmt::format("[%Y-%m-%d %H:%M:%S.%e] [rank {}] [%^%l%$] %v", env->rank));
@@ -37,7 +36,7 @@ void Trainer::JoinDataParallelGroup() {
   // would wait on collectives the others never start.
   const auto mine = FlattenConfig(config_);
   if (const auto texts = DifferingRanks(SerializeFlatConfig(mine), "comparing the ranks' configs")) {
-    for (int64_t r = 1; r < parallel_->world_size(); ++r) {
+    for (int64_t r = 1; r < replicas_->world_size(); ++r) {
       const auto difference = FirstDifference(ParseFlatConfig((*texts)[0]), ParseFlatConfig((*texts)[r]));
       if (!difference) continue;
       Fail("data parallel: config key '" + difference->key + "' differs between ranks: rank 0 has " +
@@ -49,9 +48,9 @@ void Trainer::JoinDataParallelGroup() {
 }
 
 std::optional<std::vector<std::string>> Trainer::DifferingRanks(const std::string& text, const std::string& what) {
-  const auto digests = parallel_->AllGather(static_cast<int64_t>(Fnv1a64(text)), what);
+  const auto digests = replicas_->AllGather(static_cast<int64_t>(Fnv1a64(text)), what);
   if (std::all_of(digests.begin(), digests.end(), [&](int64_t d) { return d == digests[0]; })) return std::nullopt;
-  return parallel_->AllGatherText(text, what);
+  return replicas_->AllGatherText(text, what);
 }
 
 void Trainer::CheckRanksBuiltTheSameModel() {
@@ -62,7 +61,7 @@ void Trainer::CheckRanksBuiltTheSameModel() {
   for (const auto& item : model_->named_buffers()) shapes += item.key() + " " + c10::str(item.value().sizes()) + "\n";
   const auto texts = DifferingRanks(shapes, "comparing the ranks' parameter shapes");
   if (!texts) return;
-  for (int64_t r = 1; r < parallel_->world_size(); ++r) {
+  for (int64_t r = 1; r < replicas_->world_size(); ++r) {
     std::istringstream zero((*texts)[0]), other((*texts)[r]);
     for (std::string a, b;;) {
       const bool more_a = static_cast<bool>(std::getline(zero, a)), more_b = static_cast<bool>(std::getline(other, b));
@@ -78,24 +77,7 @@ void Trainer::CheckRanksBuiltTheSameModel() {
 }
 
 bool Trainer::AnyRank(bool flag, const std::string& what) {
-  if (!parallel_) return flag;
-  return parallel_->Max({flag ? 1.0 : 0.0}, what)[0] > 0.0;
-}
-
-// Every rank applied the same averaged gradients; a digest of each rank's parameters shows the
-// replicas stayed bit-identical (logged on every rank, so a launcher's logs can be compared too).
-void Trainer::CheckReplicasAgree() {
-  std::vector<torch::Tensor> params;
-  for (const auto& p : model_->parameters()) params.push_back(p);
-  const auto digest = static_cast<int64_t>(DigestOf(params));
-  spdlog::info("rank {} parameter digest {:016x} after step {}", parallel_->rank(), static_cast<uint64_t>(digest),
-               state_.step);
-  const auto digests = parallel_->AllGather(digest, "comparing parameter digests");
-  for (int64_t r = 1; r < parallel_->world_size(); ++r) {
-    DF_CHECK(digests[r] == digests[0], "data parallel: rank " << r << "'s parameters differ from rank 0's after step "
-                                                              << state_.step << " (digest " << std::hex
-                                                              << digests[r] << " vs " << digests[0] << ")");
-  }
+  return replicas_->Max({flag ? 1.0 : 0.0}, what)[0] > 0.0;
 }
 
 }  // namespace darkformer
