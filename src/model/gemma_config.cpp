@@ -32,24 +32,18 @@ double GemmaConfig::RopeScaling(int64_t layer) const {
 
 void GemmaConfig::Finalize(const std::string& path) {
   auto key = [&](const char* k) { return path + "." + k; };
-  DF_CHECK(family == "gemma" || family == "gemma2" || family == "gemma3",
-           "config key '" << key("family") << "' must be one of gemma, gemma2, gemma3; got '" << family << "'");
-  DF_CHECK(vocab_size > 0, "config key '" << key("vocab_size") << "' must be positive");
-  DF_CHECK(hidden_size > 0, "config key '" << key("hidden_size") << "' must be positive");
-  DF_CHECK(intermediate_size > 0, "config key '" << key("intermediate_size") << "' must be positive");
-  DF_CHECK(num_hidden_layers > 0, "config key '" << key("num_hidden_layers") << "' must be positive");
-  DF_CHECK(head_dim > 0 && head_dim % 2 == 0, "config key '" << key("head_dim") << "' must be positive and even (RoPE)");
-  DF_CHECK(num_attention_heads > 0, "config key '" << key("num_attention_heads") << "' must be positive");
-  DF_CHECK(num_key_value_heads > 0 && num_attention_heads % num_key_value_heads == 0,
+  VisitFields(
+      [&](const ModelField& field, const auto& value) {
+        const auto refusal = field.spec.Refusal(value);
+        DF_CHECK(refusal.empty(), "config key '" << key(field.name) << "' " << refusal);
+      },
+      *this);
+  // Rules between keys.
+  DF_CHECK(num_attention_heads % num_key_value_heads == 0,
            "config key '" << key("num_key_value_heads") << "' (" << num_key_value_heads
                           << ") must divide num_attention_heads (" << num_attention_heads << ")");
-  DF_CHECK(rms_norm_eps > 0, "config key '" << key("rms_norm_eps") << "' must be positive");
-  DF_CHECK(sliding_window >= 0, "config key '" << key("sliding_window") << "' must be >= 0");
   // HF's Gemma 1 config has no such key and Gemma 2/3 configs may omit it: both mean head_dim.
   // Normalised here, once, so a file that says head_dim and a config that says nothing agree.
-  DF_CHECK(query_pre_attn_scalar >= 0,
-           "config key '" << key("query_pre_attn_scalar") << "' must be positive (or 0 for head_dim), got "
-                          << query_pre_attn_scalar);
   if (query_pre_attn_scalar == 0) query_pre_attn_scalar = static_cast<double>(head_dim);
   if (layer_types.empty()) {
     // HF defaults: Gemma 2 alternates sliding/full starting with sliding; Gemma 3 has 5 sliding : 1 full.
@@ -63,17 +57,12 @@ void GemmaConfig::Finalize(const std::string& path) {
   DF_CHECK(static_cast<int64_t>(layer_types.size()) == num_hidden_layers,
            "config key '" << key("layer_types") << "' has " << layer_types.size() << " entries, but "
                           << key("num_hidden_layers") << " is " << num_hidden_layers);
-  for (size_t i = 0; i < layer_types.size(); ++i) {
-    DF_CHECK(layer_types[i] == "full_attention" || layer_types[i] == "sliding_attention",
-             "config key '" << key("layer_types") << "[" << i << "]' must be full_attention or "
-                            << "sliding_attention, got '" << layer_types[i] << "'");
-  }
 }
 
 GemmaConfig GemmaConfig::FromConfig(const ConfigReader& r) {
   GemmaConfig c;
   c.layer_types.clear();  // empty = the family's default pattern (Finalize)
-  VisitFields([&](const ModelField& key, auto& field) { field = r.Get(key.name, field, KeySpec(key.doc)); }, c);
+  VisitFields([&](const ModelField& key, auto& field) { field = r.Get(key.name, field, key.spec); }, c);
   if (!r.Has("rope_local_theta")) c.rope_local_theta = c.rope_theta;
   r.RejectUnknown();
   c.Finalize(r.path().empty() ? "model" : r.path());

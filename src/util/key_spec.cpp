@@ -42,6 +42,12 @@ KeySpec& KeySpec::Max(double bound) {
   return *this;
 }
 
+KeySpec& KeySpec::MultipleOf(int64_t factor, std::string note) {
+  multiple_of_ = factor;
+  multiple_note_ = std::move(note);
+  return *this;
+}
+
 KeySpec& KeySpec::OneOf(std::vector<std::string> values) {
   one_of_ = std::move(values);
   return *this;
@@ -81,6 +87,10 @@ std::string KeySpec::Rule() const {
   } else if (max_) {
     rule = "<= " + Bound(*max_);
   }
+  if (multiple_of_) {
+    rule += (rule.empty() ? "a multiple of " : ", a multiple of ") + std::to_string(*multiple_of_);
+    if (!multiple_note_.empty()) rule += " (" + multiple_note_ + ")";
+  }
   for (const auto& value : one_of_) rule += (rule.empty() ? "" : " | ") + value;
   if (non_empty_) rule += rule.empty() ? "not empty" : ", not empty";
   if (!note_.empty()) rule += " (" + note_ + ")";
@@ -92,6 +102,11 @@ std::string KeySpec::RefuseNumber(double value, const std::string& text) const {
   const bool above = max_ && !(value <= *max_);
   if (!below && !above) return "";
   return "must be " + Rule() + ", got " + text;
+}
+
+std::string KeySpec::RefuseMultiple(int64_t value) const {
+  if (!multiple_of_ || value % *multiple_of_ == 0) return "";
+  return "must be " + Rule() + ", got " + std::to_string(value);
 }
 
 std::string KeySpec::RefuseString(const std::string& value) const {

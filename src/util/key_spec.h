@@ -5,6 +5,7 @@
 // from the declarations (train/config_reference.h), never written beside them.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 #include <type_traits>
@@ -25,7 +26,9 @@ class KeySpec {
   KeySpec& Min(double bound, std::string note = "");
   KeySpec& Above(double bound, std::string note = "");
   KeySpec& Max(double bound);
-  // Strings: one of these spellings. Strings and lists: not empty.
+  // Integers: a multiple of `factor` (`note` says why, e.g. MultipleOf(2, "RoPE")).
+  KeySpec& MultipleOf(int64_t factor, std::string note = "");
+  // Strings, and each string of a list: one of these spellings. Strings and lists: not empty.
   KeySpec& OneOf(std::vector<std::string> values);
   KeySpec& NonEmpty();
   // A resume may give the key another value (a section: every key in it). docs/training.md.
@@ -46,11 +49,14 @@ class KeySpec {
  private:
   std::string RefuseNumber(double value, const std::string& text) const;
   std::string RefuseString(const std::string& value) const;
+  std::string RefuseMultiple(int64_t value) const;
 
   std::string doc_;
   std::optional<double> min_, max_;
   bool exclusive_min_ = false;
   std::string note_;
+  std::optional<int64_t> multiple_of_;
+  std::string multiple_note_;
   std::vector<std::string> one_of_;
   bool non_empty_ = false;
   bool resumable_ = false;
@@ -60,14 +66,24 @@ class KeySpec {
 template <typename T>
 std::string KeySpec::Refusal(const T& value) const {
   if constexpr (std::is_arithmetic_v<T> && !std::is_same_v<T, bool>) {
-    if constexpr (std::is_floating_point_v<T>) return RefuseNumber(value, ShortestNumber(value));
-    else return RefuseNumber(static_cast<double>(value), std::to_string(value));
+    if constexpr (std::is_floating_point_v<T>) {
+      return RefuseNumber(value, ShortestNumber(value));
+    } else {
+      const auto bounds = RefuseNumber(static_cast<double>(value), std::to_string(value));
+      return bounds.empty() ? RefuseMultiple(static_cast<int64_t>(value)) : bounds;
+    }
   } else if constexpr (std::is_same_v<T, std::string>) {
     return RefuseString(value);
   } else if constexpr (std::is_same_v<T, bool>) {
     return "";
   } else {
-    return non_empty_ && value.empty() ? "must not be empty" : "";
+    if (non_empty_ && value.empty()) return "must not be empty";
+    if constexpr (std::is_same_v<T, std::vector<std::string>>) {
+      for (size_t i = 0; i < value.size(); ++i) {
+        if (auto refusal = RefuseString(value[i]); !refusal.empty()) return "[" + std::to_string(i) + "] " + refusal;
+      }
+    }
+    return "";
   }
 }
 

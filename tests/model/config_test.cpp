@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <fstream>
+#include <iterator>
 
 #include "model/model_spec.h"
 #include "model/gemma_model.h"
@@ -69,6 +71,32 @@ TEST(GemmaConfigTest, ErrorsNameTheKeyPath) {
             std::string::npos);
   EXPECT_NE(ParseError("num_attention_heads: 8\nnum_key_value_heads: 3\n").find("model.num_key_value_heads"),
             std::string::npos);
+}
+
+// Each model key's rule is its declaration (KeySpec in VisitFields): the reader refuses a value
+// with the rule and where it was written, a config built in code meets the same rule in Finalize,
+// and the docs' key table shows it.
+TEST(GemmaConfigTest, KeyRulesAreDeclared) {
+  EXPECT_NE(ParseError("head_dim: 7\n").find("'model.head_dim' must be positive, a multiple of 2 (RoPE), got 7"),
+            std::string::npos);
+  EXPECT_NE(ParseError("head_dim: 7\n").find("line 1"), std::string::npos) << ParseError("head_dim: 7\n");
+  EXPECT_NE(ParseError("vocab_size: 0\n").find("'model.vocab_size' must be positive, got 0"), std::string::npos);
+  EXPECT_NE(ParseError("sliding_window: -1\n").find("'model.sliding_window' must be >= 0 (0 = none), got -1"),
+            std::string::npos);
+  EXPECT_NE(ParseError("num_hidden_layers: 2\nlayer_types: [full_attention, global]\n")
+                .find("'model.layer_types' [1] must be one of full_attention, sliding_attention; got 'global'"),
+            std::string::npos);
+  GemmaConfig built;
+  built.rms_norm_eps = 0.0;
+  try {
+    built.Finalize();
+    ADD_FAILURE() << "a code-built config with rms_norm_eps 0 was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'model.rms_norm_eps' must be positive, got 0.0"), std::string::npos) << e.what();
+  }
+  std::ifstream file(testing::SourceDir() + "/docs/config_keys.md");
+  const std::string table((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  EXPECT_NE(table.find("| `model.head_dim` | `256` | positive, a multiple of 2 (RoPE) |"), std::string::npos);
 }
 
 }  // namespace
