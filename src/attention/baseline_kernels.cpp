@@ -8,10 +8,15 @@
 
 namespace darkformer {
 
-RandomKernelImpl::RandomKernelImpl(const KernelShape& shape, const ConfigReader& options) {
-  const auto seed = options.Get<int64_t>("seed", 0, "layer i draws from seed + 1000 i (+ 1000003 train.seed)");
-  options.RejectUnknown();
-  generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(KernelSeed(seed, shape)));
+RandomKernelImpl::Options RandomKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o;
+  o.seed = reader.Get<int64_t>("seed", o.seed, "layer i draws from seed + 1000 i (+ 1000003 train.seed)");
+  reader.RejectUnknown();
+  return o;
+}
+
+RandomKernelImpl::RandomKernelImpl(const KernelShape& shape, const Options& options) {
+  generator_ = at::make_generator<at::CPUGeneratorImpl>(static_cast<uint64_t>(KernelSeed(options.seed, shape)));
 }
 
 torch::Tensor RandomKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& /*k_BKLD*/,
@@ -28,9 +33,12 @@ torch::Tensor RandomKernelImpl::forward(const torch::Tensor& q_BHLD, const torch
   return torch::matmul(weights_BHLL, v_BHLD.to(torch::kFloat32)).to(v_BHLD.scalar_type());
 }
 
-ConstantKernelImpl::ConstantKernelImpl(const KernelShape& /*shape*/, const ConfigReader& options) {
-  options.RejectUnknown();
+ConstantKernelImpl::Options ConstantKernelImpl::Options::Read(const ConfigReader& reader) {
+  reader.RejectUnknown();
+  return {};
 }
+
+ConstantKernelImpl::ConstantKernelImpl(const KernelShape& /*shape*/, const Options& /*options*/) {}
 
 torch::Tensor ConstantKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& /*k_BKLD*/,
                                           const torch::Tensor& v_BKLD, const AttentionCall& call) {

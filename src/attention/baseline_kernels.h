@@ -10,7 +10,11 @@ namespace darkformer {
 
 class RandomKernelImpl : public AttentionKernelImpl {
  public:
-  RandomKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options {
+    int64_t seed = 0;
+    static Options Read(const ConfigReader& reader);  // and refuses unknown keys
+  };
+  RandomKernelImpl(const KernelShape& shape, const Options& options);
   // Fresh weights each call: u_ij ~ U(0, 1) for allowed j, out_i = sum_j u_ij v_j / sum_j u_ij.
   // Row i uses only its own draws and v_{j <= i} (causal), but the B x H x L x L draw is O(L^2)
   // memory: acceptable for a baseline, not for long contexts.
@@ -32,7 +36,10 @@ TORCH_MODULE(RandomKernel);
 
 class ConstantKernelImpl : public AttentionKernelImpl {
  public:
-  ConstantKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options {  // none
+    static Options Read(const ConfigReader& reader);  // refuses every key
+  };
+  ConstantKernelImpl(const KernelShape& shape, const Options& options);
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
   std::string kernel_name() const override { return "constant"; }

@@ -5,22 +5,29 @@
 
 namespace darkformer {
 
-DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
-  const int64_t d = shape.head_dim;
-  int64_t rank = options.Get<int64_t>("rank", 0, KeySpec("r, rows of M").Min(0, "0 = head_dim"));
-  if (rank == 0) rank = d;
-  const bool shared = options.Get<bool>("share_across_heads", false, "one M per layer instead of one per query head");
-  init_ = options.GetEnum("init", init_,
+DarkformerKernelImpl::Options DarkformerKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o{FeatureKernelOptions::Read(reader, /*with_redraw=*/true, /*with_op=*/true)};
+  o.rank = reader.Get<int64_t>("rank", o.rank, KeySpec("r, rows of M").Min(0, "0 = head_dim"));
+  o.share_across_heads = reader.Get<bool>("share_across_heads", o.share_across_heads,
+                                          "one M per layer instead of one per query head");
+  o.init = reader.GetEnum("init", o.init,
                           {{"identity", DarkformerInit::kIdentity},
                            {"scaled_identity", DarkformerInit::kScaledIdentity},
                            {"whitening", DarkformerInit::kWhitening}},
                           "M's start: identity, init_scale times identity, or Lambda^-1/2 from a calibration batch");
-  const double init_scale = options.Get<double>("init_scale", 1.0, "the scale of scaled_identity");
-  eigen_floor_ = options.Get<double>("eigen_floor", eigen_floor_,
+  o.init_scale = reader.Get<double>("init_scale", o.init_scale, "the scale of scaled_identity");
+  o.eigen_floor = reader.Get<double>("eigen_floor", o.eigen_floor,
                                      KeySpec("floor on the covariance eigenvalues for whitening").Above(0));
-  options.RejectUnknown();
+  reader.RejectUnknown();
+  return o;
+}
 
+DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Options& options)
+    : LogFeatureKernel(shape, options.features), init_(options.init), eigen_floor_(options.eigen_floor) {
+  const int64_t d = shape.head_dim;
+  const int64_t rank = options.rank == 0 ? d : options.rank;
+  const bool shared = options.share_across_heads;
+  const double init_scale = options.init_scale;
   RegisterDraw(rank);  // W is m x r
   // Identity (and whitening until Calibrate runs); r != d gives the rectangular identity.
   auto m_init = torch::eye(rank, d, torch::kFloat32);

@@ -11,7 +11,16 @@ enum class DarkformerInit { kIdentity, kScaledIdentity, kWhitening };
 
 class DarkformerKernelImpl : public LogFeatureKernel {
  public:
-  DarkformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options {
+    FeatureKernelOptions features;
+    int64_t rank = 0;  // 0 = head_dim
+    bool share_across_heads = false;
+    DarkformerInit init = DarkformerInit::kIdentity;
+    double init_scale = 1.0;
+    double eigen_floor = 1e-4;
+    static Options Read(const ConfigReader& reader);  // and refuses unknown keys
+  };
+  DarkformerKernelImpl(const KernelShape& shape, const Options& options);
   std::string kernel_name() const override { return "darkformer"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
@@ -36,8 +45,8 @@ class DarkformerKernelImpl : public LogFeatureKernel {
   torch::Tensor M;  // (H or 1) x r x d, trainable
 
  private:
-  DarkformerInit init_ = DarkformerInit::kIdentity;
-  double eigen_floor_ = 1e-4;
+  DarkformerInit init_;
+  double eigen_floor_;
 };
 TORCH_MODULE(DarkformerKernel);
 

@@ -7,17 +7,21 @@
 
 namespace darkformer {
 
-DerfKernelImpl::DerfKernelImpl(const KernelShape& shape, const ConfigReader& options, Variant variant)
-    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)),
-      variant_(variant) {
-  if (variant_ == Variant::kAsymmetric) {
-    ridge_ = options.Get<double>(
-        "ridge", ridge_,
+DerfKernelImpl::Options DerfKernelImpl::Options::Read(const ConfigReader& reader, Variant variant) {
+  Options o{FeatureKernelOptions::Read(reader, /*with_redraw=*/true, /*with_op=*/true)};
+  if (variant == Variant::kAsymmetric) {
+    o.ridge = reader.Get<double>(
+        "ridge", o.ridge,
         KeySpec("M_k + ridge (tr M_k / d) I: keeps Thm 4.2's inverses finite on a singular batch")
             .Above(0, "a fraction of the mean eigenvalue added to the calibration second moments")
             .Max(1));
   }
-  options.RejectUnknown();
+  reader.RejectUnknown();
+  return o;
+}
+
+DerfKernelImpl::DerfKernelImpl(const KernelShape& shape, const Options& options, Variant variant)
+    : LogFeatureKernel(shape, options.features), variant_(variant), ridge_(options.ridge) {
   const int64_t d = shape.head_dim;
   RegisterDraw(d);
   a_ = register_buffer("a", torch::zeros({d}, torch::kFloat32));

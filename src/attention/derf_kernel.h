@@ -16,7 +16,12 @@ namespace darkformer {
 class DerfKernelImpl : public LogFeatureKernel {
  public:
   enum class Variant { kAsymmetric, kSymmetric };  // aderf | sderf
-  DerfKernelImpl(const KernelShape& shape, const ConfigReader& options, Variant variant);
+  struct Options {
+    FeatureKernelOptions features;
+    double ridge = 1e-4;  // aderf only
+    static Options Read(const ConfigReader& reader, Variant variant);  // and refuses unknown keys
+  };
+  DerfKernelImpl(const KernelShape& shape, const Options& options, Variant variant);
   std::string kernel_name() const override { return variant_ == Variant::kAsymmetric ? "aderf" : "sderf"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
@@ -31,21 +36,25 @@ class DerfKernelImpl : public LogFeatureKernel {
 
  private:
   Variant variant_;
-  double ridge_ = 1e-4;
+  double ridge_;
   torch::Tensor a_;        // D, fp32 buffer: diagonal of A
   torch::Tensor p_query_;  // D x D, fp32 buffer: P_1
   torch::Tensor p_key_;    // D x D, fp32 buffer: P_2
 };
 
 struct AderfKernelImpl : DerfKernelImpl {
-  AderfKernelImpl(const KernelShape& shape, const ConfigReader& options)
-      : DerfKernelImpl(shape, options, Variant::kAsymmetric) {}
+  struct Options : DerfKernelImpl::Options {
+    static Options Read(const ConfigReader& reader) { return {DerfKernelImpl::Options::Read(reader, Variant::kAsymmetric)}; }
+  };
+  AderfKernelImpl(const KernelShape& shape, const Options& options) : DerfKernelImpl(shape, options, Variant::kAsymmetric) {}
 };
 TORCH_MODULE(AderfKernel);
 
 struct SderfKernelImpl : DerfKernelImpl {
-  SderfKernelImpl(const KernelShape& shape, const ConfigReader& options)
-      : DerfKernelImpl(shape, options, Variant::kSymmetric) {}
+  struct Options : DerfKernelImpl::Options {
+    static Options Read(const ConfigReader& reader) { return {DerfKernelImpl::Options::Read(reader, Variant::kSymmetric)}; }
+  };
+  SderfKernelImpl(const KernelShape& shape, const Options& options) : DerfKernelImpl(shape, options, Variant::kSymmetric) {}
 };
 TORCH_MODULE(SderfKernel);
 

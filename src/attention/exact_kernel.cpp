@@ -15,13 +15,18 @@ torch::Tensor MakeAllowedMask(int64_t length, bool causal, int64_t sliding_windo
   return allowed;
 }
 
-ExactKernelImpl::ExactKernelImpl(const KernelShape& /*shape*/, const ConfigReader& options) {
-  force_explicit_ = options.Get<bool>("explicit_softmax", false, "always the fp32 masked softmax instead of SDPA");
-  documents_ = options.GetEnum("documents", documents_,
+ExactKernelImpl::Options ExactKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o;
+  o.explicit_softmax = reader.Get<bool>("explicit_softmax", o.explicit_softmax, "always the fp32 masked softmax instead of SDPA");
+  o.documents = reader.GetEnum("documents", o.documents,
                                {{"auto", Documents::kAuto}, {"mask", Documents::kMask}, {"per_document", Documents::kPerDocument}},
                                "data.document_masking: one masked call, or one call per document (auto: per_document)");
-  options.RejectUnknown();
+  reader.RejectUnknown();
+  return o;
 }
+
+ExactKernelImpl::ExactKernelImpl(const KernelShape& /*shape*/, const Options& options)
+    : force_explicit_(options.explicit_softmax), documents_(options.documents) {}
 
 torch::Tensor ExactKernelImpl::forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                                        const torch::Tensor& v_BKLD, const AttentionCall& call) {

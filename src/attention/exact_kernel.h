@@ -12,7 +12,13 @@ torch::Tensor MakeAllowedMask(int64_t length, bool causal, int64_t sliding_windo
 
 class ExactKernelImpl : public AttentionKernelImpl {
  public:
-  explicit ExactKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  enum class Documents { kAuto, kMask, kPerDocument };
+  struct Options {
+    bool explicit_softmax = false;  // always take the fp32 path
+    Documents documents = Documents::kAuto;
+    static Options Read(const ConfigReader& reader);  // and refuses unknown keys
+  };
+  ExactKernelImpl(const KernelShape& shape, const Options& options);
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                         const torch::Tensor& v_BKLD, const AttentionCall& call) override;
   std::string kernel_name() const override { return "exact"; }
@@ -35,8 +41,8 @@ class ExactKernelImpl : public AttentionKernelImpl {
   double last_max_logit = -1.0;
 
  private:
-  bool force_explicit_ = false;  // options.explicit_softmax: always take the fp32 path
-  enum class Documents { kAuto, kMask, kPerDocument } documents_ = Documents::kAuto;
+  bool force_explicit_;  // options.explicit_softmax
+  Documents documents_;
 };
 TORCH_MODULE(ExactKernel);
 

@@ -7,13 +7,18 @@
 
 namespace darkformer {
 
-FlexformerKernelImpl::FlexformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : SignedFeatureKernel(shape, options, /*with_redraw=*/false) {
-  const auto variant = options.Get<std::string>(
+FlexformerKernelImpl::Options FlexformerKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o{SignedOptions::Read(reader, /*with_redraw=*/false)};
+  const auto variant = reader.Get<std::string>(
       "variant", "stationary",
       KeySpec("stationary (004 eq. 5) or nonstationary (eq. 6, trainable pairs)").OneOf({"stationary", "nonstationary"}));
-  nonstationary_ = variant == "nonstationary";
-  options.RejectUnknown();
+  o.nonstationary = variant == "nonstationary";
+  reader.RejectUnknown();
+  return o;
+}
+
+FlexformerKernelImpl::FlexformerKernelImpl(const KernelShape& shape, const Options& options)
+    : SignedFeatureKernel(shape, options), nonstationary_(options.nonstationary) {
   // One draw (the layer's seed), the same for every head and for both members of a pair: at
   // initialisation the kernel is the trigonometric estimator of exp(x.y).
   const auto w_MD = DrawProjection(options_.projection, options_.num_features, shape.head_dim,

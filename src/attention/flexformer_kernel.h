@@ -16,7 +16,11 @@ namespace darkformer {
 
 class FlexformerKernelImpl : public SignedFeatureKernel {
  public:
-  FlexformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options : SignedOptions {
+    bool nonstationary = false;
+    static Options Read(const ConfigReader& reader);  // and refuses unknown keys
+  };
+  FlexformerKernelImpl(const KernelShape& shape, const Options& options);
   std::string kernel_name() const override { return "flexformer"; }
   // f(x) for x_BHLD (H = the kernel's heads): BHL(2n).
   torch::Tensor FourierFeatures(const torch::Tensor& x_BHLD) const;
@@ -35,7 +39,7 @@ class FlexformerKernelImpl : public SignedFeatureKernel {
   torch::Tensor tau;          // H, trainable
 
  private:
-  bool nonstationary_ = false;
+  bool nonstationary_;
 };
 TORCH_MODULE(FlexformerKernel);
 

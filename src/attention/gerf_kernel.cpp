@@ -40,29 +40,30 @@ torch::Tensor GerfLogFeatures(const torch::Tensor& x_BNLD, const torch::Tensor& 
   return proj_BNLM + per_feature_M - 0.5 * x.pow(2).sum(-1, /*keepdim=*/true);
 }
 
-GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : GerfKernelImpl(shape, options, /*reject_unknown=*/true) {}
-
-GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const ConfigReader& options, bool reject_unknown)
-    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
-  const auto a_text = options.Get<std::string>(
-      "a", "0", "A < 1/8 (0 = performer), or optimal: A* of 002 eq. 13 from a calibration batch (a buffer)");
-  double a = 0.0;
+GerfKernelImpl::Options GerfKernelImpl::Options::Read(const ConfigReader& reader, const char* default_a,
+                                                     const char* a_doc) {
+  Options o{FeatureKernelOptions::Read(reader, /*with_redraw=*/true, /*with_op=*/true)};
+  const auto a_text = reader.Get<std::string>("a", default_a, a_doc);
   if (a_text == "optimal") {
-    optimal_a_ = true;
+    o.optimal_a = true;
   } else {
     try {
       size_t used = 0;
-      a = std::stod(a_text, &used);
+      o.a = std::stod(a_text, &used);
       DF_CHECK(used == a_text.size(), "");
     } catch (...) {
-      Fail("config key '" + options.KeyPath("a") + "' must be a number below 1/8 or 'optimal', got '" + a_text + "'");
+      Fail("config key '" + reader.KeyPath("a") + "' must be a number below 1/8 or 'optimal', got '" + a_text + "'");
     }
-    DF_CHECK(a < 0.125, "config key '" << options.KeyPath("a") << "' must be below 1/8 (002 eq. 10), got " << a);
+    DF_CHECK(o.a < 0.125, "config key '" << reader.KeyPath("a") << "' must be below 1/8 (002 eq. 10), got " << o.a);
   }
-  if (reject_unknown) options.RejectUnknown();
+  reader.RejectUnknown();
+  return o;
+}
+
+GerfKernelImpl::GerfKernelImpl(const KernelShape& shape, const Options& options)
+    : LogFeatureKernel(shape, options.features), optimal_a_(options.optimal_a) {
   RegisterDraw(shape.head_dim);
-  a_ = register_buffer("a", torch::tensor({a}, torch::kFloat32));
+  a_ = register_buffer("a", torch::tensor({options.a}, torch::kFloat32));
 }
 
 torch::Tensor GerfKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,

@@ -23,7 +23,15 @@ torch::Tensor GerfLogFeatures(const torch::Tensor& x_BNLD, const torch::Tensor& 
 
 class GerfKernelImpl : public LogFeatureKernel {
  public:
-  GerfKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options {
+    FeatureKernelOptions features;
+    double a = 0.0;  // A when fixed
+    bool optimal_a = false;
+    // `a` as gerf declares it; saderf declares its own default and doc line.
+    static Options Read(const ConfigReader& reader, const char* default_a = "0",
+                        const char* a_doc = "A < 1/8 (0 = performer), or optimal: A* of 002 eq. 13 from a calibration batch (a buffer)");
+  };
+  GerfKernelImpl(const KernelShape& shape, const Options& options);
   std::string kernel_name() const override { return "gerf"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
@@ -37,8 +45,6 @@ class GerfKernelImpl : public LogFeatureKernel {
   double a() const { return a_.item<double>(); }
 
  protected:
-  // For subclasses that read more options: `reader` must still hold them (no RejectUnknown yet).
-  GerfKernelImpl(const KernelShape& shape, const ConfigReader& options, bool reject_unknown);
   // Sets A* from transformed samples x_ND, y_ND (when `a: optimal`).
   void SetOptimalA(const torch::Tensor& x_ND, const torch::Tensor& y_ND);
 

@@ -17,6 +17,25 @@ namespace darkformer {
 // `options` is the kernel's own YAML section (e.g. attention.performer); the factory reads its
 // keys and calls options.RejectUnknown(), so a bad option names its key path.
 using KernelFactory = std::function<AttentionKernel(const KernelShape&, const ConfigReader& options)>;
+// Reads a kernel's section by its declarations alone (every key's rule, unknown keys refused)
+// without building the kernel: the kernel's Options::Read, which its factory reads through too.
+using KernelOptionsCheck = std::function<void(const ConfigReader& options)>;
+
+// The registry entry of a kernel module whose Impl has `struct Options { static Options
+// Read(const ConfigReader&); }` and a constructor (shape, options): both functions read through it.
+template <typename KernelModule>
+KernelFactory FactoryOf() {
+  return [](const KernelShape& shape, const ConfigReader& options) {
+    // Upcast first: ModuleHolder's forwarding constructor would otherwise try to build the base.
+    std::shared_ptr<AttentionKernelImpl> kernel =
+        KernelModule(shape, KernelModule::ContainedType::Options::Read(options)).ptr();
+    return AttentionKernel(kernel);
+  };
+}
+template <typename KernelModule>
+KernelOptionsCheck OptionsCheckOf() {
+  return [](const ConfigReader& options) { KernelModule::ContainedType::Options::Read(options); };
+}
 
 // Throws listing the valid names when `name` is unknown.
 AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& shape,
@@ -24,7 +43,11 @@ AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& 
 std::vector<std::string> KernelNames();
 // Adds `name` to the table, before the kernels are first asked for (traits are memoised); refused
 // when the name is taken or not a plain lowercase identifier (it becomes a config section).
-void RegisterAttentionKernel(const std::string& name, KernelFactory factory, const std::string& description);
+void RegisterAttentionKernel(const std::string& name, KernelFactory factory, KernelOptionsCheck check_options,
+                             const std::string& description);
+// Reads `name`'s option section by the declarations (KernelOptionsCheck); throws as the factory
+// would on a bad option, and for an unknown name.
+void CheckKernelOptions(const std::string& name, const ConfigReader& options);
 // The registry's one line on what `name` computes ("" for an unknown name): the doc of its
 // config section.
 std::string KernelDescription(const std::string& name);

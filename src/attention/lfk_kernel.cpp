@@ -5,9 +5,14 @@
 
 namespace darkformer {
 
-LfkKernelImpl::LfkKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/false, /*with_op=*/true)) {
-  options.RejectUnknown();
+LfkKernelImpl::Options LfkKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o{FeatureKernelOptions::Read(reader, /*with_redraw=*/false, /*with_op=*/true)};
+  reader.RejectUnknown();
+  return o;
+}
+
+LfkKernelImpl::LfkKernelImpl(const KernelShape& shape, const Options& options)
+    : LogFeatureKernel(shape, options.features) {
   // Same initial draw as a Performer layer with the same seed; training then moves W freely, so
   // there is nothing to redraw.
   const uint64_t seed = DrawSeed(KernelSeed(options_.seed, shape), 0);

@@ -8,7 +8,11 @@ namespace darkformer {
 
 class LfkKernelImpl : public LogFeatureKernel {
  public:
-  LfkKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options {
+    FeatureKernelOptions features;  // no redraw: W trains
+    static Options Read(const ConfigReader& reader);  // and refuses unknown keys
+  };
+  LfkKernelImpl(const KernelShape& shape, const Options& options);
   std::string kernel_name() const override { return "lfk"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;

@@ -5,9 +5,14 @@
 
 namespace darkformer {
 
-PerformerKernelImpl::PerformerKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)) {
-  options.RejectUnknown();
+PerformerKernelImpl::Options PerformerKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o{FeatureKernelOptions::Read(reader, /*with_redraw=*/true, /*with_op=*/true)};
+  reader.RejectUnknown();
+  return o;
+}
+
+PerformerKernelImpl::PerformerKernelImpl(const KernelShape& shape, const Options& options)
+    : LogFeatureKernel(shape, options.features) {
   RegisterDraw(shape.head_dim);
 }
 

@@ -8,7 +8,11 @@ namespace darkformer {
 
 class PerformerKernelImpl : public LogFeatureKernel {
  public:
-  PerformerKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options {
+    FeatureKernelOptions features;
+    static Options Read(const ConfigReader& reader);  // and refuses unknown keys
+  };
+  PerformerKernelImpl(const KernelShape& shape, const Options& options);
   std::string kernel_name() const override { return "performer"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;

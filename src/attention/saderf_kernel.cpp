@@ -13,11 +13,8 @@ torch::Tensor SaderfPsi(const torch::Tensor& x_ND, const torch::Tensor& y_ND) {
   return torch::where(valid, (y_sq / x_sq.clamp_min(1e-300)).pow(0.25), torch::ones_like(x_sq));
 }
 
-SaderfKernelImpl::SaderfKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : GerfKernelImpl(shape, options, /*reject_unknown=*/false) {
-  // FAVOR# is defined with the optimal A; a fixed `a` is still accepted.
-  optimal_a_ = options.Get<std::string>("a", "optimal", "optimal (FAVOR#'s definition) or a fixed A < 1/8") == "optimal";
-  options.RejectUnknown();
+SaderfKernelImpl::SaderfKernelImpl(const KernelShape& shape, const Options& options)
+    : GerfKernelImpl(shape, options) {
   psi_ = register_buffer("psi", torch::ones({shape.head_dim}, torch::kFloat32));
 }
 

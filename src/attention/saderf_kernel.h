@@ -15,7 +15,13 @@ torch::Tensor SaderfPsi(const torch::Tensor& x_ND, const torch::Tensor& y_ND);
 
 class SaderfKernelImpl : public GerfKernelImpl {
  public:
-  SaderfKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  // gerf's options; FAVOR# is defined with the optimal A, and a fixed `a` is still accepted.
+  struct Options : GerfKernelImpl::Options {
+    static Options Read(const ConfigReader& reader) {
+      return {GerfKernelImpl::Options::Read(reader, "optimal", "optimal (FAVOR#'s definition) or a fixed A < 1/8")};
+    }
+  };
+  SaderfKernelImpl(const KernelShape& shape, const Options& options);
   std::string kernel_name() const override { return "saderf"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;

@@ -10,13 +10,17 @@
 
 namespace darkformer {
 
-SignedFeatureKernel::SignedFeatureKernel(const KernelShape& shape, const ConfigReader& options, bool with_redraw,
-                                         int64_t default_features)
-    : FeatureKernelBase(shape, FeatureKernelOptions::Read(options, with_redraw, /*with_op=*/false, default_features)) {
-  normaliser_floor_ = options.Get<double>(
-      "normaliser_floor", normaliser_floor_,
+SignedFeatureKernel::SignedOptions SignedFeatureKernel::SignedOptions::Read(const ConfigReader& reader, bool with_redraw,
+                                                                           int64_t default_features) {
+  SignedOptions o{FeatureKernelOptions::Read(reader, with_redraw, /*with_op=*/false, default_features)};
+  o.normaliser_floor = reader.Get<double>(
+      "normaliser_floor", o.normaliser_floor,
       KeySpec("the normaliser's magnitude is floored here (sign kept): finite where it crosses zero").Above(0));
+  return o;
 }
+
+SignedFeatureKernel::SignedFeatureKernel(const KernelShape& shape, const SignedOptions& options)
+    : FeatureKernelBase(shape, options.features), normaliser_floor_(options.normaliser_floor) {}
 
 torch::Tensor SignedFeatureKernel::Inputs(const torch::Tensor& q_BNLD, torch::ScalarType dtype,
                                           const AttentionCall& call) const {

@@ -32,9 +32,15 @@ class SignedFeatureKernel : public FeatureKernelBase {
   torch::Tensor Inputs(const torch::Tensor& q_BNLD, torch::ScalarType dtype, const AttentionCall& call) const;
 
  protected:
-  // Reads the shared options (no `fused`: there is no fused path) and normaliser_floor.
-  SignedFeatureKernel(const KernelShape& shape, const ConfigReader& options, bool with_redraw,
-                      int64_t default_features = FeatureKernelOptions::kDefaultFeatures);
+  // The shared options (no `op`: there is no fused path) and normaliser_floor; the kernel reads
+  // its own after them and refuses unknown keys.
+  struct SignedOptions {
+    FeatureKernelOptions features;
+    double normaliser_floor = 1e-6;
+    static SignedOptions Read(const ConfigReader& reader, bool with_redraw,
+                              int64_t default_features = FeatureKernelOptions::kDefaultFeatures);
+  };
+  SignedFeatureKernel(const KernelShape& shape, const SignedOptions& options);
   // Whether the maps see x = sqrt(s) q (the default) or q itself (slay: a kernel of directions).
   virtual bool ScalesInputs() const { return true; }
 
@@ -45,7 +51,7 @@ class SignedFeatureKernel : public FeatureKernelBase {
   // Key side: f(y) exp(c - sg(c)) (value f(y), gradient of exp(c)) and log-scale sg(c).
   KeyBlock Keys(const torch::Tensor& y_BNLD) const;
 
-  double normaliser_floor_ = 1e-6;
+  double normaliser_floor_;
 };
 
 }  // namespace darkformer

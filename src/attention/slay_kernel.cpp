@@ -33,13 +33,18 @@ torch::Tensor YatQuadrature(const torch::Tensor& t, double epsilon, int64_t node
   return (x.pow(2) * (a / c) * (2 * u / c * x).exp()).sum(-1);
 }
 
-SlayKernelImpl::SlayKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : SignedFeatureKernel(shape, options, /*with_redraw=*/true, kDefaultSlayFeatures) {
-  nodes_ = options.Get<int64_t>("nodes", nodes_, KeySpec("Gauss-Laguerre nodes n").Above(0));
-  epsilon_ = options.Get<double>("epsilon", epsilon_, KeySpec("C = 2 + epsilon, so K <= 1/epsilon").Above(0, "003 Lemma 1"));
-  sketch_dim_ = options.Get<int64_t>("sketch_dim", sketch_dim_,
+SlayKernelImpl::Options SlayKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o{SignedOptions::Read(reader, /*with_redraw=*/true, kDefaultSlayFeatures)};
+  o.nodes = reader.Get<int64_t>("nodes", o.nodes, KeySpec("Gauss-Laguerre nodes n").Above(0));
+  o.epsilon = reader.Get<double>("epsilon", o.epsilon, KeySpec("C = 2 + epsilon, so K <= 1/epsilon").Above(0, "003 Lemma 1"));
+  o.sketch_dim = reader.Get<int64_t>("sketch_dim", o.sketch_dim,
                                      KeySpec("P: the product sketch of q^ (x) q^").Min(0, "0 = the exact d^2 coordinates"));
-  options.RejectUnknown();
+  reader.RejectUnknown();
+  return o;
+}
+
+SlayKernelImpl::SlayKernelImpl(const KernelShape& shape, const Options& options)
+    : SignedFeatureKernel(shape, options), epsilon_(options.epsilon), nodes_(options.nodes), sketch_dim_(options.sketch_dim) {
   RegisterDraw(shape.head_dim);
   if (sketch_dim_ > 0) {
     auto generator = at::make_generator<at::CPUGeneratorImpl>(DrawSeed(KernelSeed(options_.seed, shape), 0) + 7);

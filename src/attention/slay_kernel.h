@@ -22,7 +22,13 @@ torch::Tensor YatQuadrature(const torch::Tensor& t, double epsilon, int64_t node
 
 class SlayKernelImpl : public SignedFeatureKernel {
  public:
-  SlayKernelImpl(const KernelShape& shape, const ConfigReader& options);
+  struct Options : SignedOptions {
+    int64_t nodes = 3;
+    double epsilon = 0.1;
+    int64_t sketch_dim = 16;  // 0: the exact d^2 tensor features
+    static Options Read(const ConfigReader& reader);  // and refuses unknown keys
+  };
+  SlayKernelImpl(const KernelShape& shape, const Options& options);
   std::string kernel_name() const override { return "slay"; }
   // The feature map of q or k (any norm; normalised here): x_BNLD -> BNL(n P m).
   torch::Tensor Features(const torch::Tensor& x_BNLD) const;
@@ -37,9 +43,9 @@ class SlayKernelImpl : public SignedFeatureKernel {
   static constexpr int64_t kDefaultSlayFeatures = 16;
   bool ScalesInputs() const override { return false; }
 
-  double epsilon_ = 0.1;
-  int64_t nodes_ = 3, sketch_dim_ = 16;  // sketch_dim 0: the exact d^2 tensor features
-  torch::Tensor sketch_;                 // 2 x p x d Gaussian rows (buffer), when sketched
+  double epsilon_;
+  int64_t nodes_, sketch_dim_;  // sketch_dim 0: the exact d^2 tensor features
+  torch::Tensor sketch_;        // 2 x p x d Gaussian rows (buffer), when sketched
 };
 TORCH_MODULE(SlayKernel);
 

@@ -7,9 +7,13 @@
 
 namespace darkformer {
 
-TrigKernelImpl::TrigKernelImpl(const KernelShape& shape, const ConfigReader& options)
-    : SignedFeatureKernel(shape, options, /*with_redraw=*/true) {
-  options.RejectUnknown();
+TrigKernelImpl::Options TrigKernelImpl::Options::Read(const ConfigReader& reader) {
+  Options o{SignedOptions::Read(reader, /*with_redraw=*/true)};
+  reader.RejectUnknown();
+  return o;
+}
+
+TrigKernelImpl::TrigKernelImpl(const KernelShape& shape, const Options& options) : SignedFeatureKernel(shape, options) {
   RegisterDraw(shape.head_dim);
 }
 

@@ -91,12 +91,12 @@ RunConfig RunConfig::Read(const ConfigReader& reader) {
   const auto attention = reader.Child(
       "attention", "each layer's kernel, and each kernel's options (attention.<kernel>), checked even when no layer uses it");
   c.attention = AttentionConfig::FromConfig(attention, c.model.num_hidden_layers);
-  // Kernels read their own option sections when built: build each kernel in use once now, so a
-  // bad kernel option fails at load (naming its key path) rather than after the run has started.
-  // Sections of kernels this run does not use are checked too: an option that would be rejected
-  // once the kernel is switched on (a sweep axis, a finetune) is an error today, not later. They
-  // read through `attention`, so their defaults join the run's (a resume compares them filled in);
-  // a declaring reader builds every kernel, declaring every kernel's options.
+  // Each kernel in use reads its option section now by its declarations (Options::Read, what the
+  // kernel is built from later), so a bad kernel option fails at load naming its key path, and
+  // nothing is built or drawn. Sections of kernels this run does not use are checked too: an
+  // option that would be rejected once the kernel is switched on (a sweep axis, a finetune) is an
+  // error today, not later. They read through `attention`, so their defaults join the run's (a
+  // resume compares them filled in); a declaring reader reads every kernel's, declaring them all.
   std::vector<std::string> names;  // those in use first, then the other sections, each once
   const auto add = [&names](const std::string& name) {
     if (std::find(names.begin(), names.end(), name) == names.end()) names.push_back(name);
@@ -106,10 +106,7 @@ RunConfig RunConfig::Read(const ConfigReader& reader) {
     if (reader.declaring() || (c.attention.options.IsMap() && c.attention.options[name])) add(name);
   }
   CheckKernelDrawsFit(c.attention, c.model);
-  for (const auto& name : names) {
-    MakeAttentionKernel(name, KernelShape{c.model.num_attention_heads, c.model.head_dim, 0},
-                        attention.Child(name, KeySpec(KernelDescription(name))));
-  }
+  for (const auto& name : names) CheckKernelOptions(name, attention.Child(name, KeySpec(KernelDescription(name))));
   c.data = DataConfig::FromConfig(reader.Child("data", "the token stream: prepared shards or generated MQAR"));
   // RoPE could compute later positions, but the model declares it does not support them.
   DF_CHECK(c.data.seq_len <= c.model.max_position_embeddings,

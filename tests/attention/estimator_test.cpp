@@ -115,8 +115,9 @@ void CheckKernelOverSeeds(const char* name, const std::string& options, double t
   shape.num_heads = 1;
   shape.head_dim = 4;
   for (int64_t seed = 0; seed < n; ++seed) {
-    Kernel kernel(shape, ConfigReader(YAML::Load(options + ", num_features: " + std::to_string(m) +
-                                                 ", seed: " + std::to_string(seed) + "}"), "attention.kernel"));
+    Kernel kernel(shape, Kernel::ContainedType::Options::Read(ConfigReader(
+                             YAML::Load(options + ", num_features: " + std::to_string(m) + ", seed: " + std::to_string(seed) + "}"),
+                             "attention.kernel")));
     kernel->to(torch::kFloat64);
     if (prepare) prepare(kernel);
     torch::NoGradGuard no_grad;

@@ -26,12 +26,23 @@ namespace {
 // unbiased for exp(x.y / t) (000 Lemma 2.1 applied to x / sqrt(t)).
 class ToyKernelImpl : public LogFeatureKernel {
  public:
-  ToyKernelImpl(const KernelShape& shape, const ConfigReader& options)
-      : LogFeatureKernel(shape, FeatureKernelOptions::Read(options, /*with_redraw=*/true, /*with_op=*/true)),
-        temperature_(options.Get("temperature", 2.0, KeySpec("t: the features estimate exp(x.y / t)").Above(0))) {
-    options.RejectUnknown();
+  // Its options, read by their declarations (the config check) and built from (the factory).
+  struct Options {
+    FeatureKernelOptions features;
+    double temperature = 2.0;
+    static Options Read(const ConfigReader& reader) {
+      Options o{FeatureKernelOptions::Read(reader, /*with_redraw=*/true, /*with_op=*/true)};
+      o.temperature = reader.Get("temperature", o.temperature, KeySpec("t: the features estimate exp(x.y / t)").Above(0));
+      reader.RejectUnknown();
+      return o;
+    }
+  };
+  ToyKernelImpl(const KernelShape& shape, const Options& options)
+      : LogFeatureKernel(shape, options.features), temperature_(options.temperature) {
     RegisterDraw(shape.head_dim);
+    ++built;
   }
+  static inline int built = 0;  // kernels constructed so far
   std::string kernel_name() const override { return "toy"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool /*is_query*/) const override {
@@ -49,13 +60,8 @@ TORCH_MODULE(ToyKernel);
 
 // The registration: the one line a built-in kernel has in kernel_registry.cpp.
 const bool kToyRegistered = [] {
-  RegisterAttentionKernel(
-      "toy",
-      [](const KernelShape& shape, const ConfigReader& options) {
-        std::shared_ptr<AttentionKernelImpl> kernel = ToyKernel(shape, options).ptr();
-        return AttentionKernel(kernel);
-      },
-      "a test's toy: Performer features at a temperature t, unbiased for exp(x.y / t)");
+  RegisterAttentionKernel("toy", FactoryOf<ToyKernel>(), OptionsCheckOf<ToyKernel>(),
+                          "a test's toy: Performer features at a temperature t, unbiased for exp(x.y / t)");
   return true;
 }();
 
@@ -69,10 +75,9 @@ TEST(ToyKernelTest, TheRegistryDescribesIt) {
   EXPECT_EQ(t.option_defaults.at("num_features"), "256");
   const auto positive = KernelNames(KernelFamily::kPositive);
   EXPECT_NE(std::find(positive.begin(), positive.end(), "toy"), positive.end());
-  EXPECT_THROW(RegisterAttentionKernel("toy", [](const KernelShape&, const ConfigReader&) { return AttentionKernel(nullptr); }, ""),
-               Error);
-  EXPECT_THROW(RegisterAttentionKernel("Bad-Name", [](const KernelShape&, const ConfigReader&) { return AttentionKernel(nullptr); }, ""),
-               Error);
+  EXPECT_THROW(RegisterAttentionKernel("toy", FactoryOf<ToyKernel>(), OptionsCheckOf<ToyKernel>(), ""), Error);
+  EXPECT_THROW(RegisterAttentionKernel("Bad-Name", FactoryOf<ToyKernel>(), OptionsCheckOf<ToyKernel>(), ""), Error);
+  EXPECT_THROW(RegisterAttentionKernel("toy_without_check", FactoryOf<ToyKernel>(), nullptr, ""), Error);
 }
 
 TEST(ToyKernelTest, ItsOptionIsDeclaredDocumentedAndValidated) {
@@ -89,6 +94,11 @@ TEST(ToyKernelTest, ItsOptionIsDeclaredDocumentedAndValidated) {
   EXPECT_NE(KeyTableMarkdown(keys).find("attention.toy.temperature"), std::string::npos);
 
   testing::TempDir dir;
+  // A run config's kernel options are read by their declarations: reading one builds no kernel.
+  const int built_before = ToyKernelImpl::built;
+  const auto config = testing::TinyRunConfig(dir.path(), "toy", {"attention.toy.temperature=3"});
+  EXPECT_EQ(ToyKernelImpl::built, built_before);
+  EXPECT_EQ(config.resolved["attention"]["toy"]["temperature"].as<double>(), 3.0);
   try {
     Trainer(testing::TinyRunConfig(dir.path(), "toy", {"attention.toy.temperature=0"}));
     FAIL() << "temperature 0 was accepted";
