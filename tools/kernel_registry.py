@@ -1,6 +1,7 @@
 """The registered attention kernels, asked of the binary (`darkformer inspect --kernels --json`):
-their names, families (exact, positive, signed, baseline) and option defaults. The tools read them
-here rather than keep a copy, so a new kernel appears in every table without touching them.
+their names (in the registry's order), families (exact, positive, signed, baseline) and option
+defaults. The tools read them here rather than keep a copy, so a new kernel appears in every table
+without touching them.
 
 The binary: $DARKFORMER_BIN, else $DARKFORMER_BINARY_DIR/darkformer (as the tests set it), else
 build/darkformer of this checkout.
@@ -12,12 +13,6 @@ import os
 import subprocess
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FAMILY_ORDER = ("exact", "positive", "signed", "baseline")
-# Presentation only, the tables' and legends' row order: exact, the paper's kernels, the seeds'
-# kernels, the baselines. A registered kernel not named here still appears, after these, by
-# family and name; a name here that is not registered is skipped.
-LEADING = ("exact", "darkformer", "performer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay",
-           "flexformer", "random", "constant")
 
 
 def binary():
@@ -50,7 +45,7 @@ def with_option(option):
 
 
 def display_order():
-    """LEADING's order, then any other registered kernel by family (positive, signed, baseline) and name."""
-    rest = sorted((k for k in kernels() if k["name"] not in LEADING),
-                  key=lambda k: (FAMILY_ORDER.index(k["family"]), k["name"]))
-    return [n for n in LEADING if n in names()] + [k["name"] for k in rest]
+    """The order tables and legends list the kernels in: the binary's, declared once in its registry
+    (src/attention/kernel_registry.cpp: exact, the paper's kernels, the seeds', the baselines; a
+    kernel registered later after them)."""
+    return names()

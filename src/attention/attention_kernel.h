@@ -94,7 +94,10 @@ class AttentionKernelImpl : public torch::nn::Module {
   // Whether forward() honours call.document_ids_BL itself (a mask, or state resets inside its
   // operator); false: Attend runs it once per document.
   virtual bool HandlesDocuments(const AttentionCall& /*call*/) const { return false; }
-  virtual std::string kernel_name() const = 0;
+  // The name the registry built it under (kernel_registry.cpp writes each name once); "" for a
+  // kernel constructed directly (a test's).
+  const std::string& kernel_name() const { return kernel_name_; }
+  void set_kernel_name(std::string name) { kernel_name_ = std::move(name); }
   // Whether the kernel honours AttentionCall::softcap / sliding_window (random-feature kernels
   // cannot; the model warns at build, naming the layers).
   virtual bool supports_softcap() const { return false; }
@@ -131,6 +134,9 @@ class AttentionKernelImpl : public torch::nn::Module {
                                         const shadow::Shadow& k, const shadow::Shadow& v) const {
     return ShadowSdpa(tape, call, q, k, v, /*saves_mask=*/false);
   }
+
+ private:
+  std::string kernel_name_;
 };
 
 TORCH_MODULE(AttentionKernel);

@@ -20,7 +20,6 @@ class RandomKernelImpl : public AttentionKernelImpl {
   // memory: acceptable for a baseline, not for long contexts.
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
-  std::string kernel_name() const override { return "random"; }
   std::vector<at::Generator> forward_generators() const override { return {generator_}; }
   // Packed documents: weights outside the query's document are zeroed before normalising.
   bool HandlesDocuments(const AttentionCall& /*call*/) const override { return true; }
@@ -42,7 +41,6 @@ class ConstantKernelImpl : public AttentionKernelImpl {
   ConstantKernelImpl(const KernelShape& shape, const Options& options);
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                         const AttentionCall& call) override;
-  std::string kernel_name() const override { return "constant"; }
   // Packed documents: the running mean restarts per document (Attend runs one call per document).
   // The running sum of v (fp32) and the token count.
   torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,

@@ -22,7 +22,6 @@ class DerfKernelImpl : public LogFeatureKernel {
     static Options Read(const ConfigReader& reader, Variant variant);  // and refuses unknown keys
   };
   DerfKernelImpl(const KernelShape& shape, const Options& options, Variant variant);
-  std::string kernel_name() const override { return variant_ == Variant::kAsymmetric ? "aderf" : "sderf"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override { return {projection_, a_, p_query_, p_key_}; }

@@ -21,7 +21,6 @@ class ExactKernelImpl : public AttentionKernelImpl {
   ExactKernelImpl(const KernelShape& shape, const Options& options);
   torch::Tensor forward(const torch::Tensor& q_BHLD, const torch::Tensor& k_BKLD,
                         const torch::Tensor& v_BKLD, const AttentionCall& call) override;
-  std::string kernel_name() const override { return "exact"; }
   // A KV cache of the KV heads (not repeated); sliding-window layers keep only the last
   // window - 1 tokens (all a later token can see); logits in fp32, soft-capped as in forward.
   torch::Tensor Decode(std::unique_ptr<DecodeState>& state, const torch::Tensor& q_BHTD, const torch::Tensor& k_BKTD,

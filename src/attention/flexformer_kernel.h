@@ -21,7 +21,6 @@ class FlexformerKernelImpl : public SignedFeatureKernel {
     static Options Read(const ConfigReader& reader);  // and refuses unknown keys
   };
   FlexformerKernelImpl(const KernelShape& shape, const Options& options);
-  std::string kernel_name() const override { return "flexformer"; }
   // f(x) for x_BHLD (H = the kernel's heads): BHL(2n).
   torch::Tensor FourierFeatures(const torch::Tensor& x_BHLD) const;
   torch::Tensor SignedFeatures(const torch::Tensor& x_BHLD) const override { return FourierFeatures(x_BHLD); }

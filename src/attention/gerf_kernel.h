@@ -32,7 +32,6 @@ class GerfKernelImpl : public LogFeatureKernel {
                         const char* a_doc = "A < 1/8 (0 = performer), or optimal: A* of 002 eq. 13 from a calibration batch (a buffer)");
   };
   GerfKernelImpl(const KernelShape& shape, const Options& options);
-  std::string kernel_name() const override { return "gerf"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override { return {projection_, a_}; }

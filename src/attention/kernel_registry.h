@@ -40,7 +40,11 @@ KernelOptionsCheck OptionsCheckOf() {
 // Throws listing the valid names when `name` is unknown.
 AttentionKernel MakeAttentionKernel(const std::string& name, const KernelShape& shape,
                                     const ConfigReader& options);
+// Alphabetical (configs, errors and test names list them so).
 std::vector<std::string> KernelNames();
+// The registry's own order, the one tables and legends use (`inspect --kernels`, read by
+// tools/kernel_registry.py): exact, the paper's kernels, the seeds' kernels, the baselines.
+std::vector<std::string> KernelNamesInTableOrder();
 // Adds `name` to the table, before the kernels are first asked for (traits are memoised); refused
 // when the name is taken or not a plain lowercase identifier (it becomes a config section).
 void RegisterAttentionKernel(const std::string& name, KernelFactory factory, KernelOptionsCheck check_options,

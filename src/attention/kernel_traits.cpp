@@ -60,7 +60,7 @@ const KernelTraits& TraitsOf(const std::string& name) {
 
 std::vector<KernelTraits> AllKernelTraits() {
   std::vector<KernelTraits> all;
-  for (const auto& name : KernelNames()) all.push_back(TraitsOf(name));
+  for (const auto& name : KernelNamesInTableOrder()) all.push_back(TraitsOf(name));
   return all;
 }
 

@@ -30,6 +30,7 @@ struct KernelTraits {
 
 // Built once per name at default options (4 heads of 16 dims) and memoised.
 const KernelTraits& TraitsOf(const std::string& name);
+// In the registry's table order (KernelNamesInTableOrder).
 std::vector<KernelTraits> AllKernelTraits();
 std::vector<std::string> KernelNames(KernelFamily family);
 

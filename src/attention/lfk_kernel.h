@@ -13,7 +13,6 @@ class LfkKernelImpl : public LogFeatureKernel {
     static Options Read(const ConfigReader& reader);  // and refuses unknown keys
   };
   LfkKernelImpl(const KernelShape& shape, const Options& options);
-  std::string kernel_name() const override { return "lfk"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override;

@@ -22,7 +22,6 @@ class SaderfKernelImpl : public GerfKernelImpl {
     }
   };
   SaderfKernelImpl(const KernelShape& shape, const Options& options);
-  std::string kernel_name() const override { return "saderf"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override { return {projection_, a_, psi_}; }

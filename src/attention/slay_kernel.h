@@ -29,7 +29,6 @@ class SlayKernelImpl : public SignedFeatureKernel {
     static Options Read(const ConfigReader& reader);  // and refuses unknown keys
   };
   SlayKernelImpl(const KernelShape& shape, const Options& options);
-  std::string kernel_name() const override { return "slay"; }
   // The feature map of q or k (any norm; normalised here): x_BNLD -> BNL(n P m).
   torch::Tensor Features(const torch::Tensor& x_BNLD) const;
   torch::Tensor SignedFeatures(const torch::Tensor& x_BNLD) const override { return Features(x_BNLD); }

@@ -15,7 +15,6 @@ class TrigKernelImpl : public SignedFeatureKernel {
     static Options Read(const ConfigReader& reader);  // and refuses unknown keys
   };
   TrigKernelImpl(const KernelShape& shape, const Options& options);
-  std::string kernel_name() const override { return "trig"; }
   // f(x) = [sin Wx, cos Wx] / sqrt(m) for x_BNLD: BNL(2m).
   torch::Tensor SignedFeatures(const torch::Tensor& x_BNLD) const override;
   // c(x) = |x|^2 / 2.

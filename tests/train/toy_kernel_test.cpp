@@ -43,7 +43,6 @@ class ToyKernelImpl : public LogFeatureKernel {
     ++built;
   }
   static inline int built = 0;  // kernels constructed so far
-  std::string kernel_name() const override { return "toy"; }
   torch::Tensor LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                 bool /*is_query*/) const override {
     return LogPositiveFeatures(x_BNLD / std::sqrt(temperature_), params.at(0));
@@ -75,6 +74,13 @@ TEST(ToyKernelTest, TheRegistryDescribesIt) {
   EXPECT_EQ(t.option_defaults.at("num_features"), "256");
   const auto positive = KernelNames(KernelFamily::kPositive);
   EXPECT_NE(std::find(positive.begin(), positive.end(), "toy"), positive.end());
+  // Its name is written once, in the registration: the kernel built under it carries it, and it
+  // follows the built-in kernels in the tables' order.
+  const auto kernel = MakeAttentionKernel("toy", KernelShape{2, 8, 0}, ConfigReader(YAML::Load("{}"), "attention.toy"));
+  EXPECT_EQ(kernel->kernel_name(), "toy");
+  const auto order = KernelNamesInTableOrder();
+  EXPECT_EQ(order.back(), "toy");
+  EXPECT_EQ(std::vector<std::string>(order.begin(), order.begin() + 3), (std::vector<std::string>{"exact", "darkformer", "performer"}));
   EXPECT_THROW(RegisterAttentionKernel("toy", FactoryOf<ToyKernel>(), OptionsCheckOf<ToyKernel>(), ""), Error);
   EXPECT_THROW(RegisterAttentionKernel("Bad-Name", FactoryOf<ToyKernel>(), OptionsCheckOf<ToyKernel>(), ""), Error);
   EXPECT_THROW(RegisterAttentionKernel("toy_without_check", FactoryOf<ToyKernel>(), nullptr, ""), Error);
