@@ -29,22 +29,11 @@ failures = []
 
 # (family, label, attention section). Gemma 1 covers every kernel; Gemma 2 / 3 add softcaps,
 # sliding windows, q/k norms and local RoPE around a few.
-CASES = [
-    ("gemma", "performer", {"kernel": "performer", "performer": {"num_features": 32}}),
-    ("gemma", "darkformer", {"kernel": "darkformer", "darkformer": {"num_features": 32, "init": "whitening"}}),
-    ("gemma", "darkformer-shared-r8", {"kernel": "darkformer",
-                                       "darkformer": {"num_features": 32, "share_across_heads": True, "rank": 8}}),
-    ("gemma", "lfk", {"kernel": "lfk", "lfk": {"num_features": 32}}),
-    ("gemma", "gerf", {"kernel": "gerf", "gerf": {"num_features": 32, "a": "optimal"}}),
-    ("gemma", "saderf", {"kernel": "saderf", "saderf": {"num_features": 32}}),
-    ("gemma", "aderf", {"kernel": "aderf", "aderf": {"num_features": 32}}),
-    ("gemma", "sderf", {"kernel": "sderf", "sderf": {"num_features": 32}}),
-    ("gemma", "trig", {"kernel": "trig", "trig": {"num_features": 32}}),
-    ("gemma", "slay", {"kernel": "slay"}),
-    ("gemma", "slay-exact-poly", {"kernel": "slay", "slay": {"sketch_dim": 0, "num_features": 8}}),
-    ("gemma", "flexformer", {"kernel": "flexformer", "flexformer": {"num_features": 32, "variant": "nonstationary"}}),
-    ("gemma", "random", {"kernel": "random", "random": {"seed": 5}}),
-    ("gemma", "constant", {"kernel": "constant"}),
+# (family, label, attention section): each kernel port's own cases (ports/<name>.py's PARITY_CASES,
+# on gemma), then the cases about layers and families rather than one kernel.
+CASES = [("gemma", label, {"kernel": name, **({name: options} if options else {})})
+         for name in hc.darkformer_hf.spec.KERNELS
+         for label, options in hc.darkformer_hf.ports.port(name).PARITY_CASES] + [
     ("gemma", "per-layer", {"kernel": "darkformer", "per_layer": {0: "exact"}, "darkformer": {"num_features": 32}}),
     ("gemma2", "darkformer", {"kernel": "darkformer", "darkformer": {"num_features": 32}}),
     ("gemma2", "trig", {"kernel": "trig", "trig": {"num_features": 32}}),

@@ -117,10 +117,10 @@ def _feature_attention(kernel, query, key, value, scaling):
     q = query.to(dtype)
     name, root = kernel.kernel_name, math.sqrt(scaling)
     if name in features.POSITIVE:
-        lq = features.log_features(name, state, q * root, is_query=True)
-        lk = features.log_features(name, state, k * root, is_query=False)
+        lq = features.log_features(name, state, kernel.options, q * root, is_query=True)
+        lk = features.log_features(name, state, kernel.options, k * root, is_query=False)
         return positive_attention(lq, lk, v)
-    scale = 1.0 if name == "slay" else root  # slay is a kernel of directions: no scale
+    scale = root if features.scales_inputs(name) else 1.0
     qf, _ = features.signed_features(name, state, kernel.options, q * scale)
     kf, c = features.signed_features(name, state, kernel.options, k * scale)
     b = c if c is not None else torch.zeros(kf.shape[:3], dtype=dtype, device=kf.device)

@@ -1,4 +1,5 @@
-"""Feature maps of darkformer's kernels, ported from src/attention/*_kernel.cpp.
+"""Feature maps of darkformer's kernels: the math several ports share, and the dispatch to each
+kernel's port (ports/<name>.py, written from src/attention/<name>_kernel.cpp).
 
 Every map takes x (already sqrt(s) q, or q itself for slay) as BHLD in fp32 and returns:
 - positive kernels: log phi (BHLM), stabilised later as in positive_features.h;
@@ -11,9 +12,10 @@ import math
 import torch
 
 from . import spec
+from .ports import port
 
-POSITIVE = ("performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf")
-SIGNED = ("trig", "slay", "flexformer")
+POSITIVE = tuple(n for n in spec.KERNELS if spec.family(n) == "positive")
+SIGNED = tuple(n for n in spec.KERNELS if spec.family(n) == "signed")
 
 
 def log_positive_features(x, w):
@@ -41,23 +43,10 @@ def derf_log_features(x, w, a, p):
     return (z * one_minus_4a.sqrt()) @ w.t() + per_feature - 0.5 * z.pow(2).sum(-1, keepdim=True)
 
 
-def log_features(name, state, x, is_query):
-    if name == "performer":
-        return log_positive_features(x, state["projection"])
-    if name == "lfk":
-        return log_positive_features(x, state["W"])
-    if name == "darkformer":
-        mx = x @ state["M"].transpose(-1, -2).unsqueeze(0)  # M per head (H, r, d) or shared (1, r, d)
-        return log_positive_features(mx, state["projection"])
-    if name == "gerf":
-        return gerf_log_features(x, state["projection"], state["a"])
-    if name == "saderf":
-        psi = state["psi"]
-        return gerf_log_features(x * psi if is_query else x / psi, state["projection"], state["a"])
-    if name in ("aderf", "sderf"):
-        p = state["p_query"] if is_query else state["p_key"]
-        return derf_log_features(x, state["projection"], state["a"], p)
-    raise ValueError(f"'{name}' is not a positive-feature kernel")
+def log_features(name, state, options, x, is_query):
+    if name not in POSITIVE:
+        raise ValueError(f"'{name}' is not a positive-feature kernel")
+    return port(name).log_features(state, lambda key: spec.option(name, options, key), x, is_query)
 
 
 def gauss_laguerre(n):
@@ -70,48 +59,13 @@ def gauss_laguerre(n):
     return nodes, vectors[0].pow(2)
 
 
-def slay_features(state, options, x):
-    unit = x / x.norm(2, -1, keepdim=True).clamp_min(1e-12)
-    sketch_dim = int(spec.option("slay", options, "sketch_dim"))
-    if sketch_dim > 0:
-        s = state["sketch"]
-        poly = (unit @ s[0].t()) * (unit @ s[1].t()) / math.sqrt(float(sketch_dim))
-    else:
-        poly = (unit.unsqueeze(-1) * unit.unsqueeze(-2)).flatten(-2)
-    epsilon, nodes = float(spec.option("slay", options, "epsilon")), int(spec.option("slay", options, "nodes"))
-    u, a = gauss_laguerre(nodes)
-    c, w = 2 + epsilon, state["projection"]
-    proj = unit @ w.t()
-    parts = []
-    for i in range(nodes):
-        beta, weight = 2 * u[i].item() / c, math.sqrt(a[i].item() / c)
-        exp = (math.sqrt(beta) * proj - 0.5 * beta).exp() / math.sqrt(float(w.shape[0]))
-        parts.append((weight * poly.unsqueeze(-1) * exp.unsqueeze(-2)).flatten(-2))
-    return torch.cat(parts, -1)
-
-
-def flexformer_features(state, options, x):
-    w = state["frequencies"]
-    n = float(w.shape[-2])
-    if spec.option("flexformer", options, "variant") != "nonstationary":
-        proj = x @ w.transpose(-1, -2).unsqueeze(0)
-        return torch.cat([proj.cos(), proj.sin()], -1) / math.sqrt(n)
-    w1, w2 = 0.5 * (w[:, 0] + w[:, 1]), 0.5 * (w[:, 0] - w[:, 1])  # 004 eq. 6
-    p1 = x @ w1.transpose(-1, -2).unsqueeze(0)
-    c2 = (x @ w2.transpose(-1, -2).unsqueeze(0)).cos()
-    return torch.cat([p1.cos() * c2, p1.sin() * c2], -1) / math.sqrt(n)
-
-
 def signed_features(name, state, options, x):
     """(f(x), c(x)) of a signed map: phi = exp(c) f."""
-    if name == "trig":
-        w = state["projection"]
-        proj = x @ w.t()
-        f = torch.cat([proj.sin(), proj.cos()], -1) / math.sqrt(float(w.shape[0]))
-        return f, 0.5 * x.pow(2).sum(-1)
-    if name == "slay":
-        return slay_features(state, options, x), None
-    if name == "flexformer":
-        c = x.pow(2).sum(-1) / state["tau"].exp().view(1, -1, 1)
-        return flexformer_features(state, options, x), c
-    raise ValueError(f"'{name}' is not a signed-feature kernel")
+    if name not in SIGNED:
+        raise ValueError(f"'{name}' is not a signed-feature kernel")
+    return port(name).signed_features(state, lambda key: spec.option(name, options, key), x)
+
+
+def scales_inputs(name):
+    """Whether the map sees x = sqrt(s) q (the default) or q itself (a kernel of directions)."""
+    return getattr(port(name), "SCALES_INPUTS", True)

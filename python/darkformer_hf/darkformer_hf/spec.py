@@ -1,28 +1,30 @@
 """The `darkformer` block of an exported config.json and the kernel tensors each layer carries.
 
-Pure Python (no torch): tools/convert_hf_gemma.py imports it too. Names and shapes follow the C++
-kernels (src/attention/*_kernel.cpp); the option defaults below are theirs, and
-tests/tools/test_hf_plugin.py checks both lists against `darkformer inspect --kernels --json`.
+Pure Python (no torch): tools/convert_hf_gemma.py imports it too. What the binary knows of its
+kernels (names in the tables' order, families, every option's default) comes from kernels.jsonl,
+the output of `darkformer inspect --kernels --json` shipped with the plug-in
+(tests/tools/test_plugin_ports.py checks it is current); each kernel's tensors and features come
+from its port (ports/<name>.py).
 """
+
+import json
+import os
+
+from .ports import port
 
 BLOCK_KEY = "darkformer"
 BLOCK_VERSION = 1
-KERNELS = ("exact", "performer", "darkformer", "lfk", "gerf", "saderf", "aderf", "sderf", "trig", "slay",
-           "flexformer", "random", "constant")
-DRAW = ("projection", "draw_seed", "draw_count")  # FeatureKernelBase::RegisterDraw
+_KERNELS_FILE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "kernels.jsonl")
+with open(_KERNELS_FILE) as _fh:
+    REGISTRY = {k["name"]: k for k in (json.loads(line) for line in _fh if line.strip())}
+KERNELS = tuple(REGISTRY)
+# {kernel: {option: the binary's default}}: an option absent from an exported block takes it.
+OPTION_DEFAULTS = {name: dict(k["options"]) for name, k in REGISTRY.items()}
 
-# The defaults of every kernel option the plug-in reads (an option absent from an exported block
-# takes the binary's default). Only these keys; the test compares each with the binary's.
-_FEATURES = {"num_features": 256, "seed": 0}
-OPTION_DEFAULTS = {
-    "exact": {}, "random": {"seed": 0}, "constant": {},
-    "performer": _FEATURES, "lfk": _FEATURES, "gerf": _FEATURES, "saderf": _FEATURES, "aderf": _FEATURES,
-    "sderf": _FEATURES,
-    "darkformer": {**_FEATURES, "rank": 0, "share_across_heads": False},
-    "trig": {**_FEATURES, "normaliser_floor": 1e-6},
-    "slay": {"num_features": 16, "seed": 0, "normaliser_floor": 1e-6, "sketch_dim": 16, "epsilon": 0.1, "nodes": 3},
-    "flexformer": {**_FEATURES, "normaliser_floor": 1e-6, "variant": "stationary"},
-}
+
+def family(name):
+    """exact | positive | signed | baseline, as the binary's traits say."""
+    return REGISTRY[name]["family"]
 
 
 def option(name, options, key):
@@ -59,31 +61,7 @@ def options_of(block, name):
 
 def expected_shapes(name, options, heads, head_dim):
     """{tensor name (relative to the layer's kernel prefix): shape} of one layer's kernel state."""
-    d = head_dim
-    if name in ("exact", "random", "constant"):
-        return {}
-    m = int(option(name, options, "num_features"))
-    if name == "lfk":
-        return {"W": (m, d)}
-    if name == "flexformer":
-        freq = (heads, 2, m, d) if option(name, options, "variant") == "nonstationary" else (heads, m, d)
-        return {"frequencies": freq, "tau": (heads,)}
-    rank = int(option(name, options, "rank") or d) if name == "darkformer" else d
-    shapes = {"projection": (m, rank), "draw_seed": (1,), "draw_count": (1,)}
-    if name == "darkformer":
-        shared = bool(option(name, options, "share_across_heads"))
-        shapes["M"] = (1 if shared else heads, rank, d)
-    elif name in ("gerf", "saderf"):
-        shapes["a"] = (1,)
-        if name == "saderf":
-            shapes["psi"] = (d,)
-    elif name in ("aderf", "sderf"):
-        shapes.update({"a": (d,), "p_query": (d, d), "p_key": (d, d)})
-    elif name == "slay":
-        p = int(option(name, options, "sketch_dim"))
-        if p > 0:
-            shapes["sketch"] = (2, p, d)
-    return shapes
+    return port(name).shapes(lambda key: option(name, options, key), heads, head_dim)
 
 
 def all_expected_shapes(block, num_layers, heads, head_dim):

@@ -1,0 +1,20 @@
+"""darkformer (darkformer_kernel.cpp): phi(x) = exp(W(Mx) - |Mx|^2/2)/sqrt(m), M per head or shared."""
+
+from . import draw_shapes
+
+
+def shapes(option, heads, head_dim):
+    rank = int(option("rank") or head_dim)
+    out = draw_shapes(int(option("num_features")), rank)
+    out["M"] = (1 if bool(option("share_across_heads")) else heads, rank, head_dim)
+    return out
+
+
+def log_features(state, option, x, is_query):
+    from ..features import log_positive_features
+    mx = x @ state["M"].transpose(-1, -2).unsqueeze(0)  # M per head (H, r, d) or shared (1, r, d)
+    return log_positive_features(mx, state["projection"])
+
+
+PARITY_CASES = [("darkformer", {"num_features": 32, "init": "whitening"}),
+                ("darkformer-shared-r8", {"num_features": 32, "share_across_heads": True, "rank": 8})]
