@@ -3,6 +3,7 @@
 
 #include "attention/kernel_registry.h"
 
+
 namespace darkformer {
 
 std::string AttentionConfig::KernelForLayer(int64_t layer) const {

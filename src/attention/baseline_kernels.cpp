@@ -2,6 +2,7 @@
 #include "attention/baseline_kernels.h"
 
 #include "attention/document_mask.h"
+#include "attention/kernel_registry.h"
 #include "util/mixed_precision.h"
 
 #include <ATen/CPUGeneratorImpl.h>
@@ -98,5 +99,13 @@ torch::Tensor ConstantKernelImpl::Decode(std::unique_ptr<DecodeState>& state, co
   s.tokens += new_tokens;
   return (sums_BHTD / counts_T1).to(v_BKTD.scalar_type());
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegisteredRandom = RegisterKernel<RandomKernel>(
+    "random", 110, "uniform random weights over allowed positions, normalised");
+[[maybe_unused]] const bool kRegisteredConstant = RegisterKernel<ConstantKernel>(
+    "constant", 120, "equal weights over allowed positions (running mean of v)");
+}  // namespace
 
 }  // namespace darkformer

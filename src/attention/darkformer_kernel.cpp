@@ -1,6 +1,7 @@
 // DARKFormer kernel (see darkformer_kernel.h).
 #include "attention/darkformer_kernel.h"
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -76,5 +77,11 @@ void DarkformerKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::T
   }
   M.copy_(m_HRD.to(M.options()));
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<DarkformerKernel>(
+    "darkformer", 10, "phi(x) = exp(W(Mx) - |Mx|^2/2)/sqrt(m): unbiased for exp(x^T M^T M y)");
+}  // namespace
 
 }  // namespace darkformer

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention/derf_parameters.h"
+#include "attention/kernel_registry.h"
 
 namespace darkformer {
 
@@ -46,5 +47,13 @@ void DerfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor&
   p_query_.copy_(p.p_query_DD);
   p_key_.copy_(p.p_key_DD);
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegisteredAderf = RegisterKernel<AderfKernel>(
+    "aderf", 60, "FAVOR# ADERF (002 Thm 4.2): gerf with A* on P x and P^-T y, P from an SVD of a calibration batch's second moments");
+[[maybe_unused]] const bool kRegisteredSderf = RegisterKernel<SderfKernel>(
+    "sderf", 70, "FAVOR# SDERF (002 Thm 4.3): x and y rotated by Q^T (eigenvectors of mean (x+y)(x+y)^T), a per-coordinate A*");
+}  // namespace
 
 }  // namespace darkformer

@@ -2,6 +2,7 @@
 #include "attention/exact_kernel.h"
 
 #include "attention/document_mask.h"
+#include "attention/kernel_registry.h"
 
 namespace darkformer {
 
@@ -157,5 +158,11 @@ torch::Tensor ExactKernelImpl::Decode(std::unique_ptr<DecodeState>& state, const
   cache.tokens += new_tokens;
   return out_BKGTD.reshape({batch, heads, new_tokens, d}).to(v_BKTD.scalar_type());
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<ExactKernel>(
+    "exact", 0, "softmax attention (SDPA, or the fp32 masked softmax)");
+}  // namespace
 
 }  // namespace darkformer

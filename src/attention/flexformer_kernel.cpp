@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -50,5 +51,11 @@ torch::Tensor FlexformerKernelImpl::LogScale(const torch::Tensor& x_BHLD) const 
 }
 
 double FlexformerKernelImpl::MaxLogFeature(const torch::Tensor& x_BHLD) const { return LogScale(x_BHLD).max().item<double>(); }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<FlexformerKernel>(
+    "flexformer", 100, "Flexformer (004): trainable Fourier frequencies for the Gaussian factor, learnable exp(tau)");
+}  // namespace
 
 }  // namespace darkformer

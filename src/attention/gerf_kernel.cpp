@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -82,5 +83,11 @@ void GerfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor&
   const int64_t d = q_BHLD.size(-1);
   SetOptimalA(q_BHLD.reshape({-1, d}) * root, k_BHLD.reshape({-1, d}) * root);
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<GerfKernel>(
+    "gerf", 40, "FAVOR++ (002 eq. 10): phi(x) = D exp(A|w|^2 + B w^T x - |x|^2/2)/sqrt(m), B = sqrt(1-4A), D = (1-4A)^(d/4)");
+}  // namespace
 
 }  // namespace darkformer

@@ -9,8 +9,8 @@
 #include "attention/darkformer_kernel.h"
 #include "attention/derf_parameters.h"
 #include "attention/gerf_kernel.h"
-#include "attention/saderf_kernel.h"
 #include "attention/kernel_registry.h"
+#include "attention/saderf_kernel.h"
 #include "util/config_reader.h"
 #include "util/error.h"
 

@@ -6,17 +6,6 @@
 #include <utility>
 #include <vector>
 
-#include "attention/baseline_kernels.h"
-#include "attention/darkformer_kernel.h"
-#include "attention/derf_kernel.h"
-#include "attention/exact_kernel.h"
-#include "attention/flexformer_kernel.h"
-#include "attention/gerf_kernel.h"
-#include "attention/lfk_kernel.h"
-#include "attention/performer_kernel.h"
-#include "attention/saderf_kernel.h"
-#include "attention/slay_kernel.h"
-#include "attention/trig_kernel.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -27,31 +16,13 @@ struct Registered {
   KernelFactory factory;
   KernelOptionsCheck check_options;
   std::string description;  // one line: what it computes, citing its seed paper
+  int table_row = kTableRowAfterBuiltIns;
 };
 
-template <typename KernelModule>
-Registered Entry(std::string description) {
-  return {FactoryOf<KernelModule>(), OptionsCheckOf<KernelModule>(), std::move(description)};
-}
-
-// In the order tables and legends list them (KernelNamesInTableOrder): exact, the paper's kernels,
-// the seeds' kernels, the baselines; kernels registered at run time follow.
+// Kept in the tables' order (table_row, then registration); filled by the kernels' own
+// registrations during static initialisation, hence a function-local static.
 std::vector<std::pair<std::string, Registered>>& Registry() {
-  static std::vector<std::pair<std::string, Registered>> registry = {
-      {"exact", Entry<ExactKernel>("softmax attention (SDPA, or the fp32 masked softmax)")},
-      {"darkformer", Entry<DarkformerKernel>("phi(x) = exp(W(Mx) - |Mx|^2/2)/sqrt(m): unbiased for exp(x^T M^T M y)")},
-      {"performer", Entry<PerformerKernel>("FAVOR+: phi(x) = exp(Wx - |x|^2/2)/sqrt(m), W rows ~ N(0, I)")},
-      {"lfk", Entry<LfkKernel>("Performer features with a trainable W (initialised by a draw)")},
-      {"gerf", Entry<GerfKernel>("FAVOR++ (002 eq. 10): phi(x) = D exp(A|w|^2 + B w^T x - |x|^2/2)/sqrt(m), B = sqrt(1-4A), D = (1-4A)^(d/4)")},
-      {"saderf", Entry<SaderfKernel>("FAVOR# (002 eq. 18-20): gerf on diag(psi) x and diag(psi)^-1 y, psi and A* from a calibration batch")},
-      {"aderf", Entry<AderfKernel>("FAVOR# ADERF (002 Thm 4.2): gerf with A* on P x and P^-T y, P from an SVD of a calibration batch's second moments")},
-      {"sderf", Entry<SderfKernel>("FAVOR# SDERF (002 Thm 4.3): x and y rotated by Q^T (eigenvectors of mean (x+y)(x+y)^T), a per-coordinate A*")},
-      {"trig", Entry<TrigKernel>("RFA (001): phi(x) = exp(|x|^2/2)/sqrt(m) [sin Wx, cos Wx]; signed features, composite path")},
-      {"slay", Entry<SlayKernel>("SLAY (003): spherical Yat kernel t^2/(C - 2t) of unit-norm q, k by Gauss-Laguerre quadrature")},
-      {"flexformer", Entry<FlexformerKernel>("Flexformer (004): trainable Fourier frequencies for the Gaussian factor, learnable exp(tau)")},
-      {"random", Entry<RandomKernel>("uniform random weights over allowed positions, normalised")},
-      {"constant", Entry<ConstantKernel>("equal weights over allowed positions (running mean of v)")},
-  };
+  static std::vector<std::pair<std::string, Registered>> registry;
   return registry;
 }
 
@@ -88,7 +59,7 @@ std::string KernelDescription(const std::string& name) {
 }
 
 void RegisterAttentionKernel(const std::string& name, KernelFactory factory, KernelOptionsCheck check_options,
-                             const std::string& description) {
+                             const std::string& description, int table_row) {
   const bool identifier = !name.empty() && std::islower(static_cast<unsigned char>(name[0])) &&
                           std::all_of(name.begin(), name.end(), [](unsigned char c) {
                             return std::islower(c) || std::isdigit(c) || c == '_';
@@ -96,7 +67,10 @@ void RegisterAttentionKernel(const std::string& name, KernelFactory factory, Ker
   DF_CHECK(identifier, "attention kernel name '" << name << "' must be lowercase letters, digits and '_'");
   DF_CHECK(Lookup(name) == nullptr, "attention kernel '" << name << "' is already registered");
   DF_CHECK(factory && check_options, "attention kernel '" << name << "' registered without a factory or an options check");
-  Registry().emplace_back(name, Registered{std::move(factory), std::move(check_options), description});
+  auto& registry = Registry();
+  const auto after = std::find_if(registry.begin(), registry.end(),
+                                  [&](const auto& entry) { return entry.second.table_row > table_row; });
+  registry.insert(after, {name, Registered{std::move(factory), std::move(check_options), description, table_row}});
 }
 
 std::vector<std::string> KernelNamesInTableOrder() {

@@ -1,8 +1,10 @@
-// Kernels are chosen by name from the config; adding one is its own files, one line in
-// kernel_registry.cpp, and its port in the HF plug-in (python/darkformer_hf; test_plugin_ports.py
-// fails without it). A kernel may also be registered at run time (RegisterAttentionKernel: a
-// test's toy kernel, tests/train/toy_kernel_test.cpp). What each kernel is (family, options, what it learns) is asked of it:
-// kernel_traits.h.
+// Kernels are chosen by name from the config. Each registers itself at the end of its own .cpp
+// (RegisterKernel: its name, written nowhere else, its row in the tables and its one line), so
+// adding one is its own files and its port in the HF plug-in (python/darkformer_hf/ports;
+// test_plugin_ports.py fails without it); src/CMakeLists.txt links the attention library whole,
+// so no registration is dropped by the linker. A test registers its own the same way (the toy
+// kernel, tests/train/toy_kernel_test.cpp). What each kernel is (family, options, what it
+// learns) is asked of it: kernel_traits.h.
 #pragma once
 
 #include <functional>
@@ -45,10 +47,21 @@ std::vector<std::string> KernelNames();
 // The registry's own order, the one tables and legends use (`inspect --kernels`, read by
 // tools/kernel_registry.py): exact, the paper's kernels, the seeds' kernels, the baselines.
 std::vector<std::string> KernelNamesInTableOrder();
+// Rows of the tables' order (KernelNamesInTableOrder): exact, the paper's kernels, the seeds'
+// kernels, the baselines; a kernel registered without a row follows them.
+inline constexpr int kTableRowAfterBuiltIns = 1000;
 // Adds `name` to the table, before the kernels are first asked for (traits are memoised); refused
 // when the name is taken or not a plain lowercase identifier (it becomes a config section).
 void RegisterAttentionKernel(const std::string& name, KernelFactory factory, KernelOptionsCheck check_options,
-                             const std::string& description);
+                             const std::string& description, int table_row = kTableRowAfterBuiltIns);
+// A kernel's registration, once, at the end of its .cpp:
+//   [[maybe_unused]] const bool kRegistered = RegisterKernel<PerformerKernel>("performer", 20, "FAVOR+: ...");
+// `description` is the doc of its config section.
+template <typename KernelModule>
+bool RegisterKernel(const std::string& name, int table_row, const std::string& description) {
+  RegisterAttentionKernel(name, FactoryOf<KernelModule>(), OptionsCheckOf<KernelModule>(), description, table_row);
+  return true;
+}
 // Reads `name`'s option section by the declarations (KernelOptionsCheck); throws as the factory
 // would on a bad option, and for an unknown name.
 void CheckKernelOptions(const std::string& name, const ConfigReader& options);

@@ -1,6 +1,7 @@
 // LFK kernel (see lfk_kernel.h).
 #include "attention/lfk_kernel.h"
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -26,5 +27,11 @@ torch::Tensor LfkKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const 
 }
 
 std::vector<torch::Tensor> LfkKernelImpl::FeatureParams() const { return {W}; }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<LfkKernel>(
+    "lfk", 30, "Performer features with a trainable W (initialised by a draw)");
+}  // namespace
 
 }  // namespace darkformer

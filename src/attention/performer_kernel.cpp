@@ -1,6 +1,7 @@
 // Performer / FAVOR+ attention (see performer_kernel.h).
 #include "attention/performer_kernel.h"
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -23,5 +24,11 @@ torch::Tensor PerformerKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, 
 }
 
 std::vector<torch::Tensor> PerformerKernelImpl::FeatureParams() const { return {projection_}; }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<PerformerKernel>(
+    "performer", 20, "FAVOR+: phi(x) = exp(Wx - |x|^2/2)/sqrt(m), W rows ~ N(0, I)");
+}  // namespace
 
 }  // namespace darkformer

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -34,5 +35,11 @@ void SaderfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tenso
   psi_.copy_(psi.to(psi_.options()));
   SetOptimalA(x_ND * psi, y_ND / psi);
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<SaderfKernel>(
+    "saderf", 50, "FAVOR# (002 eq. 18-20): gerf on diag(psi) x and diag(psi)^-1 y, psi and A* from a calibration batch");
+}  // namespace
 
 }  // namespace darkformer

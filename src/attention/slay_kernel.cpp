@@ -5,6 +5,7 @@
 
 #include <cmath>
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -84,5 +85,11 @@ torch::Tensor SlayKernelImpl::EstimatorTarget(const torch::Tensor& x_BHPD, const
 double SlayKernelImpl::MaxLogFeature(const torch::Tensor& x_BHLD) const {
   return Features(x_BHLD.to(torch::kFloat32)).abs().max().log().item<double>();
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<SlayKernel>(
+    "slay", 90, "SLAY (003): spherical Yat kernel t^2/(C - 2t) of unit-norm q, k by Gauss-Laguerre quadrature");
+}  // namespace
 
 }  // namespace darkformer

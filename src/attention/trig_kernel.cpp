@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -31,5 +32,11 @@ torch::Tensor TrigKernelImpl::LogScale(const torch::Tensor& x_BNLD) const {
 double TrigKernelImpl::MaxLogFeature(const torch::Tensor& x_BHLD) const {
   return (0.5 * x_BHLD.to(torch::kFloat32).pow(2).sum(-1)).max().item<double>();
 }
+
+// Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
+namespace {
+[[maybe_unused]] const bool kRegistered = RegisterKernel<TrigKernel>(
+    "trig", 80, "RFA (001): phi(x) = exp(|x|^2/2)/sqrt(m) [sin Wx, cos Wx]; signed features, composite path");
+}  // namespace
 
 }  // namespace darkformer

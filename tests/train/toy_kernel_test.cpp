@@ -57,12 +57,9 @@ class ToyKernelImpl : public LogFeatureKernel {
 };
 TORCH_MODULE(ToyKernel);
 
-// The registration: the one line a built-in kernel has in kernel_registry.cpp.
-const bool kToyRegistered = [] {
-  RegisterAttentionKernel("toy", FactoryOf<ToyKernel>(), OptionsCheckOf<ToyKernel>(),
-                          "a test's toy: Performer features at a temperature t, unbiased for exp(x.y / t)");
-  return true;
-}();
+// The registration, as a built-in kernel ends its .cpp (with no row: after the built-in kernels).
+const bool kToyRegistered = RegisterKernel<ToyKernel>(
+    "toy", kTableRowAfterBuiltIns, "a test's toy: Performer features at a temperature t, unbiased for exp(x.y / t)");
 
 TEST(ToyKernelTest, TheRegistryDescribesIt) {
   ASSERT_TRUE(kToyRegistered);
