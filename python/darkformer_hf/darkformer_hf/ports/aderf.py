@@ -1,4 +1,5 @@
-"""aderf (FAVOR#, derf_kernel.cpp): dense-exponential features, P_query for queries and P_key for keys."""
+"""aderf (FAVOR#, derf_kernel.cpp): dense-exponential features, P_query for queries and P_key for
+keys (sderf shares them)."""
 
 from . import draw_shapes
 

@@ -1,16 +1,6 @@
-"""sderf (FAVOR#, derf_kernel.cpp): dense-exponential features, P_query for queries and P_key for keys."""
+"""sderf (FAVOR#, derf_kernel.cpp): aderf's tensors and features; only the calibration that sets
+them differs (Thm 4.3's rotation and per-coordinate A, in the binary)."""
 
-from . import draw_shapes
-
-
-def shapes(option, heads, head_dim):
-    d = head_dim
-    return {**draw_shapes(int(option("num_features")), d), "a": (d,), "p_query": (d, d), "p_key": (d, d)}
-
-
-def log_features(state, option, x, is_query):
-    from ..features import derf_log_features
-    return derf_log_features(x, state["projection"], state["a"], state["p_query"] if is_query else state["p_key"])
-
+from .aderf import log_features, shapes  # noqa: F401
 
 PARITY_CASES = [("sderf", {"num_features": 32})]
