@@ -3,6 +3,7 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
+#include "attention/softmax_estimator.h"
 
 namespace darkformer {
 
@@ -80,8 +81,50 @@ void DarkformerKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::T
 
 // Its registration (kernel_registry.h): the name, the row in the tables, the config section's doc.
 namespace {
+
+// phi_Sigma(x) = phi_I(M x) (000 sec. 4.1): Performer's estimator on (M x, M y), which estimates
+// exp(x^T M^T M y).
+FittedEstimator PerformerOn(const torch::Tensor& m_RD) {
+  const auto performer = DerfEstimator(PerformerDerf(m_RD.size(0)));
+  const auto mapped = [m_RD](const torch::Tensor& x_PD) { return torch::matmul(x_PD.to(torch::kFloat64), m_RD.t()); };
+  FittedEstimator e;
+  e.target = "exp(x^T M^T M y)";
+  e.target_value = [=](const torch::Tensor& x, const torch::Tensor& y) {
+    return SoftmaxTargetValue(mapped(x), mapped(y));
+  };
+  e.ratios = [=](const torch::Tensor& x, const torch::Tensor& y, int64_t m, int64_t draws, uint64_t seed) {
+    return performer.ratios(mapped(x), mapped(y), m, draws, seed);
+  };
+  e.variance_per_feature = [=](const torch::Tensor& x, const torch::Tensor& y) {
+    return performer.variance_per_feature(mapped(x), mapped(y));
+  };
+  return e;
+}
+
+// M = Lambda_hat^-1/2 by the kernel's own Calibrate on the sample (x and y pooled, one head).
+torch::Tensor WhiteningOf(const torch::Tensor& x_ND, const torch::Tensor& y_ND) {
+  KernelShape shape;
+  shape.num_heads = 1;
+  shape.head_dim = x_ND.size(1);
+  DarkformerKernelImpl::Options options;
+  options.init = DarkformerInit::kWhitening;
+  DarkformerKernel kernel(shape, options);
+  kernel->Calibrate(x_ND.view({1, 1, -1, shape.head_dim}), y_ND.view({1, 1, -1, shape.head_dim}), 1.0);
+  return kernel->M[0].detach().to(torch::kFloat64);
+}
+
 [[maybe_unused]] const bool kRegistered = RegisterKernel<DarkformerKernel>(
     "darkformer", 10, "phi(x) = exp(W(Mx) - |Mx|^2/2)/sqrt(m): unbiased for exp(x^T M^T M y)");
+// Its estimators (softmax_estimator.h): at M = I (Performer's, an independent run) and at the
+// whitening M (000 Appendix C), each against its own target.
+[[maybe_unused]] const bool kEstimatorIdentity = RegisterEstimator(
+    {"darkformer_identity", "darkformer", /*dense_exponential=*/false,
+     [](const torch::Tensor& x_ND, const torch::Tensor&) { return DerfEstimator(PerformerDerf(x_ND.size(1))); }});
+[[maybe_unused]] const bool kEstimatorWhitening =
+    RegisterEstimator({"darkformer_whitening", "darkformer", /*dense_exponential=*/false,
+                       [](const torch::Tensor& x_ND, const torch::Tensor& y_ND) {
+                         return PerformerOn(WhiteningOf(x_ND, y_ND));
+                       }});
 }  // namespace
 
 }  // namespace darkformer

@@ -5,6 +5,7 @@
 
 #include "attention/derf_parameters.h"
 #include "attention/kernel_registry.h"
+#include "attention/softmax_estimator.h"
 
 namespace darkformer {
 
@@ -54,6 +55,13 @@ namespace {
     "aderf", 60, "FAVOR# ADERF (002 Thm 4.2): gerf with A* on P x and P^-T y, P from an SVD of a calibration batch's second moments");
 [[maybe_unused]] const bool kRegisteredSderf = RegisterKernel<SderfKernel>(
     "sderf", 70, "FAVOR# SDERF (002 Thm 4.3): x and y rotated by Q^T (eigenvectors of mean (x+y)(x+y)^T), a per-coordinate A*");
+// Their estimators (softmax_estimator.h): Thm 4.2's and 4.3's parameters from the sample, at the
+// default ridge.
+[[maybe_unused]] const bool kEstimatorAderf = RegisterEstimator(
+    {"aderf", "aderf", /*dense_exponential=*/true,
+     DerfFit([](const DerfStatistics& s) { return AderfParameters(s, DerfKernelImpl::Options{}.ridge); })});
+[[maybe_unused]] const bool kEstimatorSderf =
+    RegisterEstimator({"sderf", "sderf", /*dense_exponential=*/true, DerfFit(SderfParameters)});
 }  // namespace
 
 }  // namespace darkformer

@@ -5,6 +5,7 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
+#include "attention/softmax_estimator.h"
 
 namespace darkformer {
 
@@ -88,6 +89,9 @@ void GerfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor&
 namespace {
 [[maybe_unused]] const bool kRegistered = RegisterKernel<GerfKernel>(
     "gerf", 40, "FAVOR++ (002 eq. 10): phi(x) = D exp(A|w|^2 + B w^T x - |x|^2/2)/sqrt(m), B = sqrt(1-4A), D = (1-4A)^(d/4)");
+// Its estimator (softmax_estimator.h) at `a: optimal`: A* from the sample (002 eq. 13).
+[[maybe_unused]] const bool kEstimator =
+    RegisterEstimator({"gerf_optimal", "gerf", /*dense_exponential=*/true, DerfFit(GerfDerf)});
 }  // namespace
 
 }  // namespace darkformer

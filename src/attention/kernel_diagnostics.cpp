@@ -6,11 +6,8 @@
 
 #include <cmath>
 
-#include "attention/darkformer_kernel.h"
-#include "attention/derf_parameters.h"
-#include "attention/gerf_kernel.h"
 #include "attention/kernel_registry.h"
-#include "attention/saderf_kernel.h"
+#include "attention/softmax_estimator.h"
 #include "util/config_reader.h"
 #include "util/error.h"
 
@@ -130,40 +127,15 @@ torch::Tensor ClosedFormVariance(const torch::Tensor &x_PD,
          static_cast<double>(num_features);
 }
 
-// GERF (002 eq. 10) with w ~ N(0, I): kappa_hat / exp(x.y) per draw and pair, as EstimatorRatios.
-torch::Tensor GerfEstimatorRatios(const torch::Tensor &x_PD, const torch::Tensor &y_PD, double a,
-                                  int64_t num_features, int64_t draws, uint64_t seed) {
-  const auto x = x_PD.to(torch::kFloat64), y = y_PD.to(torch::kFloat64);
-  const double d = static_cast<double>(x.size(1));
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto w_NMD = torch::randn({draws, num_features, x.size(1)}, generator, kF64);
-  // log(phi(x) phi(y)) = 2 log D + 2 A |w|^2 + B w.(x + y) - (|x|^2 + |y|^2) / 2.
-  const auto c_P = 0.5 * (x.pow(2).sum(-1) + y.pow(2).sum(-1));
-  const auto log_z_NPM = 0.5 * d * std::log(1 - 4 * a) + (2 * a * w_NMD.pow(2).sum(-1)).unsqueeze(1) +
-                         std::sqrt(1 - 4 * a) * torch::matmul((x + y).unsqueeze(0), w_NMD.transpose(1, 2)) -
-                         c_P.view({1, -1, 1});
-  return torch::exp(torch::logsumexp(log_z_NPM, -1) - std::log(static_cast<double>(num_features)) - (x * y).sum(-1));
+namespace {
+
+EstimatorStats Compare(const std::string& label, const FittedEstimator& e, const torch::Tensor& x_PD,
+                       const torch::Tensor& y_PD, int64_t m, int64_t draws, uint64_t seed) {
+  return Summarise(label, e.target, m, e.ratios(x_PD, y_PD, m, draws, seed), e.target_value(x_PD, y_PD),
+                   e.variance_per_feature(x_PD, y_PD) / static_cast<double>(m));
 }
 
-// Trigonometric features (001; flexformer at initialisation): kappa_hat / exp(x.y) per draw and pair,
-// kappa_hat = exp(|x|^2/2 + |y|^2/2) mean_j cos(w_j.(x - y)), w_j ~ N(0, I).
-torch::Tensor TrigEstimatorRatios(const torch::Tensor &x_PD, const torch::Tensor &y_PD, int64_t num_features,
-                                  int64_t draws, uint64_t seed) {
-  const auto x = x_PD.to(torch::kFloat64), y = y_PD.to(torch::kFloat64);
-  auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
-  const auto w_NMD = torch::randn({draws, num_features, x.size(1)}, generator, kF64);
-  const auto cos_NPM = torch::matmul((x - y).unsqueeze(0), w_NMD.transpose(1, 2)).cos();
-  const auto log_scale_P = 0.5 * (x.pow(2).sum(-1) + y.pow(2).sum(-1)) - (x * y).sum(-1);
-  return cos_NPM.mean(-1) * log_scale_P.exp();
-}
-
-// Its closed-form variance over one draw of m features: (exp(|x|^2 + |y|^2) / 2) (1 + exp(-2|x - y|^2))
-// - exp(2 x.y) per feature (E cos^2 = (1 + E cos 2w.u) / 2), divided by m.
-torch::Tensor TrigClosedFormVariance(const torch::Tensor &x_PD, const torch::Tensor &y_PD, int64_t num_features) {
-  const auto x = x_PD.to(torch::kFloat64), y = y_PD.to(torch::kFloat64);
-  const auto second = 0.5 * (x.pow(2).sum(-1) + y.pow(2).sum(-1)).exp() * (1 + (-2 * (x - y).pow(2).sum(-1)).exp());
-  return (second - (2 * (x * y).sum(-1)).exp()) / static_cast<double>(num_features);
-}
+}  // namespace
 
 std::vector<EstimatorStats>
 CompareEstimators(const SyntheticEstimatorOptions &o,
@@ -179,70 +151,23 @@ CompareEstimators(const SyntheticEstimatorOptions &o,
   const auto y_PD =
       torch::matmul(torch::randn({o.pairs, o.dim}, generator, kF64), l_DD.t());
 
-  // DARKFormer's whitening M = Lambda_hat^-1/2 from the kernel's own Calibrate
-  // (pooled x and y).
-  KernelShape shape;
-  shape.num_heads = 1;
-  shape.head_dim = o.dim;
-  auto kernel = Build("darkformer", shape, "{init: whitening}");
-  auto *dark = dynamic_cast<DarkformerKernelImpl *>(kernel.get());
-  dark->Calibrate(x_PD.view({1, 1, o.pairs, o.dim}),
-                  y_PD.view({1, 1, o.pairs, o.dim}), 1.0);
-  const auto m_DD = dark->M[0].to(torch::kFloat64);
-  const auto xw_PD = torch::matmul(x_PD, m_DD.t()),
-             yw_PD = torch::matmul(y_PD, m_DD.t());
-
-  // FAVOR++ / FAVOR# (002): the variance-optimal A*, and SADERF's psi, from the same pairs.
-  const double gerf_a = OptimalGerfA(GerfRho(x_PD, y_PD));
-  const auto psi_D = SaderfPsi(x_PD, y_PD);
-  const auto xs_PD = x_PD * psi_D, ys_PD = y_PD / psi_D;
-  const double saderf_a = OptimalGerfA(GerfRho(xs_PD, ys_PD));
-
-  // FAVOR#'s dense variants (002 Thm 4.2, 4.3) from the same pairs' statistics.
-  const auto stats = DerfStatistics::Of(x_PD, y_PD, "kernel-check --estimators");
-  const auto aderf = AderfParameters(stats, 1e-4), sderf = SderfParameters(stats);
-
+  // Every registered estimator, fitted to the same pairs as its kernel's Calibrate would be.
+  std::vector<std::pair<std::string, FittedEstimator>> estimators;
+  for (const auto &entry : RegisteredEstimators())
+    estimators.emplace_back(entry.label, entry.fit(x_PD, y_PD));
   const auto kappa_P = torch::exp((x_PD * y_PD).sum(-1));
-  const auto kappa_w_P = torch::exp((xw_PD * yw_PD).sum(-1));
   std::vector<EstimatorStats> out;
   for (int64_t m : num_features) {
-    // Distinct seeds per estimator and m: the estimators' draws are
-    // independent.
-    const uint64_t base = o.seed + 1000003ull * static_cast<uint64_t>(m);
-    const auto plain_P = ClosedFormVariance(x_PD, y_PD, torch::Tensor(), m);
-    out.push_back(Summarise(
-        "performer", "exp(x.y)", m,
-        EstimatorRatios(x_PD, y_PD, torch::Tensor(), m, o.draws, base + 11),
-        kappa_P, plain_P));
+    // Distinct seeds per estimator and m: the estimators' draws are independent.
+    uint64_t stream = o.seed + 1000003ull * static_cast<uint64_t>(m) + 10;
+    for (const auto &[label, e] : estimators)
+      out.push_back(Compare(label, e, x_PD, y_PD, m, o.draws, ++stream));
+    // 000 Thm 3.2: Performer's projections drawn from the proposal Sigma* of the known Lambda,
+    // importance-weighted back to N(0, I): an analysis of the paper, not a kernel.
     out.push_back(Summarise(
         "performer_is", "exp(x.y)", m,
-        EstimatorRatios(x_PD, y_PD, sigma_star_DD, m, o.draws, base + 12),
+        EstimatorRatios(x_PD, y_PD, sigma_star_DD, m, o.draws, ++stream),
         kappa_P, ClosedFormVariance(x_PD, y_PD, sigma_star_DD, m)));
-    // DARKFormer at M = I is the Performer estimator (000 sec. 4.1); an
-    // independent run of it.
-    out.push_back(Summarise(
-        "darkformer_identity", "exp(x.y)", m,
-        EstimatorRatios(x_PD, y_PD, torch::Tensor(), m, o.draws, base + 13),
-        kappa_P, plain_P));
-    // At M: phi_Sigma(x) = phi_I(M x), so the Performer estimator on (M x, M y)
-    // with its own target.
-    out.push_back(Summarise(
-        "darkformer_whitening", "exp(x^T M^T M y)", m,
-        EstimatorRatios(xw_PD, yw_PD, torch::Tensor(), m, o.draws, base + 14),
-        kappa_w_P, ClosedFormVariance(xw_PD, yw_PD, torch::Tensor(), m)));
-    out.push_back(Summarise("gerf_optimal", "exp(x.y)", m,
-                            GerfEstimatorRatios(x_PD, y_PD, gerf_a, m, o.draws, base + 15), kappa_P,
-                            GerfClosedFormVariance(x_PD, y_PD, gerf_a) / static_cast<double>(m)));
-    out.push_back(Summarise("saderf", "exp(x.y)", m,
-                            GerfEstimatorRatios(xs_PD, ys_PD, saderf_a, m, o.draws, base + 16), kappa_P,
-                            GerfClosedFormVariance(xs_PD, ys_PD, saderf_a) / static_cast<double>(m)));
-    out.push_back(Summarise("aderf", "exp(x.y)", m, DerfEstimatorRatios(aderf, x_PD, y_PD, m, o.draws, base + 18),
-                            kappa_P, DerfClosedFormVariance(aderf, x_PD, y_PD) / static_cast<double>(m)));
-    out.push_back(Summarise("sderf", "exp(x.y)", m, DerfEstimatorRatios(sderf, x_PD, y_PD, m, o.draws, base + 19),
-                            kappa_P, DerfClosedFormVariance(sderf, x_PD, y_PD) / static_cast<double>(m)));
-    // trig's m cos features carry as many random projections as performer's m exp features.
-    out.push_back(Summarise("trig", "exp(x.y)", m, TrigEstimatorRatios(x_PD, y_PD, m, o.draws, base + 17), kappa_P,
-                            TrigClosedFormVariance(x_PD, y_PD, m)));
   }
   return out;
 }
@@ -256,10 +181,11 @@ std::vector<EstimatorStats> CompareFavorEstimatorsOnLayer(const torch::Tensor &q
                                                                                  << q_BHLD.sizes());
   const double root = std::sqrt(scale);
   const auto x_BHLD = q_BHLD.to(torch::kFloat64) * root, y_BHLD = k_BHLD.to(torch::kFloat64) * root;
-  const auto stats = DerfStatistics::Of(x_BHLD.reshape({-1, d}), y_BHLD.reshape({-1, d}), "kernel-check --estimators");
-  const std::vector<std::pair<std::string, DerfParameters>> estimators = {
-      {"performer", PerformerDerf(d)},           {"gerf_optimal", GerfDerf(stats)}, {"saderf", SaderfDerf(stats)},
-      {"aderf", AderfParameters(stats, 1e-4)}, {"sderf", SderfParameters(stats)}};
+  // FAVOR#'s family, each fitted to the whole layer batch as its kernel's Calibrate.
+  std::vector<std::pair<std::string, FittedEstimator>> estimators;
+  for (const auto &entry : RegisteredEstimators())
+    if (entry.dense_exponential)
+      estimators.emplace_back(entry.label, entry.fit(x_BHLD.reshape({-1, d}), y_BHLD.reshape({-1, d})));
   // Causal pairs: query position i uniform, key position j uniform in [0, i].
   auto generator = at::make_generator<at::CPUGeneratorImpl>(seed);
   const auto b = torch::randint(batch, {pairs}, generator, torch::kInt64);
@@ -267,14 +193,10 @@ std::vector<EstimatorStats> CompareFavorEstimatorsOnLayer(const torch::Tensor &q
   const auto i = torch::randint(length, {pairs}, generator, torch::kInt64);
   const auto j = (torch::rand({pairs}, generator, torch::kFloat64) * (i + 1).to(torch::kFloat64)).floor().to(torch::kInt64);
   const auto x_PD = x_BHLD.index({b, h, i}), y_PD = y_BHLD.index({b, h, j});
-  const auto kappa_P = torch::exp((x_PD * y_PD).sum(-1));
   std::vector<EstimatorStats> out;
   for (int64_t m : num_features) {
     uint64_t stream = seed + 1000003ull * static_cast<uint64_t>(m);
-    for (const auto &[name, p] : estimators) {
-      out.push_back(Summarise(name, "exp(x.y)", m, DerfEstimatorRatios(p, x_PD, y_PD, m, draws, ++stream), kappa_P,
-                              DerfClosedFormVariance(p, x_PD, y_PD) / static_cast<double>(m)));
-    }
+    for (const auto &[label, e] : estimators) out.push_back(Compare(label, e, x_PD, y_PD, m, draws, ++stream));
   }
   return out;
 }

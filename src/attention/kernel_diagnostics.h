@@ -36,8 +36,8 @@ struct SyntheticEstimatorOptions {
 // One estimator at one m, averaged over the P pairs. With r = kappa_hat / kappa
 // per pair and draw:
 struct EstimatorStats {
-  std::string estimator;    // performer | performer_is | darkformer_identity |
-                            // darkformer_whitening | gerf_optimal | saderf | aderf | sderf | trig
+  std::string estimator;    // a registered estimator's label (softmax_estimator.h), or
+                            // performer_is (000 Thm 3.2)
   std::string target;       // what kappa is: "exp(x.y)" or "exp(x^T M^T M y)"
   int64_t num_features = 0; // m
   double relative_error =
@@ -80,8 +80,8 @@ torch::Tensor ClosedFormVariance(const torch::Tensor &x_PD,
                                  const torch::Tensor &proposal_DD,
                                  int64_t num_features);
 
-// Every estimator at every m in `num_features`, on one Lambda and one set of
-// pairs.
+// Every registered estimator (softmax_estimator.h, fitted to the pairs), then performer_is, at
+// every m in `num_features`, on one Lambda and one set of pairs.
 std::vector<EstimatorStats>
 CompareEstimators(const SyntheticEstimatorOptions &options,
                   const std::vector<int64_t> &num_features);
@@ -126,8 +126,8 @@ struct LayerDiagnostics {
 // without soft-cap or sliding window: the target every feature kernel
 // estimates.
 // ---- (c) the FAVOR estimators on real q, k
-// performer, gerf (A*), saderf, aderf and sderf (002) on one layer's x = sqrt(s) q and y =
-// sqrt(s) k (k repeated to q's H heads): their parameters from the whole layer batch, pooled over
+// The registered dense-exponential estimators (002: performer, gerf (A*), saderf, aderf, sderf) on
+// one layer's x = sqrt(s) q and y = sqrt(s) k (k repeated to q's H heads): their parameters from the whole layer batch, pooled over
 // batch, heads and positions as the kernels' Calibrate does; their estimates of exp(x.y) on `pairs`
 // random causal pairs (one row and head, key position <= query position) over `draws` iid draws.
 std::vector<EstimatorStats> CompareFavorEstimatorsOnLayer(const torch::Tensor &q_BHLD, const torch::Tensor &k_BHLD,

@@ -3,6 +3,7 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
+#include "attention/softmax_estimator.h"
 
 namespace darkformer {
 
@@ -29,6 +30,10 @@ std::vector<torch::Tensor> PerformerKernelImpl::FeatureParams() const { return {
 namespace {
 [[maybe_unused]] const bool kRegistered = RegisterKernel<PerformerKernel>(
     "performer", 20, "FAVOR+: phi(x) = exp(Wx - |x|^2/2)/sqrt(m), W rows ~ N(0, I)");
+// Its estimator (softmax_estimator.h): FAVOR#'s family at a = 0, P = I.
+[[maybe_unused]] const bool kEstimator = RegisterEstimator(
+    {"performer", "performer", /*dense_exponential=*/true,
+     DerfFit([](const DerfStatistics& s) { return PerformerDerf(s.mu_query_D.size(0)); })});
 }  // namespace
 
 }  // namespace darkformer

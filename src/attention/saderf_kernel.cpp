@@ -5,6 +5,7 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/positive_features.h"
+#include "attention/softmax_estimator.h"
 
 namespace darkformer {
 
@@ -40,6 +41,9 @@ void SaderfKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tenso
 namespace {
 [[maybe_unused]] const bool kRegistered = RegisterKernel<SaderfKernel>(
     "saderf", 50, "FAVOR# (002 eq. 18-20): gerf on diag(psi) x and diag(psi)^-1 y, psi and A* from a calibration batch");
+// Its estimator (softmax_estimator.h): psi and A* from the sample, as Calibrate.
+[[maybe_unused]] const bool kEstimator =
+    RegisterEstimator({"saderf", "saderf", /*dense_exponential=*/true, DerfFit(SaderfDerf)});
 }  // namespace
 
 }  // namespace darkformer
