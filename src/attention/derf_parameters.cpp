@@ -3,7 +3,6 @@
 
 #include <cmath>
 
-#include "attention/gerf_kernel.h"
 #include "attention/positive_features.h"
 #include "util/error.h"
 
