@@ -10,13 +10,15 @@
 #   tests  the `cuda`-labelled tests with DARKFORMER_TEST_DEVICE=$DEVICE (tests/cuda/);
 #   bench  tools/bench_gpu.sh: exact vs performer/darkformer at 2k/8k/32k in fp32 and bf16, fla's
 #          chunk form, the Gemma 2B q/k/v step for exact, performer and darkformer;
-#   hf     transformers itself on the device against the fixtures' CPU numbers (tools/hf_parity_device.py).
+#   hf     transformers itself on the device against the fixtures' CPU numbers (tools/hf_parity_device.py);
+#   sanitize (only when named in STAGES) compute-sanitizer's memcheck and racecheck on the CUDA
+#          operator's small case (tests/cuda/device_cuda_op_test.cpp).
 # Writes to $OUT (default build/gpu-check): summary.json, summary.md and logs.tar.gz.
 # DEVICE=cpu runs the same at toy sizes against an existing build (tests/tools/test_gpu_check.py).
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/gpu-check], BUILD_DIR [build-gpu on
 # cuda, build on cpu], SKIP_BUILD [0], JOBS [nproc], LIMIT_BUILD [240], LIMIT_TESTS [150],
-# LIMIT_BENCH [330], LIMIT_HF [60] (seconds), TEST_REGEX [all cuda tests], BENCH_ENV [extra
+# LIMIT_BENCH [330], LIMIT_HF [60], LIMIT_SANITIZE [120] (seconds), TEST_REGEX [all cuda tests], BENCH_ENV [extra
 # VAR=value words for bench_gpu.sh], PYTHON [.venv/bin/python, else python3], STAGES [build tests bench hf],
 # GPU_CHECK_SLEEP [none; stage:seconds makes that stage sleep first, to test the limits].
 set -uo pipefail
@@ -99,6 +101,16 @@ stage_bench() {
 
 stage_hf() { "$PY" "$ROOT/tools/hf_parity_device.py" --device "$DEVICE" --json "$OUT/hf.json"; }
 
+stage_sanitize() {
+  set -e
+  local sanitizer
+  sanitizer="$(command -v compute-sanitizer || echo /usr/local/cuda/bin/compute-sanitizer)"
+  for tool in memcheck racecheck; do
+    DARKFORMER_TEST_DEVICE=cuda "$sanitizer" --tool "$tool" --error-exitcode 1 \
+      "$BUILD_DIR/tests/cuda_tests" --gtest_filter='DeviceCudaOpTest.SmallCaseForTheSanitizers'
+  done
+}
+
 # Debian's HDF5 needs libcurl and libssl at run time; where the image lacks them, the carried
 # .device/extra/*.deb (docs/gpu.md) are unpacked and put on the loader's path.
 if ! ldconfig -p | grep -q libcurl.so.4 && compgen -G "$ROOT/.device/extra/*.deb" > /dev/null; then
@@ -107,7 +119,7 @@ if ! ldconfig -p | grep -q libcurl.so.4 && compgen -G "$ROOT/.device/extra/*.deb
   log "libcurl.so.4 missing here: using the carried .device/extra packages"
 fi
 # The stages run in a child bash under `timeout`: they see these through the environment.
-export -f stage_build stage_tests stage_bench stage_hf
+export -f stage_build stage_tests stage_bench stage_hf stage_sanitize
 export ROOT DEVICE OUT BUILD_DIR JOBS PY TEST_REGEX="${TEST_REGEX:-}" BENCH_ENV="${BENCH_ENV:-}"
 log "device $DEVICE, root $ROOT, build $BUILD_DIR, $JOBS jobs"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
@@ -119,7 +131,13 @@ cat "$LOGS/machine.log"
 built=1
 if [[ "${SKIP_BUILD:-0}" == 1 ]] || ! wants build; then skip_stage build "SKIP_BUILD or STAGES"
 else run_stage build "${LIMIT_BUILD:-240}" stage_build || built=0; fi
-declare -A limits=([tests]="${LIMIT_TESTS:-150}" [bench]="${LIMIT_BENCH:-330}" [hf]="${LIMIT_HF:-60}")
+declare -A limits=([tests]="${LIMIT_TESTS:-150}" [bench]="${LIMIT_BENCH:-330}" [hf]="${LIMIT_HF:-60}"
+                   [sanitize]="${LIMIT_SANITIZE:-120}")
+if wants sanitize; then
+  if [[ "$DEVICE" != cuda ]]; then skip_stage sanitize "no GPU"
+  elif [[ $built == 0 ]]; then skip_stage sanitize "the build failed"
+  else run_stage sanitize "${limits[sanitize]}" stage_sanitize || true; fi
+fi
 for stage in tests bench hf; do
   if ! wants "$stage"; then skip_stage "$stage" "not in STAGES"
   elif [[ $built == 0 && $stage != hf ]]; then skip_stage "$stage" "the build failed"

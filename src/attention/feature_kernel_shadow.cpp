@@ -64,8 +64,23 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   r.backward_bytes = 4 * T * H * D * kF32;
   // The raw kernel takes positive features in fp32 on a CPU (the training path's case).
   const bool raw_runs = c.cpu && form.positive;
-  if (form.causal_operator &&
-      ResolveCausalForm(options.op, c.cpu, raw_runs, c.documents) == CausalForm::kChunkParallel) {
+  const auto resolved = ResolveCausalForm(options.op, c.cpu, raw_runs, c.documents);
+  if (form.causal_operator && resolved == CausalForm::kCuda) {
+    // The CUDA operator (ops/cuda_op.h) saves the base-2 log-features of queries and keys and its
+    // checkpoints; its backward adds their gradients and each key row's scratch (the entering
+    // states of a checkpoint's sub-chunks dominate: ceil(m / S) m (D+1) floats).
+    const int64_t m = form.features, rows = form.map_heads > 1 ? H : K;
+    const int64_t sub = causal_ops::SubChunk(chunk), group_subs = (m + sub - 1) / sub;
+    const int64_t count = ((L + sub - 1) / sub + group_subs - 1) / group_subs;
+    if (rg) {
+      tape.Save(tape.New(T * H * m, kF32, true));
+      tape.Save(tape.New(T * rows * m, kF32, true));
+      tape.Save(tape.New(B * rows * count * m * (D + 2), kF32, true));
+    }
+    r.backward_bytes =
+        std::max(r.backward_bytes, (T * H * m + T * rows * m + B * rows * (group_subs + 3) * m * (D + 2)) * kF32);
+  }
+  if (form.causal_operator && resolved == CausalForm::kChunkParallel) {
     // Its backward holds whole-sequence terms at once (ops/per_feature_chunks.h): per query
     // position and head the log-features, the three parts' factors and their gradient (5 m), the
     // sub-chunk's pairs (S m), the part-2 scores and p (2 C) and h (2 (D+1)); per key position

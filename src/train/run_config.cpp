@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include "attention/kernel_registry.h"
+#include "attention/ops/cuda_op.h"
 #include "train/size_terms.h"
 
 namespace darkformer {
@@ -19,6 +20,22 @@ YAML::Node MergeYaml(const YAML::Node& base, const YAML::Node& overlay) {
     merged[key] = merged[key] ? MergeYaml(merged[key], entry.second) : YAML::Clone(entry.second);
   }
   return merged;
+}
+
+// op: cuda runs on a CUDA device only, in a build with its kernels: a run elsewhere is refused at
+// load, naming the key.
+static void CheckCudaOp(const RunConfig& c, const std::vector<std::string>& kernels, const ConfigReader& attention) {
+  const bool on_cuda =
+      c.train.device == TrainDevice::kCuda || (c.train.device == TrainDevice::kAuto && torch::cuda::is_available());
+  for (const auto& name : kernels) {
+    const auto section = c.attention.options.IsMap() ? c.attention.options[name] : YAML::Node();
+    if (!section || !section.IsMap() || !section["op"] || section["op"].Scalar() != "cuda") continue;
+    const auto key = attention.KeyPath(name) + ".op";
+    DF_CHECK(on_cuda, "config key '" << key << "': op: cuda runs on a CUDA device; this run computes on the CPU (train.device "
+                                     << (c.train.device == TrainDevice::kCpu ? "cpu" : "auto, and no GPU is visible")
+                                     << "); use op: auto");
+    DF_CHECK(CudaOpBuilt(), "config key '" << key << "': op: cuda: this build has no CUDA kernels (CMake found no nvcc); use op: auto");
+  }
 }
 
 static YAML::Node LoadWithBases(const std::string& path, int depth) {
@@ -113,6 +130,7 @@ RunConfig RunConfig::Read(const ConfigReader& reader) {
            "config key '" << c.data.key_path << ".seq_len' (" << c.data.seq_len << ") exceeds 'model.max_position_embeddings' ("
                           << c.model.max_position_embeddings << "): raise the model's positions or shorten the sequences");
   c.train = TrainConfig::FromConfig(reader.Child("train", "the optimizer, schedule, checkpoints and numerics"));
+  CheckCudaOp(c, names, attention);
   // train.seed is the run's seed (as in HF's and torchtitan's trainers): besides model init it
   // offsets the data order and every kernel's draws, so a sweep over train.seed varies all of a
   // run's randomness. Seed 0 leaves data.seed and the kernels' seeds as configured.

@@ -2,7 +2,8 @@
 // (issue 38; ../docs/kernels.md, "The normaliser at any scale"): |x| = |y| up to 100, darkformer M
 // and ADERF P with condition number 10^3, and queries whose large features disagree with the
 // keys' (k_t = -q_{t-1}, or every key opposite every query). For every positive kernel and every
-// form (naive, raw CPU kernel via auto, chunk loop, chunk-parallel, prefill + recurrent steps), in
+// form (naive, raw CPU kernel via auto, chunk loop, chunk-parallel, the CUDA operator's scan
+// emulated on the host, prefill + recurrent steps), in
 // fp32 and with bf16 inputs: outputs and every gradient are finite and match an fp64 log-space
 // reference, out_t = sum_j softmax_j(logsumexp_i(a_ti + l_ji)) v_j, to
 //   relative 1e-4 (outputs) and 1e-3 (gradients) up to |x| = 30, and beyond that
@@ -23,6 +24,7 @@
 #include "attention/derf_test_state.h"
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
+#include "attention/ops/cuda_op.h"
 #include "rounding_bounds.h"
 
 namespace darkformer {
@@ -30,7 +32,12 @@ namespace {
 
 const std::vector<std::string> kPositiveKernels = {"performer", "darkformer", "lfk",  "gerf",
                                                    "saderf",    "aderf",      "sderf"};
-const std::vector<std::string> kForms = {"naive", "auto", "chunk_loop", "chunk_parallel"};
+// cuda: the CUDA operator's own arithmetic, emulated on the host (ops/cuda_scan.h).
+const std::vector<std::string> kForms = {"naive", "auto", "chunk_loop", "chunk_parallel", "cuda"};
+const bool kCudaOpEmulated = [] {
+  EmulateCudaOpOnHostForTesting(true);
+  return true;
+}();
 constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 constexpr double kCondition = 1e3;
 

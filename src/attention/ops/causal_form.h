@@ -7,10 +7,11 @@
 
 namespace darkformer {
 
-enum class CausalForm { kChunkParallel, kRawCpu, kChunkLoop };
+enum class CausalForm { kChunkParallel, kRawCpu, kChunkLoop, kCuda };
 
 // A named form is that form (op: raw_cpu is refused where the raw kernel cannot run, in
-// CpuKernelApplies). `auto`: the chunk-parallel form off the CPU; on a CPU the raw kernel where it
+// CpuKernelApplies; op: cuda off a CUDA device, in cuda_op.cpp). `auto`: the chunk-parallel form
+// off the CPU (the CUDA operator takes over once a GPU has checked it: issue 53); on a CPU the raw kernel where it
 // runs (positive features, fp32, AVX2), else the chunk loop, or for packed documents
 // (data.document_masking) the chunk-parallel form, which masks inside one call where the loop
 // would run once per document.
@@ -19,6 +20,7 @@ inline CausalForm ResolveCausalForm(CausalOp op, bool on_cpu, bool raw_kernel_ru
     case CausalOp::kChunkParallel: return CausalForm::kChunkParallel;
     case CausalOp::kRawCpu: return CausalForm::kRawCpu;
     case CausalOp::kChunkLoop: return CausalForm::kChunkLoop;
+    case CausalOp::kCuda: return CausalForm::kCuda;
     default: break;
   }
   if (!on_cpu) return CausalForm::kChunkParallel;

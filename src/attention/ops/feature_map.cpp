@@ -11,7 +11,8 @@ CausalOp ParseCausalOp(const std::string& name, const std::string& key_path) {
   if (name == "chunk_loop") return CausalOp::kChunkLoop;
   if (name == "chunk_parallel") return CausalOp::kChunkParallel;
   if (name == "raw_cpu") return CausalOp::kRawCpu;
-  Fail("config key '" + key_path + "': unknown op '" + name + "'; valid: auto, naive, chunk_loop, chunk_parallel, raw_cpu");
+  if (name == "cuda") return CausalOp::kCuda;
+  Fail("config key '" + key_path + "': unknown op '" + name + "'; valid: auto, naive, chunk_loop, chunk_parallel, raw_cpu, cuda");
 }
 
 std::string CausalOpName(CausalOp op) {
@@ -21,6 +22,7 @@ std::string CausalOpName(CausalOp op) {
     case CausalOp::kChunkLoop: return "chunk_loop";
     case CausalOp::kChunkParallel: return "chunk_parallel";
     case CausalOp::kRawCpu: return "raw_cpu";
+    case CausalOp::kCuda: return "cuda";
   }
   return "auto";
 }

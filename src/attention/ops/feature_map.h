@@ -20,9 +20,10 @@ enum class CausalOp {
   kChunkLoop,      // LibTorch ops chunk by chunk (ops/chunk_loop.cpp): ~32 ops per chunk forward
   kChunkParallel,  // LibTorch ops over all chunks at once (ops/chunk_parallel.cpp): op count independent of L
   kRawCpu,         // the raw fp32 AVX2 kernel (raw_cpu_kernel.h): positive features on a CPU only
+  kCuda,           // the CUDA operator (cuda_op.h): a CUDA device only
 };
 
-// "auto" | "naive" | "chunk_loop" | "chunk_parallel" | "raw_cpu"; anything else throws naming `key_path`.
+// "auto" | "naive" | "chunk_loop" | "chunk_parallel" | "raw_cpu" | "cuda"; anything else throws naming `key_path`.
 CausalOp ParseCausalOp(const std::string& name, const std::string& key_path);
 std::string CausalOpName(CausalOp op);
 

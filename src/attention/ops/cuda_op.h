@@ -1,0 +1,30 @@
+// op: cuda, the CUDA operator (issue 53, first version): the log-features of queries and keys
+// from the map (LibTorch ops, differentiated by autograd), then the scan of cuda_scan.h over
+// every key row at once, one CUDA block per row, forward and backward, with the per-feature
+// stabiliser inside (normaliser >= 1 at any scale; no guard, no host sync). fp32 throughout;
+// deterministic (each sum in one thread, a fixed order). GQA: key features once per KV head, or per
+// query head where the map's parameters are (darkformer's per-head M).
+// Not yet: tensor cores (the scan's sums run on CUDA cores), features inside the kernel (they are
+// saved, L x m per head, where the goal is O(L D)), packed documents (refused), the recurrent
+// state for decoding (the kernels' Decode keeps its own forms).
+#pragma once
+
+#include <torch/torch.h>
+
+#include "attention/ops/feature_map.h"
+
+namespace darkformer {
+
+// out_BHLD as FusedCausalLinearAttention's (causal_function.h), on a CUDA device. Refused on
+// other devices, for fp64 inputs and in a build without the CUDA kernels.
+torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
+                                  const FeatureMap& map, int64_t chunk_size);
+
+// Whether this build has the CUDA kernels (CMake found nvcc).
+bool CudaOpBuilt();
+
+// Tests: true runs the same scan emulated on the host for CPU inputs (cuda_scan_host.cpp), so the
+// CPU suite checks the device's arithmetic; op: cuda is refused on a CPU otherwise.
+void EmulateCudaOpOnHostForTesting(bool emulate);
+
+}  // namespace darkformer

@@ -1,0 +1,20 @@
+// The CUDA operator's scan (op: cuda) over the key rows of one call (cuda_scan_body.h: its
+// arithmetic and the Launch that describes a call): on the device (cuda_scan.cu, one CUDA block
+// per key row, compiled where CMake finds nvcc) or emulated on the host (cuda_scan_host.cpp), so
+// the tests run the device's arithmetic and indexing on a CPU.
+#pragma once
+
+#include "attention/ops/cuda_scan_body.h"
+
+namespace darkformer::cuda_scan {
+
+void ForwardOnHost(const Launch& launch);
+void BackwardOnHost(const Launch& launch);
+
+// Whether this build compiled the device kernels (CMake found nvcc: DARKFORMER_CUDA_OP).
+bool DeviceKernelsBuilt();
+// On `stream` (a cudaStream_t), asynchronously; they throw where the kernels are not built.
+void ForwardOnDevice(const Launch& launch, void* stream);
+void BackwardOnDevice(const Launch& launch, void* stream);
+
+}  // namespace darkformer::cuda_scan

@@ -1,0 +1,440 @@
+// The CUDA operator's scan (op: cuda; cuda_scan.h), written once for two executors: a CUDA block
+// (cuda_scan.cu) and one host thread that emulates it (cuda_scan_host.cpp), so the tests run the
+// device's own arithmetic and indexing on a CPU. Every step is a loop whose iterations are
+// independent (ParallelFor: the block's threads split it, then wait at a barrier); a step reads
+// only what earlier steps wrote, so the emulation, which runs iterations one after another, computes
+// what the block computes. Each sum runs in one thread in a fixed order: results are the same
+// from run to run.
+//
+// The algorithm is the raw CPU kernel's (raw_cpu_kernel.h, per_feature_chunks.h) on base-2
+// log-features computed outside (a_t for the G query heads that read a key row, l_j for its keys):
+// sub-chunks of S positions; the state S_i = sum_j 2^(l_ji - R_i) [v_j, 1] per feature relative to
+// its running max R_i; a query reads it with 2^((a_ti + R_i(e')) - s_t) <= 1, its own sub-chunk's
+// keys pair by pair with 2^((a_ti + l_ji) - s_t), s_t = max_i (a_ti + R_i(t)), so the pair attaining
+// s_t gives an exact 1 and the normaliser is >= 1. The backward is one reverse scan from
+// checkpoints of the state every `group_subs` sub-chunks, as the CPU kernel's.
+#pragma once
+
+#include <cstdint>
+
+#ifdef __CUDACC__
+#define DF_HD __host__ __device__
+#define DF_EXP2 exp2f
+#else
+#include <cmath>
+#define DF_HD
+#define DF_EXP2 std::exp2
+#endif
+
+namespace darkformer::cuda_scan {
+
+// The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x), or one host thread (0 of 1).
+struct Block {
+  int tid = 0, size = 1;
+  DF_HD void Sync() const {
+#ifdef __CUDA_ARCH__
+    __syncthreads();
+#endif
+  }
+};
+
+// f(i) for i in [0, n), split between the block's threads, then a barrier.
+template <typename F>
+DF_HD void ParallelFor(const Block& b, int64_t n, F f) {
+  for (int64_t i = b.tid; i < n; i += b.size) f(i);
+  b.Sync();
+}
+
+DF_HD inline float Max(float a, float b) { return a < b ? b : a; }
+constexpr float kNegInf = -__builtin_huge_valf();
+
+// One key row: its G query heads' a (head h at h * a_head_stride, L x m each), its keys' l (L x m)
+// and values (L x Dv). Outputs and the backward's inputs per head likewise.
+struct Row {
+  int64_t length, features, value_dim, group, sub, group_subs;  // L, m, Dv, G, S, sub-chunks per checkpoint
+  const float* a;
+  int64_t a_head_stride;
+  const float* l;
+  const float* v;
+};
+
+struct ForwardOut {
+  float* out;  // G x L x Dv
+  int64_t out_head_stride;
+  float* den;  // G x L, >= 1
+  int64_t den_head_stride;
+  float* states;  // checkpoints x m x V: the state before sub-chunks 0, group_subs, 2 group_subs, ...
+  float* refs;    // checkpoints x m
+};
+
+struct BackwardIo {
+  const float* states;
+  const float* refs;
+  const float* out;
+  int64_t out_head_stride;
+  const float* den;
+  int64_t den_head_stride;
+  const float* g;  // dL/dout, G x L x Dv
+  int64_t g_head_stride;
+  float* da;  // dL/d(natural-log a), G x L x m
+  int64_t da_head_stride;
+  float* dl;  // L x m
+  float* dv;  // L x Dv
+};
+
+DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_subs) {
+  const int64_t subs = (length + sub - 1) / sub;
+  return (subs + group_subs - 1) / group_subs;
+}
+
+// A row's working memory, carved from one buffer of ScratchFloats floats.
+struct Scratch {
+  float *state, *ref, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh;
+  float *group_states, *group_refs, *group_has, *h, *da, *dl, *dvh, *tmp, *z, *t;
+
+  DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs) {
+    const int64_t v = dv + 1, mv = m * v, gs = g * s;
+    return mv + m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v +  // forward
+           group_subs * (mv + m + 1) + gs * v + gs * m + s * m + s * v + gs * m + 2 * mv;  // backward
+  }
+  DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs) {
+    const int64_t v = dv + 1, mv = m * v, gs = g * s;
+    Scratch c;
+    auto take = [&p](int64_t n) {
+      float* q = p;
+      p += n;
+      return q;
+    };
+    c.state = take(mv);
+    c.ref = take(m);
+    c.rrows = take(s * m);
+    c.s2 = take(gs);
+    c.qc = take(gs * m);
+    c.w = take(gs * s);
+    c.pw = take(gs * s);
+    c.n = take(gs * v);
+    c.kk = take(s * m);
+    c.decay = take(m);
+    c.vh = take(s * v);
+    c.group_states = take(group_subs * mv);
+    c.group_refs = take(group_subs * m);
+    c.group_has = take(group_subs);
+    c.h = take(gs * v);
+    c.da = take(gs * m);
+    c.dl = take(s * m);
+    c.dvh = take(s * v);
+    c.tmp = take(gs * m);
+    c.z = take(mv);
+    c.t = take(mv);
+    return c;
+  }
+};
+
+// [v_j, 1] of positions [pos, pos + sl) into c.vh.
+DF_HD inline void LoadValues(const Block& b, const Row& r, int64_t pos, int64_t sl, const Scratch& c) {
+  const int64_t v = r.value_dim + 1;
+  ParallelFor(b, sl * v, [&](int64_t idx) {
+    const int64_t j = idx / v, k = idx % v;
+    c.vh[idx] = k < r.value_dim ? r.v[(pos + j) * r.value_dim + k] : 1.0f;
+  });
+}
+
+// R at each position of the sub-chunk (c.rrows, sl x m) from the entering reference (has: a state
+// exists) and the keys l (sl x m); with queries a (G heads at a_stride; nullptr: none), their
+// shifts s_t = max_i (a_ti + R_i(t)) into c.s2 (head-major, G x sl).
+DF_HD inline void Maxima(const Block& b, const Row& r, const float* l, const float* a, int64_t a_stride, int64_t sl,
+                         const float* ref, bool has, const Scratch& c) {
+  const int64_t m = r.features;
+  ParallelFor(b, m, [&](int64_t i) {
+    float running = has ? ref[i] : kNegInf;
+    for (int64_t j = 0; j < sl; ++j) {
+      running = (j == 0 && !has) ? l[i] : Max(running, l[j * m + i]);
+      c.rrows[j * m + i] = running;
+    }
+  });
+  if (a == nullptr) return;
+  ParallelFor(b, r.group * sl, [&](int64_t ht) {
+    const int64_t h = ht / sl, t = ht % sl;
+    const float* q = a + h * a_stride + t * m;
+    const float* rt = c.rrows + t * m;
+    float best = kNegInf;
+    for (int64_t i = 0; i < m; ++i) best = Max(best, q[i] + rt[i]);
+    c.s2[ht] = best;
+  });
+}
+
+// c.qc = 2^((a_ti + R_i(e')) - s_t) for the G sl queries.
+DF_HD inline void StateReadFactors(const Block& b, const Row& r, const float* a, int64_t a_stride, int64_t sl,
+                                   const float* ref, const Scratch& c) {
+  const int64_t m = r.features;
+  ParallelFor(b, r.group * sl * m, [&](int64_t idx) {
+    const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
+    c.qc[idx] = DF_EXP2((a[h * a_stride + t * m + i] + ref[i]) - c.s2[ht]);
+  });
+}
+
+// c.kk = 2^(l_j - R(end)) for the sub-chunk's keys, R(end) its last position's maxima.
+DF_HD inline void KeysAtEnd(const Block& b, const Row& r, const float* l, int64_t sl, const Scratch& c) {
+  const int64_t m = r.features;
+  const float* end = c.rrows + (sl - 1) * m;
+  ParallelFor(b, sl * m, [&](int64_t idx) { c.kk[idx] = DF_EXP2(l[idx] - end[idx % m]); });
+}
+
+// Folds the sub-chunk's keys l and c.vh into state/ref (has: a state exists): rows whose max grew
+// decay by 2^(R_old - R_new) <= 1, the keys join at R_new. c.rrows must hold the sub-chunk's maxima.
+DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl, float* state, float* ref, bool has,
+                       const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1;
+  const float* end = c.rrows + (sl - 1) * m;
+  KeysAtEnd(b, r, l, sl, c);
+  ParallelFor(b, m, [&](int64_t i) { c.decay[i] = has ? DF_EXP2(ref[i] - end[i]) : 0.0f; });
+  ParallelFor(b, m * v, [&](int64_t idx) {
+    const int64_t i = idx / v, k = idx % v;
+    float acc = has ? state[idx] * c.decay[i] : 0.0f;
+    for (int64_t j = 0; j < sl; ++j) acc += c.kk[j * m + i] * c.vh[j * v + k];
+    state[idx] = acc;
+  });
+  ParallelFor(b, m, [&](int64_t i) { ref[i] = end[i]; });
+}
+
+// The forward of one row.
+DF_HD inline void ScanForward(const Block& b, const Row& r, const ForwardOut& o, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
+  bool has = false;
+  for (int64_t pos = 0, k = 0; pos < r.length; pos += r.sub, ++k) {
+    const int64_t sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+    if (k % r.group_subs == 0) {  // the checkpoint: the state before this sub-chunk
+      float* saved = o.states + (k / r.group_subs) * mv;
+      float* refs = o.refs + (k / r.group_subs) * m;
+      ParallelFor(b, mv, [&](int64_t idx) { saved[idx] = has ? c.state[idx] : 0.0f; });
+      ParallelFor(b, m, [&](int64_t i) { refs[i] = has ? c.ref[i] : kNegInf; });
+    }
+    const float* a = r.a + pos * m;
+    const float* l = r.l + pos * m;
+    LoadValues(b, r, pos, sl, c);
+    Maxima(b, r, l, a, r.a_head_stride, sl, c.ref, has, c);
+    // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), j <= t.
+    ParallelFor(b, g * sl * sl, [&](int64_t idx) {
+      const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
+      float w = 0.0f;
+      if (j <= t) {
+        const float* q = a + h * r.a_head_stride + t * m;
+        for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
+      }
+      c.w[idx] = w;
+    });
+    if (has) StateReadFactors(b, r, a, r.a_head_stride, sl, c.ref, c);
+    // n_t = sum_{j <= t} w_tj [v_j, 1] + sum_i qc_ti S_i.
+    ParallelFor(b, g * sl * v, [&](int64_t idx) {
+      const int64_t ht = idx / v, kk = idx % v, t = ht % sl;
+      float acc = 0.0f;
+      for (int64_t j = 0; j <= t; ++j) acc += c.w[ht * sl + j] * c.vh[j * v + kk];
+      if (has) {
+        for (int64_t i = 0; i < m; ++i) acc += c.qc[ht * m + i] * c.state[i * v + kk];
+      }
+      c.n[idx] = acc;
+    });
+    ParallelFor(b, g * sl * v, [&](int64_t idx) {
+      const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
+      const float den = c.n[ht * v + dv];
+      if (kk < dv) {
+        o.out[h * o.out_head_stride + (pos + t) * dv + kk] = c.n[idx] / den;
+      } else {
+        o.den[h * o.den_head_stride + pos + t] = den;
+      }
+    });
+    Fold(b, r, l, sl, c.state, c.ref, has, c);
+    has = true;
+  }
+}
+
+// The backward of one row (raw_cpu_kernel.cpp's RunPositiveRowBackward, step for step): for query
+// t and key j of a sub-chunk, h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t],
+//   dL/da_t = qc_t * (S(e') h_t) + sum_{j <= t} e_tj (h_t . [v_j, 1])
+//   dL/dl_j = 2^(l_j - R(f)) * (Z [v_j, 1]) + sum_{t >= j} e_tj (h_t . [v_j, 1])
+//   dL/d[v_j, 1] = 2^(l_j - R(f)) Z + sum_{t >= j} w_tj h_t
+// with e_tj = 2^((a_t + l_j) - s_t) per feature and Z the reverse state at R(f).
+DF_HD inline void ScanBackward(const Block& b, const Row& r, const BackwardIo& io, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
+  const int64_t subs = (r.length + r.sub - 1) / r.sub, groups = (subs + r.group_subs - 1) / r.group_subs;
+  bool has_z = false;
+  for (int64_t group = groups - 1; group >= 0; --group) {
+    const int64_t first = group * r.group_subs, end = subs < first + r.group_subs ? subs : first + r.group_subs;
+    bool has = group > 0;
+    ParallelFor(b, mv, [&](int64_t idx) { c.state[idx] = io.states[group * mv + idx]; });
+    ParallelFor(b, m, [&](int64_t i) { c.ref[i] = io.refs[group * m + i]; });
+    for (int64_t k = first; k < end; ++k) {  // refold: each sub-chunk's entering state
+      const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+      float* states = c.group_states + slot * mv;
+      float* refs = c.group_refs + slot * m;
+      ParallelFor(b, mv, [&](int64_t idx) { states[idx] = c.state[idx]; });
+      ParallelFor(b, m, [&](int64_t i) { refs[i] = c.ref[i]; });
+      ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
+      if (k + 1 < end) {
+        LoadValues(b, r, pos, sl, c);
+        Maxima(b, r, r.l + pos * m, nullptr, 0, sl, c.ref, has, c);
+        Fold(b, r, r.l + pos * m, sl, c.state, c.ref, has, c);
+        has = true;
+      }
+    }
+    for (int64_t k = end - 1; k >= first; --k) {
+      const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+      const float* l = r.l + pos * m;
+      const float* a = r.a + pos * m;
+      const float* ref = c.group_refs + slot * m;
+      const float* state = c.group_states + slot * mv;
+      const bool has_in = c.group_has[slot] != 0.0f;
+      LoadValues(b, r, pos, sl, c);
+      Maxima(b, r, l, a, r.a_head_stride, sl, ref, has_in, c);
+      // h_t.
+      ParallelFor(b, g * sl * v, [&](int64_t idx) {
+        const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
+        const float* gt = io.g + h * io.g_head_stride + (pos + t) * dv;
+        const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
+        if (kk < dv) {
+          c.h[idx] = gt[kk] * inv;
+        } else {
+          const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
+          float dot = 0.0f;
+          for (int64_t q = 0; q < dv; ++q) dot += gt[q] * out[q];
+          c.h[idx] = -dot * inv;
+        }
+      });
+      // Per pair (j <= t): pw = h_t . [v_j, 1] and w = sum_i e_tj,i.
+      ParallelFor(b, g * sl * sl, [&](int64_t idx) {
+        const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
+        float pw = 0.0f, w = 0.0f;
+        if (j <= t) {
+          for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
+          const float* q = a + h * r.a_head_stride + t * m;
+          for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
+        }
+        c.pw[idx] = pw;
+        c.w[idx] = w;
+      });
+      // The sub-chunk's own pairs into da (per query) and dl (per key), and dvh.
+      ParallelFor(b, g * sl * m, [&](int64_t idx) {
+        const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
+        const float q = a[h * r.a_head_stride + t * m + i];
+        float acc = 0.0f;
+        for (int64_t j = 0; j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
+        c.da[idx] = acc;
+      });
+      ParallelFor(b, sl * m, [&](int64_t idx) {
+        const int64_t j = idx / m, i = idx % m;
+        float acc = 0.0f;
+        for (int64_t h = 0; h < g; ++h) {
+          for (int64_t t = j; t < sl; ++t) {
+            const int64_t ht = h * sl + t;
+            acc += c.pw[ht * sl + j] * DF_EXP2((a[h * r.a_head_stride + t * m + i] + l[idx]) - c.s2[ht]);
+          }
+        }
+        c.dl[idx] = acc;
+      });
+      ParallelFor(b, sl * v, [&](int64_t idx) {
+        const int64_t j = idx / v, kk = idx % v;
+        float acc = 0.0f;
+        for (int64_t h = 0; h < g; ++h) {
+          for (int64_t t = j; t < sl; ++t) acc += c.w[(h * sl + t) * sl + j] * c.h[(h * sl + t) * v + kk];
+        }
+        c.dvh[idx] = acc;
+      });
+      // Queries against the entering state; the sub-chunk's share T of the reverse state.
+      if (has_in) {
+        StateReadFactors(b, r, a, r.a_head_stride, sl, ref, c);
+        ParallelFor(b, g * sl * m, [&](int64_t idx) {
+          const int64_t ht = idx / m, i = idx % m;
+          float acc = 0.0f;
+          for (int64_t kk = 0; kk < v; ++kk) acc += c.h[ht * v + kk] * state[i * v + kk];
+          c.da[idx] += c.qc[idx] * acc;
+        });
+        ParallelFor(b, mv, [&](int64_t idx) {
+          const int64_t i = idx / v, kk = idx % v;
+          float acc = 0.0f;
+          for (int64_t ht = 0; ht < g * sl; ++ht) acc += c.qc[ht * m + i] * c.h[ht * v + kk];
+          c.t[idx] = acc;
+        });
+      }
+      // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
+      if (has_z) {
+        KeysAtEnd(b, r, l, sl, c);
+        ParallelFor(b, sl * m, [&](int64_t idx) {
+          const int64_t j = idx / m, i = idx % m;
+          float acc = 0.0f;
+          for (int64_t kk = 0; kk < v; ++kk) acc += c.vh[j * v + kk] * c.z[i * v + kk];
+          c.dl[idx] += c.kk[idx] * acc;
+        });
+        ParallelFor(b, sl * v, [&](int64_t idx) {
+          const int64_t j = idx / v, kk = idx % v;
+          float acc = 0.0f;
+          for (int64_t i = 0; i < m; ++i) acc += c.kk[j * m + i] * c.z[i * v + kk];
+          c.dvh[idx] += acc;
+        });
+      }
+      // Out: the exponentials are the same numbers in base e, so the sums are the natural-log
+      // gradients.
+      ParallelFor(b, g * sl * m, [&](int64_t idx) {
+        const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
+        io.da[h * io.da_head_stride + (pos + t) * m + i] = c.da[idx];
+      });
+      ParallelFor(b, sl * m, [&](int64_t idx) { io.dl[pos * m + idx] = c.dl[idx]; });
+      ParallelFor(b, sl * dv, [&](int64_t idx) { io.dv[pos * dv + idx] = c.dvh[(idx / dv) * v + idx % dv]; });
+      if (!has_in) break;  // the row's first sub-chunk
+      // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
+      const float* end_r = c.rrows + (sl - 1) * m;
+      const bool had_z = has_z;
+      ParallelFor(b, mv, [&](int64_t idx) {
+        const int64_t i = idx / v;
+        c.z[idx] = had_z ? c.t[idx] + DF_EXP2(ref[i] - end_r[i]) * c.z[idx] : c.t[idx];
+      });
+      has_z = true;
+    }
+  }
+}
+
+// The key rows of one call. Rows are a KV head of a sequence, or a query head where key features
+// are per query head. Row r's query heads are r * group ... r * group + group - 1 of the folded
+// B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1).
+// Every tensor fp32, each per-head block L contiguous rows.
+struct Launch {
+  int64_t rows = 0, length = 0, features = 0, value_dim = 0, group = 1, sub = 8, group_subs = 1;
+  int64_t value_rows_per = 1;
+  const float* a = nullptr;  // base-2 query log-features, rows x G x L x m
+  const float* l = nullptr;  // base-2 key log-features, rows x L x m
+  const float* v = nullptr;  // values, (rows / value_rows_per) x L x Dv
+  // Forward.
+  float* out = nullptr;     // rows x G x L x Dv
+  float* den = nullptr;     // rows x G x L
+  float* states = nullptr;  // rows x checkpoints x m x (Dv + 1)
+  float* refs = nullptr;    // rows x checkpoints x m
+  // Backward (reads out, den, states, refs too).
+  const float* g = nullptr;  // dL/dout, rows x G x L x Dv
+  float* da = nullptr;       // rows x G x L x m, d/d(natural-log a)
+  float* dl = nullptr;       // rows x L x m
+  float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
+  float* scratch = nullptr;  // rows x ScratchFloatsPerRow()
+
+  DF_HD int64_t checkpoints() const { return CheckpointCount(length, sub, group_subs); }
+  DF_HD int64_t ScratchFloatsPerRow() const { return Scratch::Floats(features, value_dim, group, sub, group_subs); }
+
+  // Row r's view of the call's tensors.
+  DF_HD Row RowOf(int64_t r) const {
+    const int64_t lm = length * features;
+    return {length, features, value_dim, group, sub, group_subs, a + r * group * lm, lm, l + r * lm,
+            v + (r / value_rows_per) * length * value_dim};
+  }
+  DF_HD Scratch ScratchOf(int64_t r) const {
+    return Scratch::Carve(scratch + r * ScratchFloatsPerRow(), features, value_dim, group, sub, group_subs);
+  }
+  DF_HD ForwardOut ForwardOf(int64_t r) const {
+    const int64_t ld = length * value_dim, mv = features * (value_dim + 1), n = checkpoints();
+    return {out + r * group * ld, ld, den + r * group * length, length, states + r * n * mv, refs + r * n * features};
+  }
+  DF_HD BackwardIo BackwardOf(int64_t r) const {
+    const int64_t ld = length * value_dim, lm = length * features, mv = features * (value_dim + 1), n = checkpoints();
+    return {states + r * n * mv, refs + r * n * features, out + r * group * ld, ld, den + r * group * length, length,
+            g + r * group * ld, ld, da + r * group * lm, lm, dl + r * lm, dv + r * ld};
+  }
+};
+
+}  // namespace darkformer::cuda_scan

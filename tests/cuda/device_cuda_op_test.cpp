@@ -1,0 +1,133 @@
+// op: cuda (ops/cuda_op.h) on the test device against the chunk loop in fp64 on the CPU (the
+// per-feature stabiliser's exact form, itself held to the log-space reference by
+// tests/attention/extreme_scale_test.cpp): ordinary rows, sharp opposed rows of norm 60, and a
+// running max that jumps by hundreds inside a sub-chunk and at a chunk boundary; MQA (2 query
+// heads on 1 KV head) and darkformer's per-head M. On the CPU (no DARKFORMER_TEST_DEVICE) the
+// scan runs emulated on the host. `SmallCaseForTheSanitizers` is the case tools/gpu_check.sh's
+// `sanitize` stage runs under compute-sanitizer's memcheck and racecheck.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+
+#include "attention/kernel_registry.h"
+#include "attention/ops/cuda_op.h"
+#include "cuda/test_device.h"
+
+namespace darkformer {
+namespace {
+
+constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
+
+const bool kEmulatedOnTheCpu = [] {
+  EmulateCudaOpOnHostForTesting(true);
+  return true;
+}();
+
+AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm) {
+  KernelShape shape{kHeads, kDim};
+  const std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk) +
+                           ", op: " + op + "}";
+  auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
+  torch::NoGradGuard no_grad;
+  if (projection_norm > 0) {  // rows projection_norm e_i: a key along e_i raises feature i by ~norm^2 / 2
+    kernel->named_buffers()["projection"].copy_(projection_norm * torch::eye(kDim).repeat({kFeatures / kDim, 1}));
+  }
+  torch::manual_seed(6);
+  for (auto& p : kernel->parameters()) p.add_(0.1 * torch::randn_like(p));  // darkformer: M per head
+  return kernel;
+}
+
+struct Inputs {
+  torch::Tensor q, k, v, weights;
+};
+
+// pattern "ordinary": N(0, 1); "sharp": queries near u, keys near -u, rows of norm 60; "jump": keys
+// 11 (inside the sub-chunk [8, 16)) and 32 (a chunk's first) along e_1 and e_5 with projections
+// of norm 30, queries leaning towards them.
+Inputs MakeInputs(const std::string& pattern) {
+  torch::manual_seed(53);
+  const double root = std::pow(static_cast<double>(kDim), 0.25);  // the kernels see x = q / d^(1/4)
+  Inputs in;
+  in.q = torch::randn({1, kHeads, kLength, kDim});
+  in.k = torch::randn({1, kKvHeads, kLength, kDim});
+  in.v = torch::randn({1, kKvHeads, kLength, kDim});
+  in.weights = torch::randn({1, kHeads, kLength, kDim}).to(torch::kBFloat16).to(torch::kFloat32);
+  if (pattern == "sharp") {
+    const auto u = torch::randn({kDim});
+    const auto unit = u / u.norm();
+    in.q = 60.0 * torch::nn::functional::normalize(unit + 0.1 * in.q, torch::nn::functional::NormalizeFuncOptions().dim(-1));
+    in.k = 60.0 * torch::nn::functional::normalize(-unit + 0.1 * in.k, torch::nn::functional::NormalizeFuncOptions().dim(-1));
+  } else if (pattern == "jump") {
+    in.q = 0.5 * root * in.q;
+    in.q.select(3, 1).add_(2.0 * root);
+    in.q.select(3, 5).add_(2.0 * root);
+    in.k = 0.3 * root * in.k;
+    in.k[0][0][11].zero_()[1] = 30.0 * root;
+    in.k[0][0][32].zero_()[5] = 30.0 * root;
+  }
+  return in;
+}
+
+struct Result {
+  torch::Tensor out;
+  std::vector<torch::Tensor> grads;  // q, k, v, then the kernel's parameters
+};
+
+Result Run(AttentionKernel& kernel, const Inputs& in, torch::Device device, torch::ScalarType compute) {
+  kernel->to(device, compute);
+  auto leaf = [&](const torch::Tensor& t) { return t.to(device, compute).detach().clone().requires_grad_(); };
+  auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
+  AttentionCall call;
+  call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+  const auto out = kernel->forward(q, k, v, call);
+  (out.to(torch::kFloat64) * in.weights.to(device, torch::kFloat64)).sum().backward();
+  Result r{out.detach().cpu(), {q.grad().cpu(), k.grad().cpu(), v.grad().cpu()}};
+  for (auto& p : kernel->parameters()) r.grads.push_back(p.grad().defined() ? p.grad().cpu() : torch::Tensor());
+  return r;
+}
+
+double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
+  const auto b64 = b.to(torch::kFloat64);
+  return ((a.to(torch::kFloat64) - b64).abs().max() / b64.abs().max().clamp_min(1e-300)).item<double>();
+}
+
+// The rule of extreme_scale_test.cpp: relative 1e-4 (outputs) and 1e-3 (gradients) up to |x| = 30;
+// beyond, fp32's rounding of the exponents' arguments A 2^-24 (A = the largest |log phi|) bounds
+// what any fp32 form can reach: max(1e-4, 4 A 2^-24) and 10x that.
+void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature) {
+  const auto device = testing::TestDevice();
+  const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
+  const auto in = MakeInputs(pattern);
+  auto reference = Make(name, "chunk_loop", projection_norm);
+  const auto ref = Run(reference, in, torch::kCPU, torch::kFloat64);
+  auto kernel = Make(name, "cuda", projection_norm);
+  const auto got = Run(kernel, in, device, torch::kFloat32);
+  const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
+  const std::string where = name + " " + pattern + " on " + device.str();
+  ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
+  EXPECT_LE(RelativeError(got.out, ref.out), out_tol) << where << " output";
+  ASSERT_EQ(got.grads.size(), ref.grads.size()) << where;
+  for (size_t i = 0; i < got.grads.size(); ++i) {
+    if (!ref.grads[i].defined()) continue;
+    ASSERT_TRUE(torch::isfinite(got.grads[i]).all().item<bool>()) << where << " grad " << i;
+    EXPECT_LE(RelativeError(got.grads[i], ref.grads[i]), 10 * out_tol) << where << " grad " << i;
+  }
+}
+
+TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) { ExpectMatches("performer", "ordinary", 0); }
+
+TEST(DeviceCudaOpTest, OrdinaryRowsWithPerHeadM) { ExpectMatches("darkformer", "ordinary", 0); }
+
+// |log phi| reaches about |x|^2 = 60^2 / sqrt(8) (the scale 1/sqrt(d) splits over q and k).
+TEST(DeviceCudaOpTest, SharpOpposedRows) {
+  for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "sharp", 3600.0 / std::sqrt(8.0));
+}
+
+// Feature 1's max jumps by ~450 inside a sub-chunk, feature 5's at a chunk's first position.
+TEST(DeviceCudaOpTest, RunningMaxJumpsInsideASubChunkAndAtAChunkBoundary) {
+  for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "jump", 900.0);
+}
+
+}  // namespace
+}  // namespace darkformer
