@@ -13,13 +13,14 @@ namespace {
 
 constexpr int kThreads = 256;
 
-__global__ void ForwardKernel(Launch x) {
+// At most kThreads threads: the compiler keeps each thread within the registers a full block may use.
+__global__ void __launch_bounds__(kThreads) ForwardKernel(Launch x) {
   const int64_t r = blockIdx.x;
   ScanForward(Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}, x.RowOf(r), x.ForwardOf(r),
               x.ScratchOf(r));
 }
 
-__global__ void BackwardKernel(Launch x) {
+__global__ void __launch_bounds__(kThreads) BackwardKernel(Launch x) {
   const int64_t r = blockIdx.x;
   ScanBackward(Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}, x.RowOf(r), x.BackwardOf(r),
                x.ScratchOf(r));

@@ -4,6 +4,7 @@
 // the tests run the device's arithmetic and indexing on a CPU.
 #pragma once
 
+#include "attention/ops/cuda_scan_backward_body.h"
 #include "attention/ops/cuda_scan_body.h"
 
 namespace darkformer::cuda_scan {

@@ -1,0 +1,153 @@
+// The CUDA operator's scan, backward (see cuda_scan_body.h: the same two executors, the same
+// rules for a step).
+#pragma once
+
+#include "attention/ops/cuda_scan_body.h"
+
+namespace darkformer::cuda_scan {
+
+// The backward of one row (raw_cpu_kernel.cpp's RunPositiveRowBackward, step for step): for query
+// t and key j of a sub-chunk, h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t],
+//   dL/da_t = qc_t * (S(e') h_t) + sum_{j <= t} e_tj (h_t . [v_j, 1])
+//   dL/dl_j = 2^(l_j - R(f)) * (Z [v_j, 1]) + sum_{t >= j} e_tj (h_t . [v_j, 1])
+//   dL/d[v_j, 1] = 2^(l_j - R(f)) Z + sum_{t >= j} w_tj h_t
+// with e_tj = 2^((a_t + l_j) - s_t) per feature and Z the reverse state at R(f).
+DF_HD inline void ScanBackward(const Block& b, const Row& r, const BackwardIo& io, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
+  const int64_t subs = (r.length + r.sub - 1) / r.sub, groups = (subs + r.group_subs - 1) / r.group_subs;
+  bool has_z = false;
+  for (int64_t group = groups - 1; group >= 0; --group) {
+    const int64_t first = group * r.group_subs, end = subs < first + r.group_subs ? subs : first + r.group_subs;
+    bool has = group > 0;
+    ParallelFor(b, mv, [&](int64_t idx) { c.state[idx] = io.states[group * mv + idx]; });
+    ParallelFor(b, m, [&](int64_t i) { c.ref[i] = io.refs[group * m + i]; });
+    for (int64_t k = first; k < end; ++k) {  // refold: each sub-chunk's entering state
+      const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+      float* states = c.group_states + slot * mv;
+      float* refs = c.group_refs + slot * m;
+      ParallelFor(b, mv, [&](int64_t idx) { states[idx] = c.state[idx]; });
+      ParallelFor(b, m, [&](int64_t i) { refs[i] = c.ref[i]; });
+      ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
+      if (k + 1 < end) {
+        LoadValues(b, r, pos, sl, c);
+        Maxima(b, r, r.l + pos * m, nullptr, 0, sl, c.ref, has, c);
+        Fold(b, r, r.l + pos * m, sl, c.state, c.ref, has, c);
+        has = true;
+      }
+    }
+    for (int64_t k = end - 1; k >= first; --k) {
+      const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+      const float* l = r.l + pos * m;
+      const float* a = r.a + pos * m;
+      const float* ref = c.group_refs + slot * m;
+      const float* state = c.group_states + slot * mv;
+      const bool has_in = c.group_has[slot] != 0.0f;
+      LoadValues(b, r, pos, sl, c);
+      Maxima(b, r, l, a, r.a_head_stride, sl, ref, has_in, c);
+      // h_t.
+      ParallelFor(b, g * sl * v, [&](int64_t idx) {
+        const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
+        const float* gt = io.g + h * io.g_head_stride + (pos + t) * dv;
+        const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
+        if (kk < dv) {
+          c.h[idx] = gt[kk] * inv;
+        } else {
+          const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
+          float dot = 0.0f;
+          for (int64_t q = 0; q < dv; ++q) dot += gt[q] * out[q];
+          c.h[idx] = -dot * inv;
+        }
+      });
+      // Per pair (j <= t): pw = h_t . [v_j, 1] and w = sum_i e_tj,i.
+      ParallelFor(b, g * sl * sl, [&](int64_t idx) {
+        const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
+        float pw = 0.0f, w = 0.0f;
+        if (j <= t) {
+          for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
+          const float* q = a + h * r.a_head_stride + t * m;
+          for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
+        }
+        c.pw[idx] = pw;
+        c.w[idx] = w;
+      });
+      // The sub-chunk's own pairs into da (per query) and dl (per key), and dvh.
+      ParallelFor(b, g * sl * m, [&](int64_t idx) {
+        const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
+        const float q = a[h * r.a_head_stride + t * m + i];
+        float acc = 0.0f;
+        for (int64_t j = 0; j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
+        c.da[idx] = acc;
+      });
+      ParallelFor(b, sl * m, [&](int64_t idx) {
+        const int64_t j = idx / m, i = idx % m;
+        float acc = 0.0f;
+        for (int64_t h = 0; h < g; ++h) {
+          for (int64_t t = j; t < sl; ++t) {
+            const int64_t ht = h * sl + t;
+            acc += c.pw[ht * sl + j] * DF_EXP2((a[h * r.a_head_stride + t * m + i] + l[idx]) - c.s2[ht]);
+          }
+        }
+        c.dl[idx] = acc;
+      });
+      ParallelFor(b, sl * v, [&](int64_t idx) {
+        const int64_t j = idx / v, kk = idx % v;
+        float acc = 0.0f;
+        for (int64_t h = 0; h < g; ++h) {
+          for (int64_t t = j; t < sl; ++t) acc += c.w[(h * sl + t) * sl + j] * c.h[(h * sl + t) * v + kk];
+        }
+        c.dvh[idx] = acc;
+      });
+      // Queries against the entering state; the sub-chunk's share T of the reverse state.
+      if (has_in) {
+        StateReadFactors(b, r, a, r.a_head_stride, sl, ref, c);
+        ParallelFor(b, g * sl * m, [&](int64_t idx) {
+          const int64_t ht = idx / m, i = idx % m;
+          float acc = 0.0f;
+          for (int64_t kk = 0; kk < v; ++kk) acc += c.h[ht * v + kk] * state[i * v + kk];
+          c.da[idx] += c.qc[idx] * acc;
+        });
+        ParallelFor(b, mv, [&](int64_t idx) {
+          const int64_t i = idx / v, kk = idx % v;
+          float acc = 0.0f;
+          for (int64_t ht = 0; ht < g * sl; ++ht) acc += c.qc[ht * m + i] * c.h[ht * v + kk];
+          c.t[idx] = acc;
+        });
+      }
+      // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
+      if (has_z) {
+        KeysAtEnd(b, r, l, sl, c);
+        ParallelFor(b, sl * m, [&](int64_t idx) {
+          const int64_t j = idx / m, i = idx % m;
+          float acc = 0.0f;
+          for (int64_t kk = 0; kk < v; ++kk) acc += c.vh[j * v + kk] * c.z[i * v + kk];
+          c.dl[idx] += c.kk[idx] * acc;
+        });
+        ParallelFor(b, sl * v, [&](int64_t idx) {
+          const int64_t j = idx / v, kk = idx % v;
+          float acc = 0.0f;
+          for (int64_t i = 0; i < m; ++i) acc += c.kk[j * m + i] * c.z[i * v + kk];
+          c.dvh[idx] += acc;
+        });
+      }
+      // Out: the exponentials are the same numbers in base e, so the sums are the natural-log
+      // gradients.
+      ParallelFor(b, g * sl * m, [&](int64_t idx) {
+        const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
+        io.da[h * io.da_head_stride + (pos + t) * m + i] = c.da[idx];
+      });
+      ParallelFor(b, sl * m, [&](int64_t idx) { io.dl[pos * m + idx] = c.dl[idx]; });
+      ParallelFor(b, sl * dv, [&](int64_t idx) { io.dv[pos * dv + idx] = c.dvh[(idx / dv) * v + idx % dv]; });
+      if (!has_in) break;  // the row's first sub-chunk
+      // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
+      const float* end_r = c.rrows + (sl - 1) * m;
+      const bool had_z = has_z;
+      ParallelFor(b, mv, [&](int64_t idx) {
+        const int64_t i = idx / v;
+        c.z[idx] = had_z ? c.t[idx] + DF_EXP2(ref[i] - end_r[i]) * c.z[idx] : c.t[idx];
+      });
+      has_z = true;
+    }
+  }
+}
+
+}  // namespace darkformer::cuda_scan
