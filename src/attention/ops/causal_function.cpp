@@ -340,7 +340,7 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
 
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {
   const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<FusedCausalFunction>>(out.grad_fn());
-  if (!node) return ChunkParallelSavedBytes(out);
+  if (!node) return ChunkParallelSavedBytes(out) + CudaOpSavedBytes(out);
   int64_t bytes = 0;
   for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
   return bytes;

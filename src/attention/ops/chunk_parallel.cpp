@@ -11,6 +11,7 @@
 #include <tuple>
 
 #include "attention/ops/dtype_probe.h"
+#include "attention/ops/feature_gradients.h"
 #include "attention/ops/per_feature_chunks.h"
 #include "util/error.h"
 #include "util/mixed_precision.h"
@@ -71,22 +72,6 @@ torch::Tensor Mask(int64_t n, int64_t diagonal, const torch::TensorOptions& opti
 // Keys (and values) per key row: as given, or repeated per query head.
 torch::Tensor PerRow(const torch::Tensor& t_BKLX, const Shape& s) {
   return t_BKLX.size(1) == s.rows ? t_BKLX : t_BKLX.repeat_interleave(s.rows / t_BKLX.size(1), 1);
-}
-
-torch::Tensor KeyLogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& params, const torch::Tensor& y) {
-  return map.log_features(y, params, /*is_query=*/false);
-}
-
-// log phi of queries and keys, up to what cancels. Positive features (x W^T - |x|^2/2 - log(m)/2)
-// skip the query's -|x|^2/2 (a shift of all of a query's arguments, s_t's included) and
-// everyone's -log(m)/2 (every key's: R and s shift with it).
-std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
-                                                    const torch::Tensor& x, const torch::Tensor& y) {
-  if (!map.positive_features) return {map.log_features(x, p, /*is_query=*/true), KeyLogFeatures(map, p, y)};
-  const auto w_DM = p.at(0).detach().to(x.scalar_type()).t();
-  auto lk = torch::matmul(y, w_DM);
-  lk.sub_((y * y).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
-  return {torch::matmul(x, w_DM), lk};
 }
 
 // What forward and backward both compute from the features (no autograd).
@@ -163,7 +148,7 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
     const auto doc_B1L = document_ids_BL.defined() ? PaddedDocuments(document_ids_BL, s) : torch::Tensor();
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
-    const auto [lq, lk] = LogFeatures(map, p, x, y);
+    const auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y);
     const auto k = Build(lq, lk, v, s, doc_B1L);
     const auto n_BRNQV = causal_ops::ChunkNumerator(k.block, k.terms, k.sin_BRNMV);
     const auto den_BRNQ = n_BRNQV.select(-1, s.value_dim).contiguous();  // >= 1 (per_feature_chunks.h)
@@ -197,52 +182,6 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
   };
 };
 
-// dL/dx, dL/dy and the parameter gradients through the features, given d log phi of every
-// (padded) query and key position.
-struct FeatureGrads {
-  torch::Tensor dx, dy;
-  std::vector<torch::Tensor> params;
-};
-
-FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
-                             const torch::Tensor& y, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM) {
-  FeatureGrads g;
-  g.params.resize(p.size());
-  if (map.positive_features) {
-    // log phi = x W^T - |x|^2/2 - log(m)/2 (FeatureMap::positive_features).
-    const auto w_MD = p.at(0).detach().to(x.scalar_type());
-    g.dx = torch::matmul(dlq_BHLM, w_MD).sub_(x * dlq_BHLM.sum(-1, /*keepdim=*/true));
-    g.dy = torch::matmul(dlk_BRLM, w_MD).sub_(y * dlk_BRLM.sum(-1, /*keepdim=*/true));
-    if (p[0].requires_grad()) {
-      const int64_t m = w_MD.size(0), d = w_MD.size(1);
-      g.params[0] = torch::matmul(dlq_BHLM.reshape({-1, m}).t(), x.reshape({-1, d}))
-                        .addmm_(dlk_BRLM.reshape({-1, m}).t(), y.reshape({-1, d}))
-                        .to(p[0].scalar_type());
-    }
-    return g;
-  }
-  // Any other map: its own backward, once over the whole sequence.
-  torch::AutoGradMode grad_on(true);
-  const auto x_leaf = x.detach().requires_grad_(), y_leaf = y.detach().requires_grad_();
-  std::vector<torch::Tensor> leaves, inputs = {x_leaf, y_leaf};
-  std::vector<size_t> which;
-  for (size_t i = 0; i < p.size(); ++i) {
-    leaves.push_back(p[i].detach().requires_grad_(p[i].requires_grad()));
-    if (p[i].requires_grad()) {
-      inputs.push_back(leaves.back());
-      which.push_back(i);
-    }
-  }
-  const auto lq = map.log_features(x_leaf, leaves, /*is_query=*/true);
-  const auto lk = KeyLogFeatures(map, leaves, y_leaf);
-  const auto grads = torch::autograd::grad({lq, lk}, inputs, {dlq_BHLM, dlk_BRLM}, /*retain_graph=*/false,
-                                           /*create_graph=*/false, /*allow_unused=*/true);
-  g.dx = grads[0].defined() ? grads[0] : torch::zeros_like(x);
-  g.dy = grads[1].defined() ? grads[1] : torch::zeros_like(y);
-  for (size_t n = 0; n < which.size(); ++n) g.params[which[n]] = grads[n + 2];
-  return g;
-}
-
 torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::AutogradContext* ctx,
                                                                torch::autograd::variable_list grad_outputs) {
   const auto saved = ctx->get_saved_variables();
@@ -259,7 +198,7 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   const auto documents = ctx->saved_data.find("documents");
   const auto doc_B1L =
       documents != ctx->saved_data.end() ? PaddedDocuments(documents->second.toTensor(), s) : torch::Tensor();
-  const auto [lq, lk] = LogFeatures(map, p, x, y);
+  const auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y);
   auto k = Build(lq, lk, v, s, doc_B1L);
   // h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t] (padded positions: g = 0, so h = 0).
   const auto g_BHLD = grad_outputs[0].to(x.scalar_type());
@@ -278,7 +217,7 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   const auto dlq_BHLM = QueryBlocksByHead(q.da_BRNUGSM).reshape({s.batch, s.heads, s.padded, m});
   const auto dlk_BRLM = kg.dl_BRNCM.view({s.batch, s.rows, s.padded, m});
   const auto dvh_BRNCV = kg.dvh_BRNCV;
-  auto g = FeatureBackward(map, p, x, y, dlq_BHLM, dlk_BRLM);
+  auto g = causal_ops::FeatureBackward(map, p, x, y, dlq_BHLM, dlk_BRLM);
   auto dv_BRLD = dvh_BRNCV.narrow(-1, 0, s.value_dim).reshape({s.batch, s.rows, s.padded, s.value_dim});
   auto unpad = [&](const torch::Tensor& t) { return s.padded == s.length ? t : t.narrow(2, 0, s.length); };
   // Rows per query head: each KV head's gradient is its group's sum.

@@ -5,9 +5,11 @@
 
 #include "attention/ops/chunk_common.h"
 #include "attention/ops/cuda_scan.h"
+#include "attention/ops/feature_gradients.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/ops/sub_chunk.h"
 #include "util/error.h"
+#include "util/mixed_precision.h"
 
 #ifdef DARKFORMER_CUDA_OP
 #include <c10/cuda/CUDAGuard.h>
@@ -57,56 +59,99 @@ void Run(const cuda_scan::Launch& x, const torch::Tensor& on, bool forward) {
 #endif
 }
 
+// Keys (or values) per key row: as given, or repeated per query head.
+torch::Tensor PerRow(const torch::Tensor& t_BKLX, int64_t rows) {
+  return t_BKLX.size(1) == rows ? t_BKLX : t_BKLX.repeat_interleave(rows / t_BKLX.size(1), 1);
+}
+// A gradient per key row back to the K heads it was repeated from (their group's sum).
+torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads) {
+  if (t_BRLX.size(1) == kv_heads) return t_BRLX;
+  return t_BRLX.reshape({t_BRLX.size(0), kv_heads, t_BRLX.size(1) / kv_heads, t_BRLX.size(2), t_BRLX.size(3)}).sum(2);
+}
+
+// Base-2 log-features of queries and key rows, contiguous, no autograd.
+std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, const std::vector<torch::Tensor>& p,
+                                                      const torch::Tensor& x, const torch::Tensor& y_rows) {
+  torch::NoGradGuard no_grad;
+  auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y_rows);
+  return {lq.mul_(causal_ops::kLog2E).contiguous(), lk.mul_(causal_ops::kLog2E).contiguous()};
+}
+
+// Saves x, y, v (O(L D)), the output, its normaliser and the checkpoints; the backward recomputes
+// the features, as the chunk-parallel form does.
 class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
  public:
-  // lq B x H x L x m and lk B x R x L x m (natural-log features), v B x K x L x Dv, all fp32.
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& lq, const torch::Tensor& lk,
-                               const torch::Tensor& v, int64_t sub) {
-    const auto a = (lq * causal_ops::kLog2E).contiguous(), l = (lk * causal_ops::kLog2E).contiguous();
+  struct MapCapsule : torch::CustomClassHolder {
+    explicit MapCapsule(FeatureMap m) : map(std::move(m)) {}
+    FeatureMap map;
+  };
+
+  // x B x H x L x D, y B x K x L x D, v B x K x L x Dv, all fp32; rows: K, or H where key features
+  // are per query head.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
+                               const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
+                               int64_t sub) {
+    const std::vector<torch::Tensor> p(params.begin(), params.end());
+    const auto [a, l] = Base2Features(map, p, x, PerRow(y, rows));
     const auto values = v.contiguous();
-    auto x = MakeLaunch(a, l, values, sub);
+    auto launch = MakeLaunch(a, l, values, sub);
     const auto options = a.options();
-    auto out = torch::empty({a.size(0), a.size(1), x.length, x.value_dim}, options);
-    auto den = torch::empty({a.size(0), a.size(1), x.length}, options);
-    auto states = torch::empty({x.rows, x.checkpoints(), x.features, x.value_dim + 1}, options);
-    auto refs = torch::empty({x.rows, x.checkpoints(), x.features}, options);
-    auto scratch = Scratch(x, options);
-    x.out = out.data_ptr<float>();
-    x.den = den.data_ptr<float>();
-    x.states = states.data_ptr<float>();
-    x.refs = refs.data_ptr<float>();
-    x.scratch = scratch.data_ptr<float>();
-    Run(x, a, /*forward=*/true);
-    ctx->save_for_backward({a, l, values, out, den, states, refs});
+    auto out = torch::empty({a.size(0), a.size(1), launch.length, launch.value_dim}, options);
+    auto den = torch::empty({a.size(0), a.size(1), launch.length}, options);
+    auto states = torch::empty({launch.rows, launch.checkpoints(), launch.features, launch.value_dim + 1}, options);
+    auto refs = torch::empty({launch.rows, launch.checkpoints(), launch.features}, options);
+    auto scratch = Scratch(launch, options);
+    launch.out = out.data_ptr<float>();
+    launch.den = den.data_ptr<float>();
+    launch.states = states.data_ptr<float>();
+    launch.refs = refs.data_ptr<float>();
+    launch.scratch = scratch.data_ptr<float>();
+    Run(launch, a, /*forward=*/true);
+    std::vector<torch::Tensor> saved = {x, y, values, out, den, states, refs};
+    saved.insert(saved.end(), p.begin(), p.end());
+    ctx->save_for_backward(saved);
+    ctx->saved_data["rows"] = rows;
     ctx->saved_data["sub"] = sub;
+    ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
     return out;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
+    NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
-    const auto &a = saved[0], &l = saved[1], &values = saved[2], &out = saved[3], &den = saved[4];
-    auto x = MakeLaunch(a, l, values, ctx->saved_data["sub"].toInt());
+    const auto &x = saved[0], &y = saved[1], &values = saved[2], &out = saved[3], &den = saved[4];
+    const std::vector<torch::Tensor> p(saved.begin() + 7, saved.end());
+    const FeatureMap& map =
+        c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
+    const int64_t rows = ctx->saved_data["rows"].toInt();
+    const auto y_rows = PerRow(y, rows);
+    const auto [a, l] = Base2Features(map, p, x, y_rows);
+    auto launch = MakeLaunch(a, l, values, ctx->saved_data["sub"].toInt());
     const auto g = grads[0].to(torch::kFloat32).contiguous();
     const auto options = a.options();
     auto da = torch::empty_like(a), dl = torch::empty_like(l);
-    auto dv_rows = torch::empty({x.rows, x.length, x.value_dim}, options);
-    auto scratch = Scratch(x, options);
-    x.out = out.data_ptr<float>();
-    x.den = den.data_ptr<float>();
-    x.states = saved[5].data_ptr<float>();
-    x.refs = saved[6].data_ptr<float>();
-    x.g = g.data_ptr<float>();
-    x.da = da.data_ptr<float>();
-    x.dl = dl.data_ptr<float>();
-    x.dv = dv_rows.data_ptr<float>();
-    x.scratch = scratch.data_ptr<float>();
-    Run(x, a, /*forward=*/false);
-    // Rows that share a value head (keys per query head) add their dv in a fixed order.
-    const auto dv = dv_rows.view({values.size(0) * values.size(1), x.value_rows_per, x.length, x.value_dim})
-                        .sum(1)
-                        .view(values.sizes());
-    return {da, dl, dv, torch::Tensor()};
+    auto dv_rows = torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options);
+    auto scratch = Scratch(launch, options);
+    launch.out = out.data_ptr<float>();
+    launch.den = den.data_ptr<float>();
+    launch.states = saved[5].data_ptr<float>();
+    launch.refs = saved[6].data_ptr<float>();
+    launch.g = g.data_ptr<float>();
+    launch.da = da.data_ptr<float>();
+    launch.dl = dl.data_ptr<float>();
+    launch.dv = dv_rows.data_ptr<float>();
+    launch.scratch = scratch.data_ptr<float>();
+    Run(launch, a, /*forward=*/false);
+    // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
+    const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, da, dl);
+    torch::autograd::variable_list result = {features.dx, PerKvHead(features.dy, y.size(1)),
+                                             PerKvHead(dv_rows, values.size(1))};
+    for (const auto& pg : features.params) result.push_back(pg);
+    result.push_back({});  // map
+    result.push_back({});  // rows
+    result.push_back({});  // sub
+    return result;
   }
 };
 
@@ -115,6 +160,14 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
 void EmulateCudaOpOnHostForTesting(bool emulate) { emulate_on_host = emulate; }
 
 bool CudaOpBuilt() { return cuda_scan::DeviceKernelsBuilt(); }
+
+int64_t CudaOpSavedBytes(const torch::Tensor& out) {
+  const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<CudaScanFunction>>(out.grad_fn());
+  if (!node) return 0;
+  int64_t bytes = 0;
+  for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
+  return bytes;
+}
 
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
                                   const FeatureMap& map, int64_t chunk_size) {
@@ -127,13 +180,11 @@ torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tens
                v_BKLD.size(1) == y_BKLD.size(1) && y_BKLD.size(2) == x_BHLD.size(2) && v_BKLD.size(2) == x_BHLD.size(2),
            "op: cuda: shapes do not match: x " << x_BHLD.sizes() << ", y " << y_BKLD.sizes() << ", v " << v_BKLD.sizes());
   const auto x = x_BHLD.to(torch::kFloat32), y = y_BKLD.to(torch::kFloat32), v = v_BKLD.to(torch::kFloat32);
-  const int64_t heads = x.size(1), kv_heads = y.size(1), group = heads / kv_heads;
+  const int64_t heads = x.size(1), kv_heads = y.size(1);
   // Keys once per KV head, or per query head where the map's parameters are.
-  const auto y_rows = map.keys_per_query_head && group > 1 ? y.repeat_interleave(group, 1) : y;
-  const auto lq = map.log_features(x, map.params, /*is_query=*/true).to(torch::kFloat32);
-  const auto lk = map.log_features(y_rows, map.params, /*is_query=*/false).to(torch::kFloat32);
+  const int64_t rows = map.keys_per_query_head ? heads : kv_heads;
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, x.size(2)));
-  return CudaScanFunction::apply(lq, lk, v, causal_ops::SubChunk(chunk));
+  return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, causal_ops::SubChunk(chunk));
 }
 
 }  // namespace darkformer

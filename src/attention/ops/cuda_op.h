@@ -4,8 +4,10 @@
 // stabiliser inside (normaliser >= 1 at any scale; no guard, no host sync). fp32 throughout;
 // deterministic (each sum in one thread, a fixed order). GQA: key features once per KV head, or per
 // query head where the map's parameters are (darkformer's per-head M).
-// Not yet: tensor cores (the scan's sums run on CUDA cores), features inside the kernel (they are
-// saved, L x m per head, where the goal is O(L D)), packed documents (refused), the recurrent
+// Autograd saves x, y, v, the output, its normaliser and the scan's checkpoints (~Dv + 2 floats per
+// position and key row): O(L D); the backward recomputes the features (one whole-sequence pass).
+// Not yet: tensor cores (the scan's sums run on CUDA cores, one block per key row), features
+// inside the kernel (held whole while a call runs), packed documents (refused), the recurrent
 // state for decoding (the kernels' Decode keeps its own forms).
 #pragma once
 
@@ -19,6 +21,9 @@ namespace darkformer {
 // other devices, for fp64 inputs and in a build without the CUDA kernels.
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
                                   const FeatureMap& map, int64_t chunk_size);
+
+// Bytes the operator's autograd node holds for its backward; 0 when `out` is not its output.
+int64_t CudaOpSavedBytes(const torch::Tensor& out);
 
 // Whether this build has the CUDA kernels (CMake found nvcc).
 bool CudaOpBuilt();

@@ -1,0 +1,30 @@
+// The features' side of the whole-sequence forms (chunk_parallel.h, cuda_op.h): the log-features
+// of queries and keys up to what cancels, and the gradients through the map given d log phi.
+#pragma once
+
+#include <torch/torch.h>
+
+#include <utility>
+#include <vector>
+
+#include "attention/ops/feature_map.h"
+
+namespace darkformer::causal_ops {
+
+// log phi of queries x (B x H x L x D) and key rows y (B x R x L x D), up to what cancels. Positive
+// features (x W^T - |x|^2/2 - log(m)/2) skip the query's -|x|^2/2 (a shift of all of a query's
+// arguments, s_t's included) and everyone's -log(m)/2 (every key's: R and s shift with it).
+std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
+                                                    const torch::Tensor& x, const torch::Tensor& y);
+
+// dL/dx, dL/dy and the parameter gradients through the features, given d log phi of every query
+// and key position: in closed form for positive features, else the map's own backward over the
+// whole sequence.
+struct FeatureGrads {
+  torch::Tensor dx, dy;
+  std::vector<torch::Tensor> params;
+};
+FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
+                             const torch::Tensor& y, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM);
+
+}  // namespace darkformer::causal_ops
