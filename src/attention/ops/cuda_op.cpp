@@ -40,8 +40,9 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   return x;
 }
 
-torch::Tensor Scratch(const cuda_scan::Launch& x, const torch::TensorOptions& options) {
-  return torch::empty({x.rows, x.ScratchFloatsPerRow()}, options);
+// The forward's blocks are (row, chunk) pairs, the backward's rows.
+torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
+  return torch::empty({x.rows * (backward ? 1 : x.checkpoints()), x.ScratchFloats(backward)}, options);
 }
 
 // The device's stream, or the host emulation.
@@ -100,11 +101,14 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     auto den = torch::empty({a.size(0), a.size(1), launch.length}, options);
     auto states = torch::empty({launch.rows, launch.checkpoints(), launch.features, launch.value_dim + 1}, options);
     auto refs = torch::empty({launch.rows, launch.checkpoints(), launch.features}, options);
-    auto scratch = Scratch(launch, options);
+    auto own_states = torch::empty_like(states), own_refs = torch::empty_like(refs);
+    auto scratch = Scratch(launch, /*backward=*/false, options);
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
     launch.states = states.data_ptr<float>();
     launch.refs = refs.data_ptr<float>();
+    launch.own_states = own_states.data_ptr<float>();
+    launch.own_refs = own_refs.data_ptr<float>();
     launch.scratch = scratch.data_ptr<float>();
     Run(launch, a, /*forward=*/true);
     std::vector<torch::Tensor> saved = {x, y, values, out, den, states, refs};
@@ -132,7 +136,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto options = a.options();
     auto da = torch::empty_like(a), dl = torch::empty_like(l);
     auto dv_rows = torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options);
-    auto scratch = Scratch(launch, options);
+    auto scratch = Scratch(launch, /*backward=*/true, options);
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
     launch.states = saved[5].data_ptr<float>();

@@ -1,5 +1,7 @@
-// The scan on the device: one CUDA block per key row (see cuda_scan.h). Nothing here but the
-// launch: the arithmetic is cuda_scan_body.h's, which the host emulation runs in the tests.
+// The scan on the device (see cuda_scan.h): the forward's blocks are (key row, chunk) pairs but for
+// the short scan of entering states, one block per row; the backward's one block per row. Nothing
+// here but the launches: the arithmetic is cuda_scan_body.h's, which the host emulation runs in the
+// tests.
 #include <cuda_runtime.h>
 
 #include <stdexcept>
@@ -13,17 +15,29 @@ namespace {
 
 constexpr int kThreads = 256;
 
+__device__ Block ThisBlock() { return Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}; }
+
 // At most kThreads threads: the compiler keeps each thread within the registers a full block may use.
-__global__ void __launch_bounds__(kThreads) ForwardKernel(Launch x) {
+// The forward's three steps (cuda_scan_body.h): blocks (row, chunk), then rows, then (row, chunk).
+__global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
+  const int64_t chunks = x.checkpoints(), r = blockIdx.x / chunks, n = blockIdx.x % chunks;
+  if (n + 1 == chunks) return;  // the last chunk's own state enters no chunk
+  ChunkOwnState(ThisBlock(), x.RowOf(r), n, x.OwnStateOf(r, n), x.OwnRefOf(r, n), x.ScratchOf(blockIdx.x, false));
+}
+
+__global__ void __launch_bounds__(kThreads) EnteringStatesKernel(Launch x) {
   const int64_t r = blockIdx.x;
-  ScanForward(Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}, x.RowOf(r), x.ForwardOf(r),
-              x.ScratchOf(r));
+  EnteringStates(ThisBlock(), x.RowOf(r), x.OwnStateOf(r, 0), x.OwnRefOf(r, 0), x.ForwardOf(r), x.ScratchOf(r, false));
+}
+
+__global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
+  const int64_t chunks = x.checkpoints(), r = blockIdx.x / chunks, n = blockIdx.x % chunks;
+  ChunkForward(ThisBlock(), x.RowOf(r), x.ForwardOf(r), n, x.ScratchOf(blockIdx.x, false));
 }
 
 __global__ void __launch_bounds__(kThreads) BackwardKernel(Launch x) {
   const int64_t r = blockIdx.x;
-  ScanBackward(Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x)}, x.RowOf(r), x.BackwardOf(r),
-               x.ScratchOf(r));
+  ScanBackward(ThisBlock(), x.RowOf(r), x.BackwardOf(r), x.ScratchOf(r, true));
 }
 
 void Check(cudaError_t error, const char* what) {
@@ -36,8 +50,14 @@ bool DeviceKernelsBuilt() { return true; }
 
 void ForwardOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
-  ForwardKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x);
-  Check(cudaGetLastError(), "forward launch");
+  const auto on = static_cast<cudaStream_t>(stream);
+  const auto blocks = static_cast<unsigned>(x.rows * x.checkpoints()), rows = static_cast<unsigned>(x.rows);
+  ChunkOwnStateKernel<<<blocks, kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "forward launch (chunks' own states)");
+  EnteringStatesKernel<<<rows, kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "forward launch (entering states)");
+  ChunkForwardKernel<<<blocks, kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "forward launch (chunks)");
 }
 
 void BackwardOnDevice(const Launch& x, void* stream) {

@@ -90,14 +90,16 @@ DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_
 // A row's working memory, carved from one buffer of ScratchFloats floats.
 struct Scratch {
   float *state, *ref, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh;
-  float *group_states, *group_refs, *group_has, *h, *da, *dl, *dvh, *tmp, *z, *t;
+  float *group_states = nullptr, *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr,
+        *dl = nullptr, *dvh = nullptr, *z = nullptr, *t = nullptr;
 
-  DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs) {
+  // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
+  DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
     const int64_t v = dv + 1, mv = m * v, gs = g * s;
-    return mv + m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v +  // forward
-           group_subs * (mv + m + 1) + gs * v + gs * m + s * m + s * v + gs * m + 2 * mv;  // backward
+    const int64_t forward = mv + m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v;
+    return forward + (backward ? group_subs * (mv + m + 1) + gs * v + gs * m + s * m + s * v + 2 * mv : 0);
   }
-  DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs) {
+  DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
     const int64_t v = dv + 1, mv = m * v, gs = g * s;
     Scratch c;
     auto take = [&p](int64_t n) {
@@ -116,6 +118,7 @@ struct Scratch {
     c.kk = take(s * m);
     c.decay = take(m);
     c.vh = take(s * v);
+    if (!backward) return c;
     c.group_states = take(group_subs * mv);
     c.group_refs = take(group_subs * m);
     c.group_has = take(group_subs);
@@ -123,7 +126,6 @@ struct Scratch {
     c.da = take(gs * m);
     c.dl = take(s * m);
     c.dvh = take(s * v);
-    c.tmp = take(gs * m);
     c.z = take(mv);
     c.t = take(mv);
     return c;
@@ -197,54 +199,103 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
   ParallelFor(b, m, [&](int64_t i) { ref[i] = end[i]; });
 }
 
-// The forward of one row.
-DF_HD inline void ScanForward(const Block& b, const Row& r, const ForwardOut& o, const Scratch& c) {
-  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
-  bool has = false;
-  for (int64_t pos = 0, k = 0; pos < r.length; pos += r.sub, ++k) {
-    const int64_t sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-    if (k % r.group_subs == 0) {  // the checkpoint: the state before this sub-chunk
-      float* saved = o.states + (k / r.group_subs) * mv;
-      float* refs = o.refs + (k / r.group_subs) * m;
-      ParallelFor(b, mv, [&](int64_t idx) { saved[idx] = has ? c.state[idx] : 0.0f; });
-      ParallelFor(b, m, [&](int64_t i) { refs[i] = has ? c.ref[i] : kNegInf; });
+// Sub-chunk [pos, pos + sl) against the state in c (has: one exists): its outputs and
+// normalisers; then, with `fold`, the sub-chunk folded into the state.
+DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t pos, int64_t sl, bool has,
+                                  bool fold, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
+  const float* a = r.a + pos * m;
+  const float* l = r.l + pos * m;
+  LoadValues(b, r, pos, sl, c);
+  Maxima(b, r, l, a, r.a_head_stride, sl, c.ref, has, c);
+  // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), j <= t.
+  ParallelFor(b, g * sl * sl, [&](int64_t idx) {
+    const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
+    float w = 0.0f;
+    if (j <= t) {
+      const float* q = a + h * r.a_head_stride + t * m;
+      for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
     }
-    const float* a = r.a + pos * m;
-    const float* l = r.l + pos * m;
+    c.w[idx] = w;
+  });
+  if (has) StateReadFactors(b, r, a, r.a_head_stride, sl, c.ref, c);
+  // n_t = sum_{j <= t} w_tj [v_j, 1] + sum_i qc_ti S_i.
+  ParallelFor(b, g * sl * v, [&](int64_t idx) {
+    const int64_t ht = idx / v, kk = idx % v, t = ht % sl;
+    float acc = 0.0f;
+    for (int64_t j = 0; j <= t; ++j) acc += c.w[ht * sl + j] * c.vh[j * v + kk];
+    if (has) {
+      for (int64_t i = 0; i < m; ++i) acc += c.qc[ht * m + i] * c.state[i * v + kk];
+    }
+    c.n[idx] = acc;
+  });
+  ParallelFor(b, g * sl * v, [&](int64_t idx) {
+    const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
+    const float den = c.n[ht * v + dv];
+    if (kk < dv) {
+      o.out[h * o.out_head_stride + (pos + t) * dv + kk] = c.n[idx] / den;
+    } else {
+      o.den[h * o.den_head_stride + pos + t] = den;
+    }
+  });
+  if (fold) Fold(b, r, l, sl, c.state, c.ref, has, c);
+}
+
+// The forward runs in three steps, the first and last with one block per (row, chunk): a chunk is
+// the group_subs sub-chunks between two checkpoints.
+DF_HD inline int64_t SubChunks(const Row& r) { return (r.length + r.sub - 1) / r.sub; }
+DF_HD inline int64_t ChunkEnd(const Row& r, int64_t n) {
+  const int64_t end = (n + 1) * r.group_subs, subs = SubChunks(r);
+  return end < subs ? end : subs;
+}
+
+// 1. Chunk n's keys folded from an empty state: its own state and per-feature reference (the
+// chunk's running max at its end), into `state` and `ref`.
+DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* state, float* ref, const Scratch& c) {
+  bool has = false;
+  for (int64_t k = n * r.group_subs; k < ChunkEnd(r, n); ++k) {
+    const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
     LoadValues(b, r, pos, sl, c);
-    Maxima(b, r, l, a, r.a_head_stride, sl, c.ref, has, c);
-    // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), j <= t.
-    ParallelFor(b, g * sl * sl, [&](int64_t idx) {
-      const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
-      float w = 0.0f;
-      if (j <= t) {
-        const float* q = a + h * r.a_head_stride + t * m;
-        for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
-      }
-      c.w[idx] = w;
-    });
-    if (has) StateReadFactors(b, r, a, r.a_head_stride, sl, c.ref, c);
-    // n_t = sum_{j <= t} w_tj [v_j, 1] + sum_i qc_ti S_i.
-    ParallelFor(b, g * sl * v, [&](int64_t idx) {
-      const int64_t ht = idx / v, kk = idx % v, t = ht % sl;
-      float acc = 0.0f;
-      for (int64_t j = 0; j <= t; ++j) acc += c.w[ht * sl + j] * c.vh[j * v + kk];
-      if (has) {
-        for (int64_t i = 0; i < m; ++i) acc += c.qc[ht * m + i] * c.state[i * v + kk];
-      }
-      c.n[idx] = acc;
-    });
-    ParallelFor(b, g * sl * v, [&](int64_t idx) {
-      const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-      const float den = c.n[ht * v + dv];
-      if (kk < dv) {
-        o.out[h * o.out_head_stride + (pos + t) * dv + kk] = c.n[idx] / den;
-      } else {
-        o.den[h * o.den_head_stride + pos + t] = den;
-      }
-    });
-    Fold(b, r, l, sl, c.state, c.ref, has, c);
+    Maxima(b, r, r.l + pos * r.features, nullptr, 0, sl, ref, has, c);
+    Fold(b, r, r.l + pos * r.features, sl, state, ref, has, c);
     has = true;
+  }
+}
+
+// 2. A row's checkpoints, the states entering its chunks: S_0 = 0 (reference -inf), and
+// S_{n+1} = 2^(R_n - R) S_n + 2^(R'_n - R) S'_n with R = max(R_n, R'_n) per feature, S'_n chunk n's
+// own state (step 1). Both factors <= 1 and the larger side's is exactly 1, so the key that
+// attains a feature's max keeps its exact 1 in the normaliser.
+DF_HD inline void EnteringStates(const Block& b, const Row& r, const float* own_states, const float* own_refs,
+                                 const ForwardOut& o, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
+  ParallelFor(b, mv, [&](int64_t idx) { o.states[idx] = 0.0f; });
+  ParallelFor(b, m, [&](int64_t i) { o.refs[i] = kNegInf; });
+  for (int64_t n = 0; n + 1 < chunks; ++n) {
+    const float *in = o.states + n * mv, *in_ref = o.refs + n * m, *own = own_states + n * mv, *own_ref = own_refs + n * m;
+    float *next = o.states + (n + 1) * mv, *next_ref = o.refs + (n + 1) * m;
+    ParallelFor(b, m, [&](int64_t i) {
+      const float top = Max(in_ref[i], own_ref[i]);
+      c.decay[i] = DF_EXP2(in_ref[i] - top);  // 0 for the empty S_0
+      c.ref[i] = DF_EXP2(own_ref[i] - top);
+      next_ref[i] = top;
+    });
+    ParallelFor(b, mv, [&](int64_t idx) {
+      const int64_t i = idx / v;
+      next[idx] = c.decay[i] * in[idx] + c.ref[i] * own[idx];
+    });
+  }
+}
+
+// 3. Chunk n's outputs, from its checkpoint.
+DF_HD inline void ChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t n, const Scratch& c) {
+  const int64_t m = r.features, mv = m * (r.value_dim + 1);
+  ParallelFor(b, mv, [&](int64_t idx) { c.state[idx] = o.states[n * mv + idx]; });
+  ParallelFor(b, m, [&](int64_t i) { c.ref[i] = o.refs[n * m + i]; });
+  const int64_t end = ChunkEnd(r, n);
+  for (int64_t k = n * r.group_subs; k < end; ++k) {
+    const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+    SubChunkForward(b, r, o, pos, sl, /*has=*/n > 0 || k > n * r.group_subs, /*fold=*/k + 1 < end, c);
   }
 }
 
@@ -268,10 +319,16 @@ struct Launch {
   float* da = nullptr;       // rows x G x L x m, d/d(natural-log a)
   float* dl = nullptr;       // rows x L x m
   float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
-  float* scratch = nullptr;  // rows x ScratchFloatsPerRow()
+  float* own_states = nullptr;  // forward: rows x checkpoints x m x (Dv + 1), each chunk's own state
+  float* own_refs = nullptr;    // rows x checkpoints x m
+  // Forward: rows x checkpoints x ScratchFloats(false), one per (row, chunk) block; backward:
+  // rows x ScratchFloats(true).
+  float* scratch = nullptr;
 
   DF_HD int64_t checkpoints() const { return CheckpointCount(length, sub, group_subs); }
-  DF_HD int64_t ScratchFloatsPerRow() const { return Scratch::Floats(features, value_dim, group, sub, group_subs); }
+  DF_HD int64_t ScratchFloats(bool backward) const {
+    return Scratch::Floats(features, value_dim, group, sub, group_subs, backward);
+  }
 
   // Row r's view of the call's tensors.
   DF_HD Row RowOf(int64_t r) const {
@@ -279,9 +336,15 @@ struct Launch {
     return {length, features, value_dim, group, sub, group_subs, a + r * group * lm, lm, l + r * lm,
             v + (r / value_rows_per) * length * value_dim};
   }
-  DF_HD Scratch ScratchOf(int64_t r) const {
-    return Scratch::Carve(scratch + r * ScratchFloatsPerRow(), features, value_dim, group, sub, group_subs);
+  // Block `block` of a forward step (row * checkpoints + chunk, or the row) or of the backward (the row).
+  DF_HD Scratch ScratchOf(int64_t block, bool backward) const {
+    return Scratch::Carve(scratch + block * ScratchFloats(backward), features, value_dim, group, sub, group_subs,
+                          backward);
   }
+  DF_HD float* OwnStateOf(int64_t r, int64_t n) const {
+    return own_states + (r * checkpoints() + n) * features * (value_dim + 1);
+  }
+  DF_HD float* OwnRefOf(int64_t r, int64_t n) const { return own_refs + (r * checkpoints() + n) * features; }
   DF_HD ForwardOut ForwardOf(int64_t r) const {
     const int64_t ld = length * value_dim, mv = features * (value_dim + 1), n = checkpoints();
     return {out + r * group * ld, ld, den + r * group * length, length, states + r * n * mv, refs + r * n * features};

@@ -1,4 +1,5 @@
-// The scan emulated on the host: each key row by one thread standing for its block (see cuda_scan.h).
+// The scan emulated on the host: each block by one thread, one block after another, in the
+// device's order of steps (see cuda_scan.h).
 #include "attention/ops/cuda_scan.h"
 
 #include <stdexcept>
@@ -6,11 +7,22 @@
 namespace darkformer::cuda_scan {
 
 void ForwardOnHost(const Launch& x) {
-  for (int64_t r = 0; r < x.rows; ++r) ScanForward(Block{}, x.RowOf(r), x.ForwardOf(r), x.ScratchOf(r));
+  const int64_t chunks = x.checkpoints();
+  for (int64_t r = 0; r < x.rows; ++r) {
+    for (int64_t n = 0; n + 1 < chunks; ++n) {  // the last chunk's own state enters no chunk
+      ChunkOwnState(Block{}, x.RowOf(r), n, x.OwnStateOf(r, n), x.OwnRefOf(r, n), x.ScratchOf(r * chunks + n, false));
+    }
+  }
+  for (int64_t r = 0; r < x.rows; ++r) {
+    EnteringStates(Block{}, x.RowOf(r), x.OwnStateOf(r, 0), x.OwnRefOf(r, 0), x.ForwardOf(r), x.ScratchOf(r, false));
+  }
+  for (int64_t r = 0; r < x.rows; ++r) {
+    for (int64_t n = 0; n < chunks; ++n) ChunkForward(Block{}, x.RowOf(r), x.ForwardOf(r), n, x.ScratchOf(r * chunks + n, false));
+  }
 }
 
 void BackwardOnHost(const Launch& x) {
-  for (int64_t r = 0; r < x.rows; ++r) ScanBackward(Block{}, x.RowOf(r), x.BackwardOf(r), x.ScratchOf(r));
+  for (int64_t r = 0; r < x.rows; ++r) ScanBackward(Block{}, x.RowOf(r), x.BackwardOf(r), x.ScratchOf(r, true));
 }
 
 #ifndef DARKFORMER_CUDA_OP
