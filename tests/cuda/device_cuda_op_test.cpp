@@ -129,5 +129,13 @@ TEST(DeviceCudaOpTest, RunningMaxJumpsInsideASubChunkAndAtAChunkBoundary) {
   for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "jump", 900.0);
 }
 
+// With a backward scratch of one byte each row gets one block, which takes its chunks in turn,
+// reusing its buffers: the same numbers.
+TEST(DeviceCudaOpTest, OneBackwardBlockPerRowTakesEveryChunk) {
+  LimitCudaOpBackwardScratchForTesting(1);
+  for (const std::string pattern : {"ordinary", "jump"}) ExpectMatches("darkformer", pattern, pattern == "jump" ? 900.0 : 0);
+  LimitCudaOpBackwardScratchForTesting(0);
+}
+
 }  // namespace
 }  // namespace darkformer

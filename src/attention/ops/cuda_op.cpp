@@ -40,9 +40,15 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   return x;
 }
 
-// The forward's blocks are (row, chunk) pairs, the backward's rows.
+// The backward's scratch (each block refolds a chunk's entering states: ceil(m / S) states of
+// m x (Dv + 1)) is held to this many bytes by giving each row fewer blocks, each taking several chunks.
+constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;
+std::atomic<int64_t> backward_scratch_bytes{kBackwardScratchBytes};
+
+// The forward's blocks are (row, chunk) pairs, the backward's (row, w) for w < backward_blocks_per_row.
 torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({x.rows * (backward ? 1 : x.checkpoints()), x.ScratchFloats(backward)}, options);
+  return torch::empty({x.rows * (backward ? x.backward_blocks_per_row : x.checkpoints()), x.ScratchFloats(backward)},
+                      options);
 }
 
 // The device's stream, or the host emulation.
@@ -136,7 +142,13 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto options = a.options();
     auto da = torch::empty_like(a), dl = torch::empty_like(l);
     auto dv_rows = torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options);
+    launch.backward_blocks_per_row = std::max<int64_t>(
+        1, std::min(launch.checkpoints(), backward_scratch_bytes / (launch.rows * launch.ScratchFloats(true) * 4)));
+    auto z_own = torch::empty({launch.rows, launch.checkpoints(), launch.features, launch.value_dim + 1}, options);
+    auto z_out = torch::empty_like(z_own);
     auto scratch = Scratch(launch, /*backward=*/true, options);
+    launch.z_own = z_own.data_ptr<float>();
+    launch.z_out = z_out.data_ptr<float>();
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
     launch.states = saved[5].data_ptr<float>();
@@ -162,6 +174,8 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
 }  // namespace
 
 void EmulateCudaOpOnHostForTesting(bool emulate) { emulate_on_host = emulate; }
+
+void LimitCudaOpBackwardScratchForTesting(int64_t bytes) { backward_scratch_bytes = bytes > 0 ? bytes : kBackwardScratchBytes; }
 
 bool CudaOpBuilt() { return cuda_scan::DeviceKernelsBuilt(); }
 

@@ -1,12 +1,13 @@
 // op: cuda, the CUDA operator (issue 53, first version): the log-features of queries and keys
-// from the map (LibTorch ops, differentiated by autograd), then the scan of cuda_scan.h over
-// every key row at once, one CUDA block per row, forward and backward, with the per-feature
-// stabiliser inside (normaliser >= 1 at any scale; no guard, no host sync). fp32 throughout;
-// deterministic (each sum in one thread, a fixed order). GQA: key features once per KV head, or per
-// query head where the map's parameters are (darkformer's per-head M).
+// from the map (LibTorch ops), then the scan of cuda_scan.h over every key row and chunk at once,
+// forward and backward in three launches each (the chunks' own states, a short scan over chunks
+// per row, the chunks' outputs or gradients), with the per-feature stabiliser inside (normaliser
+// >= 1 at any scale; no guard, no host sync). fp32 throughout; deterministic (each sum in one
+// thread, a fixed order). GQA: key features once per KV head, or per query head where the map's
+// parameters are (darkformer's per-head M).
 // Autograd saves x, y, v, the output, its normaliser and the scan's checkpoints (~Dv + 2 floats per
 // position and key row): O(L D); the backward recomputes the features (one whole-sequence pass).
-// Not yet: tensor cores (the scan's sums run on CUDA cores, one block per key row), features
+// Not yet: tensor cores (the scan's sums run on CUDA cores), features
 // inside the kernel (held whole while a call runs), packed documents (refused), the recurrent
 // state for decoding (the kernels' Decode keeps its own forms).
 #pragma once
@@ -31,5 +32,8 @@ bool CudaOpBuilt();
 // Tests: true runs the same scan emulated on the host for CPU inputs (cuda_scan_host.cpp), so the
 // CPU suite checks the device's arithmetic; op: cuda is refused on a CPU otherwise.
 void EmulateCudaOpOnHostForTesting(bool emulate);
+// Tests: the backward's scratch budget (0: the default, 256 MiB); a small one gives each row one
+// block that takes all its chunks in turn.
+void LimitCudaOpBackwardScratchForTesting(int64_t bytes);
 
 }  // namespace darkformer

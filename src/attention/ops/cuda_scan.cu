@@ -35,9 +35,27 @@ __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
   ChunkForward(ThisBlock(), x.RowOf(r), x.ForwardOf(r), n, x.ScratchOf(blockIdx.x, false));
 }
 
-__global__ void __launch_bounds__(kThreads) BackwardKernel(Launch x) {
+// The backward's three steps: blocks (row, w) take chunks w, w + W, ... (W blocks per row), then
+// rows, then (row, w) again.
+__global__ void __launch_bounds__(kThreads) ChunkReverseShareKernel(Launch x) {
+  const int64_t w = x.backward_blocks_per_row, r = blockIdx.x / w;
+  for (int64_t n = blockIdx.x % w; n < x.checkpoints(); n += w) {
+    if (n == 0) continue;  // chunk 0's own share reaches no earlier chunk
+    ChunkBackward(ThisBlock(), x.RowOf(r), x.BackwardOf(r), n, nullptr, false, x.ZOwnOf(r, n), x.ScratchOf(blockIdx.x, true));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) ReverseStatesKernel(Launch x) {
   const int64_t r = blockIdx.x;
-  ScanBackward(ThisBlock(), x.RowOf(r), x.BackwardOf(r), x.ScratchOf(r, true));
+  ReverseStates(ThisBlock(), x.RowOf(r), x.BackwardOf(r), x.ZOwnOf(r, 0), x.ZOutOf(r, 0));
+}
+
+__global__ void __launch_bounds__(kThreads) ChunkBackwardKernel(Launch x) {
+  const int64_t w = x.backward_blocks_per_row, r = blockIdx.x / w, chunks = x.checkpoints();
+  for (int64_t n = blockIdx.x % w; n < chunks; n += w) {
+    ChunkBackward(ThisBlock(), x.RowOf(r), x.BackwardOf(r), n, n + 1 < chunks ? x.ZOutOf(r, n) : nullptr, true,
+                  nullptr, x.ScratchOf(blockIdx.x, true));
+  }
 }
 
 void Check(cudaError_t error, const char* what) {
@@ -62,8 +80,14 @@ void ForwardOnDevice(const Launch& x, void* stream) {
 
 void BackwardOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
-  BackwardKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x);
-  Check(cudaGetLastError(), "backward launch");
+  const auto on = static_cast<cudaStream_t>(stream);
+  const auto blocks = static_cast<unsigned>(x.rows * x.backward_blocks_per_row), rows = static_cast<unsigned>(x.rows);
+  ChunkReverseShareKernel<<<blocks, kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "backward launch (chunks' own reverse states)");
+  ReverseStatesKernel<<<rows, kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "backward launch (reverse states)");
+  ChunkBackwardKernel<<<blocks, kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "backward launch (chunks)");
 }
 
 }  // namespace darkformer::cuda_scan

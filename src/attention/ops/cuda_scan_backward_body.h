@@ -6,58 +6,64 @@
 
 namespace darkformer::cuda_scan {
 
-// The backward of one row (raw_cpu_kernel.cpp's RunPositiveRowBackward, step for step): for query
+// The backward of chunk n (raw_cpu_kernel.cpp's RunPositiveRowBackward, step for step): for query
 // t and key j of a sub-chunk, h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t],
 //   dL/da_t = qc_t * (S(e') h_t) + sum_{j <= t} e_tj (h_t . [v_j, 1])
 //   dL/dl_j = 2^(l_j - R(f)) * (Z [v_j, 1]) + sum_{t >= j} e_tj (h_t . [v_j, 1])
 //   dL/d[v_j, 1] = 2^(l_j - R(f)) Z + sum_{t >= j} w_tj h_t
-// with e_tj = 2^((a_t + l_j) - s_t) per feature and Z the reverse state at R(f).
-DF_HD inline void ScanBackward(const Block& b, const Row& r, const BackwardIo& io, const Scratch& c) {
+// with e_tj = 2^((a_t + l_j) - s_t) per feature and Z the reverse state at R(f): the later
+// queries' sums T = sum_t 2^((a_t + R(e')) - s_t) h_t^T, each brought to R(f) (Z_prev = T +
+// 2^(R(e') - R(f)) Z). The chunk refolds its sub-chunks' entering states from its checkpoint,
+// then runs them in reverse from z_in (the later chunks' Z at the chunk's end; nullptr: none).
+// Without `gradients` it computes only Z, from z_in = nullptr: the chunk's own share of the
+// reverse state at its entering reference, into z_out (step 1 of three; ReverseStates is step 2).
+DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const float* z_in,
+                                bool gradients, float* z_out, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
-  const int64_t subs = (r.length + r.sub - 1) / r.sub, groups = (subs + r.group_subs - 1) / r.group_subs;
-  bool has_z = false;
-  for (int64_t group = groups - 1; group >= 0; --group) {
-    const int64_t first = group * r.group_subs, end = subs < first + r.group_subs ? subs : first + r.group_subs;
-    bool has = group > 0;
-    ParallelFor(b, mv, [&](int64_t idx) { c.state[idx] = io.states[group * mv + idx]; });
-    ParallelFor(b, m, [&](int64_t i) { c.ref[i] = io.refs[group * m + i]; });
-    for (int64_t k = first; k < end; ++k) {  // refold: each sub-chunk's entering state
-      const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-      float* states = c.group_states + slot * mv;
-      float* refs = c.group_refs + slot * m;
-      ParallelFor(b, mv, [&](int64_t idx) { states[idx] = c.state[idx]; });
-      ParallelFor(b, m, [&](int64_t i) { refs[i] = c.ref[i]; });
-      ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
-      if (k + 1 < end) {
-        LoadValues(b, r, pos, sl, c);
-        Maxima(b, r, r.l + pos * m, nullptr, 0, sl, c.ref, has, c);
-        Fold(b, r, r.l + pos * m, sl, c.state, c.ref, has, c);
-        has = true;
-      }
-    }
-    for (int64_t k = end - 1; k >= first; --k) {
-      const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-      const float* l = r.l + pos * m;
-      const float* a = r.a + pos * m;
-      const float* ref = c.group_refs + slot * m;
-      const float* state = c.group_states + slot * mv;
-      const bool has_in = c.group_has[slot] != 0.0f;
+  const int64_t first = n * r.group_subs, end = ChunkEnd(r, n);
+  bool has = n > 0;
+  ParallelFor(b, mv, [&](int64_t idx) { c.state[idx] = io.states[n * mv + idx]; });
+  ParallelFor(b, m, [&](int64_t i) { c.ref[i] = io.refs[n * m + i]; });
+  for (int64_t k = first; k < end; ++k) {  // refold: each sub-chunk's entering state
+    const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+    float* states = c.group_states + slot * mv;
+    float* refs = c.group_refs + slot * m;
+    ParallelFor(b, mv, [&](int64_t idx) { states[idx] = c.state[idx]; });
+    ParallelFor(b, m, [&](int64_t i) { refs[i] = c.ref[i]; });
+    ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
+    if (k + 1 < end) {
       LoadValues(b, r, pos, sl, c);
-      Maxima(b, r, l, a, r.a_head_stride, sl, ref, has_in, c);
-      // h_t.
-      ParallelFor(b, g * sl * v, [&](int64_t idx) {
-        const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-        const float* gt = io.g + h * io.g_head_stride + (pos + t) * dv;
-        const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
-        if (kk < dv) {
-          c.h[idx] = gt[kk] * inv;
-        } else {
-          const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
-          float dot = 0.0f;
-          for (int64_t q = 0; q < dv; ++q) dot += gt[q] * out[q];
-          c.h[idx] = -dot * inv;
-        }
-      });
+      Maxima(b, r, r.l + pos * m, nullptr, 0, sl, c.ref, has, c);
+      Fold(b, r, r.l + pos * m, sl, c.state, c.ref, has, c);
+      has = true;
+    }
+  }
+  bool has_z = z_in != nullptr;
+  if (has_z) ParallelFor(b, mv, [&](int64_t idx) { c.z[idx] = z_in[idx]; });
+  for (int64_t k = end - 1; k >= first; --k) {
+    const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+    const float* l = r.l + pos * m;
+    const float* a = r.a + pos * m;
+    const float* ref = c.group_refs + slot * m;
+    const float* state = c.group_states + slot * mv;
+    const bool has_in = c.group_has[slot] != 0.0f;
+    if (gradients) LoadValues(b, r, pos, sl, c);
+    Maxima(b, r, l, a, r.a_head_stride, sl, ref, has_in, c);
+    // h_t.
+    ParallelFor(b, g * sl * v, [&](int64_t idx) {
+      const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
+      const float* gt = io.g + h * io.g_head_stride + (pos + t) * dv;
+      const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
+      if (kk < dv) {
+        c.h[idx] = gt[kk] * inv;
+      } else {
+        const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
+        float dot = 0.0f;
+        for (int64_t q = 0; q < dv; ++q) dot += gt[q] * out[q];
+        c.h[idx] = -dot * inv;
+      }
+    });
+    if (gradients) {
       // Per pair (j <= t): pw = h_t . [v_j, 1] and w = sum_i e_tj,i.
       ParallelFor(b, g * sl * sl, [&](int64_t idx) {
         const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
@@ -97,38 +103,42 @@ DF_HD inline void ScanBackward(const Block& b, const Row& r, const BackwardIo& i
         }
         c.dvh[idx] = acc;
       });
-      // Queries against the entering state; the sub-chunk's share T of the reverse state.
-      if (has_in) {
-        StateReadFactors(b, r, a, r.a_head_stride, sl, ref, c);
+    }
+    // Queries against the entering state; the sub-chunk's share T of the reverse state.
+    if (has_in) {
+      StateReadFactors(b, r, a, r.a_head_stride, sl, ref, c);
+      if (gradients) {
         ParallelFor(b, g * sl * m, [&](int64_t idx) {
           const int64_t ht = idx / m, i = idx % m;
           float acc = 0.0f;
           for (int64_t kk = 0; kk < v; ++kk) acc += c.h[ht * v + kk] * state[i * v + kk];
           c.da[idx] += c.qc[idx] * acc;
         });
-        ParallelFor(b, mv, [&](int64_t idx) {
-          const int64_t i = idx / v, kk = idx % v;
-          float acc = 0.0f;
-          for (int64_t ht = 0; ht < g * sl; ++ht) acc += c.qc[ht * m + i] * c.h[ht * v + kk];
-          c.t[idx] = acc;
-        });
       }
-      // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
-      if (has_z) {
-        KeysAtEnd(b, r, l, sl, c);
-        ParallelFor(b, sl * m, [&](int64_t idx) {
-          const int64_t j = idx / m, i = idx % m;
-          float acc = 0.0f;
-          for (int64_t kk = 0; kk < v; ++kk) acc += c.vh[j * v + kk] * c.z[i * v + kk];
-          c.dl[idx] += c.kk[idx] * acc;
-        });
-        ParallelFor(b, sl * v, [&](int64_t idx) {
-          const int64_t j = idx / v, kk = idx % v;
-          float acc = 0.0f;
-          for (int64_t i = 0; i < m; ++i) acc += c.kk[j * m + i] * c.z[i * v + kk];
-          c.dvh[idx] += acc;
-        });
-      }
+      ParallelFor(b, mv, [&](int64_t idx) {
+        const int64_t i = idx / v, kk = idx % v;
+        float acc = 0.0f;
+        for (int64_t ht = 0; ht < g * sl; ++ht) acc += c.qc[ht * m + i] * c.h[ht * v + kk];
+        c.t[idx] = acc;
+      });
+    }
+    // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
+    if (gradients && has_z) {
+      KeysAtEnd(b, r, l, sl, c);
+      ParallelFor(b, sl * m, [&](int64_t idx) {
+        const int64_t j = idx / m, i = idx % m;
+        float acc = 0.0f;
+        for (int64_t kk = 0; kk < v; ++kk) acc += c.vh[j * v + kk] * c.z[i * v + kk];
+        c.dl[idx] += c.kk[idx] * acc;
+      });
+      ParallelFor(b, sl * v, [&](int64_t idx) {
+        const int64_t j = idx / v, kk = idx % v;
+        float acc = 0.0f;
+        for (int64_t i = 0; i < m; ++i) acc += c.kk[j * m + i] * c.z[i * v + kk];
+        c.dvh[idx] += acc;
+      });
+    }
+    if (gradients) {
       // Out: the exponentials are the same numbers in base e, so the sums are the natural-log
       // gradients.
       ParallelFor(b, g * sl * m, [&](int64_t idx) {
@@ -137,16 +147,34 @@ DF_HD inline void ScanBackward(const Block& b, const Row& r, const BackwardIo& i
       });
       ParallelFor(b, sl * m, [&](int64_t idx) { io.dl[pos * m + idx] = c.dl[idx]; });
       ParallelFor(b, sl * dv, [&](int64_t idx) { io.dv[pos * dv + idx] = c.dvh[(idx / dv) * v + idx % dv]; });
-      if (!has_in) break;  // the row's first sub-chunk
-      // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
-      const float* end_r = c.rrows + (sl - 1) * m;
-      const bool had_z = has_z;
-      ParallelFor(b, mv, [&](int64_t idx) {
-        const int64_t i = idx / v;
-        c.z[idx] = had_z ? c.t[idx] + DF_EXP2(ref[i] - end_r[i]) * c.z[idx] : c.t[idx];
-      });
-      has_z = true;
     }
+    if (!has_in) break;  // the row's first sub-chunk
+    // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
+    const float* end_r = c.rrows + (sl - 1) * m;
+    const bool had_z = has_z;
+    ParallelFor(b, mv, [&](int64_t idx) {
+      const int64_t i = idx / v;
+      c.z[idx] = had_z ? c.t[idx] + DF_EXP2(ref[i] - end_r[i]) * c.z[idx] : c.t[idx];
+    });
+    has_z = true;
+  }
+  if (z_out != nullptr) ParallelFor(b, mv, [&](int64_t idx) { z_out[idx] = c.z[idx]; });
+}
+
+// Step 2 of the backward, per row: the reverse state entering each chunk from the later ones,
+// Z_out(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z_out(n) per feature (the sub-chunks' decays of
+// chunk n telescope; the factor is <= 1), Z_out(N - 1) none, from the chunks' own shares z_own
+// (step 1) and the checkpoints' references. z_out (N x m x V) holds Z_out(0 .. N - 2).
+DF_HD inline void ReverseStates(const Block& b, const Row& r, const BackwardIo& io, const float* z_own, float* z_out) {
+  const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
+  if (chunks < 2) return;
+  ParallelFor(b, mv, [&](int64_t idx) { z_out[(chunks - 2) * mv + idx] = z_own[(chunks - 1) * mv + idx]; });
+  for (int64_t n = chunks - 2; n >= 1; --n) {
+    ParallelFor(b, mv, [&](int64_t idx) {
+      const int64_t i = idx / v;
+      const float decay = DF_EXP2(io.refs[n * m + i] - io.refs[(n + 1) * m + i]);
+      z_out[(n - 1) * mv + idx] = z_own[n * mv + idx] + decay * z_out[n * mv + idx];
+    });
   }
 }
 

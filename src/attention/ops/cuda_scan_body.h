@@ -319,10 +319,15 @@ struct Launch {
   float* da = nullptr;       // rows x G x L x m, d/d(natural-log a)
   float* dl = nullptr;       // rows x L x m
   float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
+  float* z_own = nullptr;    // rows x checkpoints x m x (Dv + 1): each chunk's own share of the reverse state
+  float* z_out = nullptr;    // rows x checkpoints x m x (Dv + 1): the reverse state at each chunk's end
+  // The backward's blocks per row (each takes every W-th chunk): its scratch, W blocks' worth per
+  // row, stays bounded however long the sequence.
+  int64_t backward_blocks_per_row = 1;
   float* own_states = nullptr;  // forward: rows x checkpoints x m x (Dv + 1), each chunk's own state
   float* own_refs = nullptr;    // rows x checkpoints x m
   // Forward: rows x checkpoints x ScratchFloats(false), one per (row, chunk) block; backward:
-  // rows x ScratchFloats(true).
+  // rows x backward_blocks_per_row x ScratchFloats(true).
   float* scratch = nullptr;
 
   DF_HD int64_t checkpoints() const { return CheckpointCount(length, sub, group_subs); }
@@ -345,6 +350,8 @@ struct Launch {
     return own_states + (r * checkpoints() + n) * features * (value_dim + 1);
   }
   DF_HD float* OwnRefOf(int64_t r, int64_t n) const { return own_refs + (r * checkpoints() + n) * features; }
+  DF_HD float* ZOwnOf(int64_t r, int64_t n) const { return z_own + (r * checkpoints() + n) * features * (value_dim + 1); }
+  DF_HD float* ZOutOf(int64_t r, int64_t n) const { return z_out + (r * checkpoints() + n) * features * (value_dim + 1); }
   DF_HD ForwardOut ForwardOf(int64_t r) const {
     const int64_t ld = length * value_dim, mv = features * (value_dim + 1), n = checkpoints();
     return {out + r * group * ld, ld, den + r * group * length, length, states + r * n * mv, refs + r * n * features};

@@ -22,7 +22,20 @@ void ForwardOnHost(const Launch& x) {
 }
 
 void BackwardOnHost(const Launch& x) {
-  for (int64_t r = 0; r < x.rows; ++r) ScanBackward(Block{}, x.RowOf(r), x.BackwardOf(r), x.ScratchOf(r, true));
+  const int64_t chunks = x.checkpoints(), w = x.backward_blocks_per_row;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    for (int64_t n = 1; n < chunks; ++n) {  // chunk 0's own share reaches no earlier chunk
+      ChunkBackward(Block{}, x.RowOf(r), x.BackwardOf(r), n, nullptr, /*gradients=*/false, x.ZOwnOf(r, n),
+                    x.ScratchOf(r * w + n % w, true));
+    }
+  }
+  for (int64_t r = 0; r < x.rows; ++r) ReverseStates(Block{}, x.RowOf(r), x.BackwardOf(r), x.ZOwnOf(r, 0), x.ZOutOf(r, 0));
+  for (int64_t r = 0; r < x.rows; ++r) {
+    for (int64_t n = 0; n < chunks; ++n) {
+      ChunkBackward(Block{}, x.RowOf(r), x.BackwardOf(r), n, n + 1 < chunks ? x.ZOutOf(r, n) : nullptr,
+                    /*gradients=*/true, nullptr, x.ScratchOf(r * w + n % w, true));
+    }
+  }
 }
 
 #ifndef DARKFORMER_CUDA_OP
