@@ -24,7 +24,7 @@
 #include "attention/derf_test_state.h"
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
-#include "attention/ops/cuda_op.h"
+#include "cuda_op_emulated.h"
 #include "rounding_bounds.h"
 
 namespace darkformer {
@@ -32,12 +32,8 @@ namespace {
 
 const std::vector<std::string> kPositiveKernels = {"performer", "darkformer", "lfk",  "gerf",
                                                    "saderf",    "aderf",      "sderf"};
-// cuda: the CUDA operator's own arithmetic, emulated on the host (ops/cuda_scan.h).
+// cuda: the CUDA operator's own arithmetic, emulated on the host (cuda_op_emulated.h).
 const std::vector<std::string> kForms = {"naive", "auto", "chunk_loop", "chunk_parallel", "cuda"};
-const bool kCudaOpEmulated = [] {
-  EmulateCudaOpOnHostForTesting(true);
-  return true;
-}();
 constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 constexpr double kCondition = 1e3;
 

@@ -14,13 +14,13 @@
 #include "attention/kernel_traits.h"
 #include "attention/derf_test_state.h"
 #include "attention/darkformer_kernel.h"
-#include "attention/ops/cuda_op.h"
 #include "attention/ops/fast_exp2.h"
 #include "attention/fused_causal_attention.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/kernel_registry.h"
 #include "attention/lfk_kernel.h"
 #include "attention/log_feature_kernel.h"
+#include "cuda_op_emulated.h"
 
 namespace darkformer {
 namespace {
@@ -124,12 +124,7 @@ class FusedCausalAttentionTest : public ::testing::TestWithParam<std::string> {
   const std::string& op() const { return GetParam(); }
 };
 
-// cuda: the CUDA operator's scan, its device arithmetic emulated on the host (ops/cuda_scan.h).
-const bool kCudaOpEmulated = [] {
-  EmulateCudaOpOnHostForTesting(true);
-  return true;
-}();
-
+// cuda: the CUDA operator's scan, its device arithmetic emulated on the host (cuda_op_emulated.h).
 INSTANTIATE_TEST_SUITE_P(Ops, FusedCausalAttentionTest, ::testing::Values("auto", "chunk_loop", "chunk_parallel", "cuda"),
                          [](const ::testing::TestParamInfo<std::string>& info) { return info.param; });
 

@@ -13,16 +13,12 @@
 #include "attention/kernel_registry.h"
 #include "attention/ops/cuda_op.h"
 #include "cuda/test_device.h"
+#include "cuda_op_emulated.h"
 
 namespace darkformer {
 namespace {
 
 constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
-
-const bool kEmulatedOnTheCpu = [] {
-  EmulateCudaOpOnHostForTesting(true);
-  return true;
-}();
 
 AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm) {
   KernelShape shape{kHeads, kDim};

@@ -13,7 +13,7 @@
 #include "attention/attention_flops.h"
 #include "attention/derf_test_state.h"
 #include "attention/kernel_registry.h"
-#include "attention/ops/cuda_op.h"
+#include "cuda_op_emulated.h"
 #include "cuda/test_device.h"
 
 namespace darkformer {
@@ -22,12 +22,9 @@ namespace {
 constexpr int64_t kBatch = 2, kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 
 // The causal operator's forms; kernels without an `op` option (exact, constant) have one form.
-// cuda: the CUDA operator (ops/cuda_op.h) on a GPU; on the CPU its scan emulated on the host.
+// cuda: the CUDA operator (ops/cuda_op.h) on a GPU; on the CPU its scan emulated on the host
+// (cuda_op_emulated.h).
 const std::vector<std::string> kForms = {"naive", "chunk_loop", "chunk_parallel", "auto", "cuda"};
-const bool kCudaOpEmulatedOnTheCpu = [] {
-  EmulateCudaOpOnHostForTesting(true);
-  return true;
-}();
 
 std::string Options(const std::string& name, const std::string& op) {
   std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk);

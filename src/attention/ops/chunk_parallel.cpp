@@ -69,10 +69,6 @@ torch::Tensor Mask(int64_t n, int64_t diagonal, const torch::TensorOptions& opti
   return mask;
 }
 
-// Keys (and values) per key row: as given, or repeated per query head.
-torch::Tensor PerRow(const torch::Tensor& t_BKLX, const Shape& s) {
-  return t_BKLX.size(1) == s.rows ? t_BKLX : t_BKLX.repeat_interleave(s.rows / t_BKLX.size(1), 1);
-}
 
 // What forward and backward both compute from the features (no autograd).
 struct Chunked {
@@ -147,7 +143,7 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
     const auto& document_ids_BL = documents.ids_BL;
     const auto doc_B1L = document_ids_BL.defined() ? PaddedDocuments(document_ids_BL, s) : torch::Tensor();
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
+    const auto x = Pad(x_BHLD, s), y = Pad(causal_ops::PerRow(y_BKLD, s.rows), s), v = Pad(causal_ops::PerRow(v_BKLD, s.rows), s);
     const auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y);
     const auto k = Build(lq, lk, v, s, doc_B1L);
     const auto n_BRNQV = causal_ops::ChunkNumerator(k.block, k.terms, k.sin_BRNMV);
@@ -194,7 +190,7 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   // products bf16.
   NoAutocastGuard no_autocast;
   torch::NoGradGuard no_grad;
-  const auto x = Pad(x_BHLD, s), y = Pad(PerRow(y_BKLD, s), s), v = Pad(PerRow(v_BKLD, s), s);
+  const auto x = Pad(x_BHLD, s), y = Pad(causal_ops::PerRow(y_BKLD, s.rows), s), v = Pad(causal_ops::PerRow(v_BKLD, s.rows), s);
   const auto documents = ctx->saved_data.find("documents");
   const auto doc_B1L =
       documents != ctx->saved_data.end() ? PaddedDocuments(documents->second.toTensor(), s) : torch::Tensor();
@@ -221,12 +217,7 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   auto dv_BRLD = dvh_BRNCV.narrow(-1, 0, s.value_dim).reshape({s.batch, s.rows, s.padded, s.value_dim});
   auto unpad = [&](const torch::Tensor& t) { return s.padded == s.length ? t : t.narrow(2, 0, s.length); };
   // Rows per query head: each KV head's gradient is its group's sum.
-  auto per_kv_head = [&](const torch::Tensor& t_BRLD) {
-    const auto t = unpad(t_BRLD);
-    const int64_t kv_heads = y_BKLD.size(1);
-    if (t.size(1) == kv_heads) return t;
-    return t.reshape({s.batch, kv_heads, s.rows / kv_heads, s.length, t.size(-1)}).sum(2);
-  };
+  auto per_kv_head = [&](const torch::Tensor& t_BRLD) { return causal_ops::PerKvHead(unpad(t_BRLD), y_BKLD.size(1)); };
   RecordDtype(ProbeField::kGradients, g.dx);
   torch::autograd::variable_list grads = {unpad(g.dx), per_kv_head(g.dy), per_kv_head(dv_BRLD)};
   for (auto& pg : g.params) grads.push_back(pg);

@@ -66,16 +66,6 @@ void Run(const cuda_scan::Launch& x, const torch::Tensor& on, bool forward) {
 #endif
 }
 
-// Keys (or values) per key row: as given, or repeated per query head.
-torch::Tensor PerRow(const torch::Tensor& t_BKLX, int64_t rows) {
-  return t_BKLX.size(1) == rows ? t_BKLX : t_BKLX.repeat_interleave(rows / t_BKLX.size(1), 1);
-}
-// A gradient per key row back to the K heads it was repeated from (their group's sum).
-torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads) {
-  if (t_BRLX.size(1) == kv_heads) return t_BRLX;
-  return t_BRLX.reshape({t_BRLX.size(0), kv_heads, t_BRLX.size(1) / kv_heads, t_BRLX.size(2), t_BRLX.size(3)}).sum(2);
-}
-
 // Base-2 log-features of queries and key rows, contiguous, no autograd.
 std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                       const torch::Tensor& x, const torch::Tensor& y_rows) {
@@ -99,7 +89,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
                                int64_t sub) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    const auto [a, l] = Base2Features(map, p, x, PerRow(y, rows));
+    const auto [a, l] = Base2Features(map, p, x, causal_ops::PerRow(y, rows));
     const auto values = v.contiguous();
     auto launch = MakeLaunch(a, l, values, sub);
     const auto options = a.options();
@@ -135,7 +125,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const FeatureMap& map =
         c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
     const int64_t rows = ctx->saved_data["rows"].toInt();
-    const auto y_rows = PerRow(y, rows);
+    const auto y_rows = causal_ops::PerRow(y, rows);
     const auto [a, l] = Base2Features(map, p, x, y_rows);
     auto launch = MakeLaunch(a, l, values, ctx->saved_data["sub"].toInt());
     const auto g = grads[0].to(torch::kFloat32).contiguous();
@@ -161,8 +151,8 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     Run(launch, a, /*forward=*/false);
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, da, dl);
-    torch::autograd::variable_list result = {features.dx, PerKvHead(features.dy, y.size(1)),
-                                             PerKvHead(dv_rows, values.size(1))};
+    torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
+                                             causal_ops::PerKvHead(dv_rows, values.size(1))};
     for (const auto& pg : features.params) result.push_back(pg);
     result.push_back({});  // map
     result.push_back({});  // rows

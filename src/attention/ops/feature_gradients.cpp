@@ -3,6 +3,15 @@
 
 namespace darkformer::causal_ops {
 
+torch::Tensor PerRow(const torch::Tensor& t_BKLX, int64_t rows) {
+  return t_BKLX.size(1) == rows ? t_BKLX : t_BKLX.repeat_interleave(rows / t_BKLX.size(1), 1);
+}
+
+torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads) {
+  if (t_BRLX.size(1) == kv_heads) return t_BRLX;
+  return t_BRLX.reshape({t_BRLX.size(0), kv_heads, t_BRLX.size(1) / kv_heads, t_BRLX.size(2), t_BRLX.size(3)}).sum(2);
+}
+
 std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                     const torch::Tensor& x, const torch::Tensor& y) {
   if (!map.positive_features) return {map.log_features(x, p, /*is_query=*/true), map.log_features(y, p, /*is_query=*/false)};

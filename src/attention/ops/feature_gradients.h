@@ -1,5 +1,6 @@
-// The features' side of the whole-sequence forms (chunk_parallel.h, cuda_op.h): the log-features
-// of queries and keys up to what cancels, and the gradients through the map given d log phi.
+// The features' side of the whole-sequence forms (chunk_parallel.h, cuda_op.h): key rows, the
+// log-features of queries and keys up to what cancels, and the gradients through the map given
+// d log phi.
 #pragma once
 
 #include <torch/torch.h>
@@ -10,6 +11,11 @@
 #include "attention/ops/feature_map.h"
 
 namespace darkformer::causal_ops {
+
+// Keys (and values) B x K x L x X per key row: as given (rows = K), or repeated per query head.
+torch::Tensor PerRow(const torch::Tensor& t_BKLX, int64_t rows);
+// A gradient per key row back to the K heads it was repeated from: each KV head's is its group's sum.
+torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads);
 
 // log phi of queries x (B x H x L x D) and key rows y (B x R x L x D), up to what cancels. Positive
 // features (x W^T - |x|^2/2 - log(m)/2) skip the query's -|x|^2/2 (a shift of all of a query's
