@@ -14,6 +14,7 @@
 #include "attention/kernel_registry.h"
 #include "attention/ops/fast_exp2.h"
 #include "attention/ops/raw_cpu_kernel.h"
+#include "cuda_op_emulated.h"
 #include "util/op_count.h"
 
 namespace darkformer {
@@ -21,8 +22,9 @@ namespace {
 
 constexpr int64_t kBatch = 3, kHeads = 4, kKvHeads = 2, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 8;
 
-// The causal operator's forms; kernels without an `op` option have one form ("").
-const std::vector<std::string> kForms = {"naive", "auto", "chunk_loop", "chunk_parallel", "raw_cpu"};
+// The causal operator's forms; kernels without an `op` option have one form (""). cuda: the CUDA
+// operator's scan, emulated on the host (cuda_op_emulated.h), each document a segment of its own.
+const std::vector<std::string> kForms = {"naive", "auto", "chunk_loop", "chunk_parallel", "raw_cpu", "cuda"};
 
 std::string Options(const std::string& name, const std::string& op) {
   std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk);

@@ -2,7 +2,7 @@
 // per-feature stabiliser's exact form, itself held to the log-space reference by
 // tests/attention/extreme_scale_test.cpp): ordinary rows, sharp opposed rows of norm 60, and a
 // running max that jumps by hundreds inside a sub-chunk and at a chunk boundary; MQA (2 query
-// heads on 1 KV head) and darkformer's per-head M. On the CPU (no DARKFORMER_TEST_DEVICE) the
+// heads on 1 KV head), darkformer's per-head M and packed documents. On the CPU (no DARKFORMER_TEST_DEVICE) the
 // scan runs emulated on the host. `SmallCaseForTheSanitizers` is the case tools/gpu_check.sh's
 // `sanitize` stage runs under compute-sanitizer's memcheck and racecheck.
 #include <gtest/gtest.h>
@@ -70,12 +70,14 @@ struct Result {
   std::vector<torch::Tensor> grads;  // q, k, v, then the kernel's parameters
 };
 
-Result Run(AttentionKernel& kernel, const Inputs& in, torch::Device device, torch::ScalarType compute) {
+Result Run(AttentionKernel& kernel, const Inputs& in, torch::Device device, torch::ScalarType compute,
+           const torch::Tensor& document_ids_BL = {}) {
   kernel->to(device, compute);
   auto leaf = [&](const torch::Tensor& t) { return t.to(device, compute).detach().clone().requires_grad_(); };
   auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+  if (document_ids_BL.defined()) call.document_ids_BL = document_ids_BL.to(device);
   const auto out = kernel->forward(q, k, v, call);
   (out.to(torch::kFloat64) * in.weights.to(device, torch::kFloat64)).sum().backward();
   Result r{out.detach().cpu(), {q.grad().cpu(), k.grad().cpu(), v.grad().cpu()}};
@@ -91,14 +93,15 @@ double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 // The rule of extreme_scale_test.cpp: relative 1e-4 (outputs) and 1e-3 (gradients) up to |x| = 30;
 // beyond, fp32's rounding of the exponents' arguments A 2^-24 (A = the largest |log phi|) bounds
 // what any fp32 form can reach: max(1e-4, 4 A 2^-24) and 10x that.
-void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature) {
+void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature,
+                   const torch::Tensor& document_ids_BL = {}) {
   const auto device = testing::TestDevice();
   const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
   const auto in = MakeInputs(pattern);
   auto reference = Make(name, "chunk_loop", projection_norm);
-  const auto ref = Run(reference, in, torch::kCPU, torch::kFloat64);
+  const auto ref = Run(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL);
   auto kernel = Make(name, "cuda", projection_norm);
-  const auto got = Run(kernel, in, device, torch::kFloat32);
+  const auto got = Run(kernel, in, device, torch::kFloat32, document_ids_BL);
   const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
   const std::string where = name + " " + pattern + " on " + device.str();
   ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
@@ -123,6 +126,15 @@ TEST(DeviceCudaOpTest, SharpOpposedRows) {
 // Feature 1's max jumps by ~450 inside a sub-chunk, feature 5's at a chunk's first position.
 TEST(DeviceCudaOpTest, RunningMaxJumpsInsideASubChunkAndAtAChunkBoundary) {
   for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "jump", 900.0);
+}
+
+// Packed documents (data.document_masking): a one-token document, boundaries inside a chunk and
+// on a chunk's edge (chunk 16); each document scanned alone.
+TEST(DeviceCudaOpTest, PackedDocumentsEachAlone) {
+  const auto ids = torch::tensor(std::vector<int64_t>{0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                                      3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4})
+                       .view({1, kLength});
+  for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "ordinary", 0, ids);
 }
 
 // With a backward scratch of one byte each row gets one block, which takes its chunks in turn,

@@ -3,6 +3,7 @@
 
 #include <atomic>
 
+#include "attention/document_mask.h"
 #include "attention/ops/chunk_common.h"
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/feature_gradients.h"
@@ -22,8 +23,11 @@ namespace {
 
 std::atomic<bool> emulate_on_host{false};
 
-// The scan's Launch for base-2 features a (B x H x L x m), l (B x R x L x m) and v (B x K x L x Dv).
-cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, const torch::Tensor& v, int64_t sub) {
+// The scan's Launch for base-2 features a (B x H x L x m), l (B x R x L x m) and v (B x K x L x Dv),
+// each key row one segment, or (document_ids_BL) each document of it: `table` then holds the
+// segments (cuda_scan::Segment rows of 4 int64) on the features' device, and must outlive the launch.
+cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, const torch::Tensor& v, int64_t sub,
+                             const torch::Tensor& document_ids_BL, torch::Tensor& table) {
   cuda_scan::Launch x;
   x.rows = l.size(0) * l.size(1);
   x.length = a.size(2);
@@ -37,18 +41,44 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   x.a = a.data_ptr<float>();
   x.l = l.data_ptr<float>();
   x.v = v.data_ptr<float>();
+  x.segment_count = x.rows;
+  x.chunk_count = x.rows * cuda_scan::CheckpointCount(x.length, x.sub, x.group_subs);
+  if (!document_ids_BL.defined()) return x;
+  // Row r belongs to sequence r / (rows per sequence); the ids are read on the host.
+  const auto spans = DocumentSpans(document_ids_BL);
+  const int64_t per_sequence = x.rows / static_cast<int64_t>(spans.size());
+  std::vector<int64_t> rows_of_table;
+  int64_t chunks = 0;
+  for (int64_t r = 0; r < x.rows; ++r) {
+    for (const auto& d : spans.at(r / per_sequence)) {
+      rows_of_table.insert(rows_of_table.end(), {r, d.start, d.length, chunks});
+      chunks += cuda_scan::CheckpointCount(d.length, x.sub, x.group_subs);
+    }
+  }
+  static_assert(sizeof(cuda_scan::Segment) == 4 * sizeof(int64_t), "a segment is 4 int64");
+  table = torch::tensor(rows_of_table, torch::kInt64).view({-1, 4}).to(a.device());
+  x.segments = reinterpret_cast<const cuda_scan::Segment*>(table.data_ptr<int64_t>());
+  x.segment_count = table.size(0);
+  x.chunk_count = chunks;
   return x;
 }
 
 // The backward's scratch (each block refolds a chunk's entering states: ceil(m / S) states of
-// m x (Dv + 1)) is held to this many bytes by giving each row fewer blocks, each taking several chunks.
+// m x (Dv + 1)) is held to this many bytes by giving each segment fewer blocks, each taking several
+// chunks.
 constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;
 std::atomic<int64_t> backward_scratch_bytes{kBackwardScratchBytes};
 
-// The forward's blocks are (row, chunk) pairs, the backward's (row, w) for w < backward_blocks_per_row.
+// The forward's blocks are chunks (or segments, fewer), the backward's (segment, w) for w < W.
 torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({x.rows * (backward ? x.backward_blocks_per_row : x.checkpoints()), x.ScratchFloats(backward)},
+  return torch::empty({backward ? x.segment_count * x.backward_blocks : x.chunk_count, x.ScratchFloats(backward)},
                       options);
+}
+
+// A state per chunk of the call: chunk_count x m x (Dv + 1) (or x m, `with_values` false).
+torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options) {
+  return with_values ? torch::empty({x.chunk_count, x.features, x.value_dim + 1}, options)
+                     : torch::empty({x.chunk_count, x.features}, options);
 }
 
 // The device's stream, or the host emulation.
@@ -85,19 +115,24 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
 
   // x B x H x L x D, y B x K x L x D, v B x K x L x Dv, all fp32; rows: K, or H where key features
   // are per query head.
+  // Document ids ride as a non-tensor argument: an undefined tensor cannot be an autograd input.
+  struct Documents {
+    torch::Tensor ids_BL;
+  };
+
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
-                               int64_t sub) {
+                               int64_t sub, const Documents& documents) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     const auto [a, l] = Base2Features(map, p, x, causal_ops::PerRow(y, rows));
     const auto values = v.contiguous();
-    auto launch = MakeLaunch(a, l, values, sub);
+    torch::Tensor table;
+    auto launch = MakeLaunch(a, l, values, sub, documents.ids_BL, table);
     const auto options = a.options();
     auto out = torch::empty({a.size(0), a.size(1), launch.length, launch.value_dim}, options);
     auto den = torch::empty({a.size(0), a.size(1), launch.length}, options);
-    auto states = torch::empty({launch.rows, launch.checkpoints(), launch.features, launch.value_dim + 1}, options);
-    auto refs = torch::empty({launch.rows, launch.checkpoints(), launch.features}, options);
-    auto own_states = torch::empty_like(states), own_refs = torch::empty_like(refs);
+    auto states = PerChunk(launch, true, options), refs = PerChunk(launch, false, options);
+    auto own_states = PerChunk(launch, true, options), own_refs = PerChunk(launch, false, options);
     auto scratch = Scratch(launch, /*backward=*/false, options);
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
@@ -113,6 +148,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     ctx->saved_data["rows"] = rows;
     ctx->saved_data["sub"] = sub;
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
+    if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
     return out;
   }
 
@@ -127,15 +163,19 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const int64_t rows = ctx->saved_data["rows"].toInt();
     const auto y_rows = causal_ops::PerRow(y, rows);
     const auto [a, l] = Base2Features(map, p, x, y_rows);
-    auto launch = MakeLaunch(a, l, values, ctx->saved_data["sub"].toInt());
+    const auto documents = ctx->saved_data.find("documents");
+    torch::Tensor table;
+    auto launch = MakeLaunch(a, l, values, ctx->saved_data["sub"].toInt(),
+                             documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(), table);
     const auto g = grads[0].to(torch::kFloat32).contiguous();
     const auto options = a.options();
     auto da = torch::empty_like(a), dl = torch::empty_like(l);
     auto dv_rows = torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options);
-    launch.backward_blocks_per_row = std::max<int64_t>(
-        1, std::min(launch.checkpoints(), backward_scratch_bytes / (launch.rows * launch.ScratchFloats(true) * 4)));
-    auto z_own = torch::empty({launch.rows, launch.checkpoints(), launch.features, launch.value_dim + 1}, options);
-    auto z_out = torch::empty_like(z_own);
+    // W blocks per segment: as many as the scratch budget allows, at most a segment's chunks.
+    launch.backward_blocks = std::max<int64_t>(
+        1, std::min(cuda_scan::CheckpointCount(launch.length, launch.sub, launch.group_subs),
+                    backward_scratch_bytes / (launch.segment_count * launch.ScratchFloats(true) * 4)));
+    auto z_own = PerChunk(launch, true, options), z_out = PerChunk(launch, true, options);
     auto scratch = Scratch(launch, /*backward=*/true, options);
     launch.z_own = z_own.data_ptr<float>();
     launch.z_out = z_out.data_ptr<float>();
@@ -157,6 +197,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     result.push_back({});  // map
     result.push_back({});  // rows
     result.push_back({});  // sub
+    result.push_back({});  // documents
     return result;
   }
 };
@@ -178,7 +219,7 @@ int64_t CudaOpSavedBytes(const torch::Tensor& out) {
 }
 
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
-                                  const FeatureMap& map, int64_t chunk_size) {
+                                  const FeatureMap& map, int64_t chunk_size, const torch::Tensor& document_ids_BL) {
   DF_CHECK(x_BHLD.is_cuda() || (x_BHLD.is_cpu() && emulate_on_host),
            "op: cuda runs on a CUDA device; got inputs on " << x_BHLD.device() << " (op: auto picks this device's form)");
   DF_CHECK(x_BHLD.is_cpu() || cuda_scan::DeviceKernelsBuilt(),
@@ -192,7 +233,8 @@ torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tens
   // Keys once per KV head, or per query head where the map's parameters are.
   const int64_t rows = map.keys_per_query_head ? heads : kv_heads;
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, x.size(2)));
-  return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, causal_ops::SubChunk(chunk));
+  return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, causal_ops::SubChunk(chunk),
+                                 CudaScanFunction::Documents{document_ids_BL});
 }
 
 }  // namespace darkformer

@@ -8,7 +8,7 @@
 // Autograd saves x, y, v, the output, its normaliser and the scan's checkpoints (~Dv + 2 floats per
 // position and key row): O(L D); the backward recomputes the features (one whole-sequence pass).
 // Not yet: tensor cores (the scan's sums run on CUDA cores), features
-// inside the kernel (held whole while a call runs), packed documents (refused), the recurrent
+// inside the kernel (held whole while a call runs), the recurrent
 // state for decoding (the kernels' Decode keeps its own forms).
 #pragma once
 
@@ -20,8 +20,10 @@ namespace darkformer {
 
 // out_BHLD as FusedCausalLinearAttention's (causal_function.h), on a CUDA device. Refused on
 // other devices, for fp64 inputs and in a build without the CUDA kernels.
+// With document_ids_BL (document_mask.h) each document of a row is scanned alone from an empty
+// state, its chunks' blocks beside every other's (the ids are read on the host).
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
-                                  const FeatureMap& map, int64_t chunk_size);
+                                  const FeatureMap& map, int64_t chunk_size, const torch::Tensor& document_ids_BL = {});
 
 // Bytes the operator's autograd node holds for its backward; 0 when `out` is not its output.
 int64_t CudaOpSavedBytes(const torch::Tensor& out);

@@ -299,6 +299,13 @@ DF_HD inline void ChunkForward(const Block& b, const Row& r, const ForwardOut& o
   }
 }
 
+// A stretch of one key row scanned on its own from an empty state: the whole row, or one document
+// of it (data.document_masking). Its chunks' checkpoints are slots first_chunk, first_chunk + 1, ...
+// of the call's.
+struct Segment {
+  int64_t row = 0, start = 0, length = 0, first_chunk = 0;
+};
+
 // The key rows of one call. Rows are a KV head of a sequence, or a query head where key features
 // are per query head. Row r's query heads are r * group ... r * group + group - 1 of the folded
 // B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1).
@@ -306,61 +313,82 @@ DF_HD inline void ChunkForward(const Block& b, const Row& r, const ForwardOut& o
 struct Launch {
   int64_t rows = 0, length = 0, features = 0, value_dim = 0, group = 1, sub = 8, group_subs = 1;
   int64_t value_rows_per = 1;
+  // The segments, in order of first_chunk; nullptr: each row whole (segment r = row r).
+  const Segment* segments = nullptr;
+  int64_t segment_count = 0, chunk_count = 0;  // chunk_count: checkpoints of all segments
   const float* a = nullptr;  // base-2 query log-features, rows x G x L x m
   const float* l = nullptr;  // base-2 key log-features, rows x L x m
   const float* v = nullptr;  // values, (rows / value_rows_per) x L x Dv
   // Forward.
-  float* out = nullptr;     // rows x G x L x Dv
-  float* den = nullptr;     // rows x G x L
-  float* states = nullptr;  // rows x checkpoints x m x (Dv + 1)
-  float* refs = nullptr;    // rows x checkpoints x m
+  float* out = nullptr;         // rows x G x L x Dv
+  float* den = nullptr;         // rows x G x L
+  float* states = nullptr;      // chunk_count x m x (Dv + 1): the state entering each chunk
+  float* refs = nullptr;        // chunk_count x m
+  float* own_states = nullptr;  // chunk_count x m x (Dv + 1): each chunk's own state
+  float* own_refs = nullptr;    // chunk_count x m
   // Backward (reads out, den, states, refs too).
   const float* g = nullptr;  // dL/dout, rows x G x L x Dv
   float* da = nullptr;       // rows x G x L x m, d/d(natural-log a)
   float* dl = nullptr;       // rows x L x m
   float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
-  float* z_own = nullptr;    // rows x checkpoints x m x (Dv + 1): each chunk's own share of the reverse state
-  float* z_out = nullptr;    // rows x checkpoints x m x (Dv + 1): the reverse state at each chunk's end
-  // The backward's blocks per row (each takes every W-th chunk): its scratch, W blocks' worth per
-  // row, stays bounded however long the sequence.
-  int64_t backward_blocks_per_row = 1;
-  float* own_states = nullptr;  // forward: rows x checkpoints x m x (Dv + 1), each chunk's own state
-  float* own_refs = nullptr;    // rows x checkpoints x m
-  // Forward: rows x checkpoints x ScratchFloats(false), one per (row, chunk) block; backward:
-  // rows x backward_blocks_per_row x ScratchFloats(true).
+  float* z_own = nullptr;    // chunk_count x m x (Dv + 1): each chunk's own share of the reverse state
+  float* z_out = nullptr;    // chunk_count x m x (Dv + 1): the reverse state at each chunk's end
+  // The backward's blocks per segment (each takes every W-th chunk): its scratch, W blocks' worth
+  // per segment, stays bounded however long the sequence.
+  int64_t backward_blocks = 1;
+  // Forward: chunk_count x ScratchFloats(false), one per chunk's block; backward:
+  // segment_count x backward_blocks x ScratchFloats(true).
   float* scratch = nullptr;
 
-  DF_HD int64_t checkpoints() const { return CheckpointCount(length, sub, group_subs); }
+  DF_HD int64_t Chunks(const Segment& s) const { return CheckpointCount(s.length, sub, group_subs); }
+  DF_HD Segment SegmentAt(int64_t i) const {
+    if (segments != nullptr) return segments[i];
+    return {i, 0, length, i * CheckpointCount(length, sub, group_subs)};
+  }
+  // The segment that holds call-wide chunk `chunk`.
+  DF_HD int64_t SegmentOfChunk(int64_t chunk) const {
+    if (segments == nullptr) return chunk / CheckpointCount(length, sub, group_subs);
+    int64_t lo = 0, hi = segment_count - 1;  // the last segment whose first_chunk <= chunk
+    while (lo < hi) {
+      const int64_t mid = (lo + hi + 1) / 2;
+      if (segments[mid].first_chunk <= chunk) {
+        lo = mid;
+      } else {
+        hi = mid - 1;
+      }
+    }
+    return lo;
+  }
   DF_HD int64_t ScratchFloats(bool backward) const {
     return Scratch::Floats(features, value_dim, group, sub, group_subs, backward);
   }
-
-  // Row r's view of the call's tensors.
-  DF_HD Row RowOf(int64_t r) const {
-    const int64_t lm = length * features;
-    return {length, features, value_dim, group, sub, group_subs, a + r * group * lm, lm, l + r * lm,
-            v + (r / value_rows_per) * length * value_dim};
-  }
-  // Block `block` of a forward step (row * checkpoints + chunk, or the row) or of the backward (the row).
   DF_HD Scratch ScratchOf(int64_t block, bool backward) const {
     return Scratch::Carve(scratch + block * ScratchFloats(backward), features, value_dim, group, sub, group_subs,
                           backward);
   }
-  DF_HD float* OwnStateOf(int64_t r, int64_t n) const {
-    return own_states + (r * checkpoints() + n) * features * (value_dim + 1);
+
+  // A segment's view of the call's tensors.
+  DF_HD Row RowOf(const Segment& s) const {
+    const int64_t lm = length * features;
+    return {s.length, features, value_dim, group, sub, group_subs, a + s.row * group * lm + s.start * features, lm,
+            l + s.row * lm + s.start * features, v + (s.row / value_rows_per) * length * value_dim + s.start * value_dim};
   }
-  DF_HD float* OwnRefOf(int64_t r, int64_t n) const { return own_refs + (r * checkpoints() + n) * features; }
-  DF_HD float* ZOwnOf(int64_t r, int64_t n) const { return z_own + (r * checkpoints() + n) * features * (value_dim + 1); }
-  DF_HD float* ZOutOf(int64_t r, int64_t n) const { return z_out + (r * checkpoints() + n) * features * (value_dim + 1); }
-  DF_HD ForwardOut ForwardOf(int64_t r) const {
-    const int64_t ld = length * value_dim, mv = features * (value_dim + 1), n = checkpoints();
-    return {out + r * group * ld, ld, den + r * group * length, length, states + r * n * mv, refs + r * n * features};
+  DF_HD ForwardOut ForwardOf(const Segment& s) const {
+    const int64_t ld = length * value_dim, mv = features * (value_dim + 1);
+    return {out + s.row * group * ld + s.start * value_dim, ld, den + s.row * group * length + s.start, length,
+            states + s.first_chunk * mv, refs + s.first_chunk * features};
   }
-  DF_HD BackwardIo BackwardOf(int64_t r) const {
-    const int64_t ld = length * value_dim, lm = length * features, mv = features * (value_dim + 1), n = checkpoints();
-    return {states + r * n * mv, refs + r * n * features, out + r * group * ld, ld, den + r * group * length, length,
-            g + r * group * ld, ld, da + r * group * lm, lm, dl + r * lm, dv + r * ld};
+  DF_HD BackwardIo BackwardOf(const Segment& s) const {
+    const int64_t ld = length * value_dim, lm = length * features, mv = features * (value_dim + 1);
+    return {states + s.first_chunk * mv, refs + s.first_chunk * features,
+            out + s.row * group * ld + s.start * value_dim, ld, den + s.row * group * length + s.start, length,
+            g + s.row * group * ld + s.start * value_dim, ld, da + s.row * group * lm + s.start * features, lm,
+            dl + s.row * lm + s.start * features, dv + s.row * ld + s.start * value_dim};
   }
+  DF_HD float* OwnStateOf(const Segment& s) const { return own_states + s.first_chunk * features * (value_dim + 1); }
+  DF_HD float* OwnRefOf(const Segment& s) const { return own_refs + s.first_chunk * features; }
+  DF_HD float* ZOwnOf(const Segment& s) const { return z_own + s.first_chunk * features * (value_dim + 1); }
+  DF_HD float* ZOutOf(const Segment& s) const { return z_out + s.first_chunk * features * (value_dim + 1); }
 };
 
 }  // namespace darkformer::cuda_scan

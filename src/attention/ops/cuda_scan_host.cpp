@@ -7,33 +7,43 @@
 namespace darkformer::cuda_scan {
 
 void ForwardOnHost(const Launch& x) {
-  const int64_t chunks = x.checkpoints();
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t n = 0; n + 1 < chunks; ++n) {  // the last chunk's own state enters no chunk
-      ChunkOwnState(Block{}, x.RowOf(r), n, x.OwnStateOf(r, n), x.OwnRefOf(r, n), x.ScratchOf(r * chunks + n, false));
-    }
+  const int64_t mv = x.features * (x.value_dim + 1);
+  for (int64_t c = 0; c < x.chunk_count; ++c) {
+    const Segment s = x.SegmentAt(x.SegmentOfChunk(c));
+    const int64_t n = c - s.first_chunk;
+    if (n + 1 == x.Chunks(s)) continue;  // the last chunk's own state enters no chunk
+    ChunkOwnState(Block{}, x.RowOf(s), n, x.OwnStateOf(s) + n * mv, x.OwnRefOf(s) + n * x.features,
+                  x.ScratchOf(c, false));
   }
-  for (int64_t r = 0; r < x.rows; ++r) {
-    EnteringStates(Block{}, x.RowOf(r), x.OwnStateOf(r, 0), x.OwnRefOf(r, 0), x.ForwardOf(r), x.ScratchOf(r, false));
+  for (int64_t i = 0; i < x.segment_count; ++i) {
+    const Segment s = x.SegmentAt(i);
+    EnteringStates(Block{}, x.RowOf(s), x.OwnStateOf(s), x.OwnRefOf(s), x.ForwardOf(s), x.ScratchOf(i, false));
   }
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t n = 0; n < chunks; ++n) ChunkForward(Block{}, x.RowOf(r), x.ForwardOf(r), n, x.ScratchOf(r * chunks + n, false));
+  for (int64_t c = 0; c < x.chunk_count; ++c) {
+    const Segment s = x.SegmentAt(x.SegmentOfChunk(c));
+    ChunkForward(Block{}, x.RowOf(s), x.ForwardOf(s), c - s.first_chunk, x.ScratchOf(c, false));
   }
 }
 
 void BackwardOnHost(const Launch& x) {
-  const int64_t chunks = x.checkpoints(), w = x.backward_blocks_per_row;
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (int64_t n = 1; n < chunks; ++n) {  // chunk 0's own share reaches no earlier chunk
-      ChunkBackward(Block{}, x.RowOf(r), x.BackwardOf(r), n, nullptr, /*gradients=*/false, x.ZOwnOf(r, n),
-                    x.ScratchOf(r * w + n % w, true));
+  const int64_t mv = x.features * (x.value_dim + 1), w = x.backward_blocks;
+  for (int64_t i = 0; i < x.segment_count; ++i) {
+    const Segment s = x.SegmentAt(i);
+    for (int64_t n = 1; n < x.Chunks(s); ++n) {  // chunk 0's own share reaches no earlier chunk
+      ChunkBackward(Block{}, x.RowOf(s), x.BackwardOf(s), n, nullptr, /*gradients=*/false, x.ZOwnOf(s) + n * mv,
+                    x.ScratchOf(i * w + n % w, true));
     }
   }
-  for (int64_t r = 0; r < x.rows; ++r) ReverseStates(Block{}, x.RowOf(r), x.BackwardOf(r), x.ZOwnOf(r, 0), x.ZOutOf(r, 0));
-  for (int64_t r = 0; r < x.rows; ++r) {
+  for (int64_t i = 0; i < x.segment_count; ++i) {
+    const Segment s = x.SegmentAt(i);
+    ReverseStates(Block{}, x.RowOf(s), x.BackwardOf(s), x.ZOwnOf(s), x.ZOutOf(s));
+  }
+  for (int64_t i = 0; i < x.segment_count; ++i) {
+    const Segment s = x.SegmentAt(i);
+    const int64_t chunks = x.Chunks(s);
     for (int64_t n = 0; n < chunks; ++n) {
-      ChunkBackward(Block{}, x.RowOf(r), x.BackwardOf(r), n, n + 1 < chunks ? x.ZOutOf(r, n) : nullptr,
-                    /*gradients=*/true, nullptr, x.ScratchOf(r * w + n % w, true));
+      ChunkBackward(Block{}, x.RowOf(s), x.BackwardOf(s), n, n + 1 < chunks ? x.ZOutOf(s) + n * mv : nullptr,
+                    /*gradients=*/true, nullptr, x.ScratchOf(i * w + n % w, true));
     }
   }
 }
