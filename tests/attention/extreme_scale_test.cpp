@@ -230,14 +230,16 @@ TEST_P(ExtremeScaleTest, EveryFormFiniteAndEqualToLogSpaceReference) {
 }
 
 // Prefill of the first half, then one recurrent step per token: the step outputs match the
-// reference rows (the per-feature state's normaliser is >= 1 too).
+// reference rows (the per-feature state's normaliser is >= 1 too), the prefill's state from the
+// LibTorch forms (auto) or from the CUDA operator's scan (cuda, emulated).
 TEST_P(ExtremeScaleTest, RecurrentStepsMatchLogSpaceReference) {
   const std::string& name = GetParam();
+  for (const std::string op : {"auto", "cuda"}) {  // cuda: the prefill's state from the CUDA operator's scan
   for (const std::string pattern : {"anti", "opposed"}) {
     for (const double norm : {30.0, 100.0}) {
       const auto in = MakeInputs(norm, pattern);
       const auto ref = RunReference(name, in, torch::kFloat32);
-      auto kernel = Make(name, "auto");
+      auto kernel = Make(name, op);
       torch::NoGradGuard no_grad;
       AttentionCall call;
       call.scale = Scale();
@@ -249,10 +251,11 @@ TEST_P(ExtremeScaleTest, RecurrentStepsMatchLogSpaceReference) {
         outs.push_back(kernel->Decode(state, in.q.narrow(2, t, 1), in.k.narrow(2, t, 1), in.v.narrow(2, t, 1), call));
       }
       const auto out = torch::cat(outs, 2);
-      const std::string where = name + " decode " + pattern + " |x|=" + std::to_string(int(norm));
+      const std::string where = name + " " + op + " decode " + pattern + " |x|=" + std::to_string(int(norm));
       ASSERT_TRUE(AllFinite(out)) << where;
       EXPECT_LE(RelativeError(out, ref.result.out), Tolerance(ref, in)) << where;
     }
+  }
   }
 }
 

@@ -70,7 +70,7 @@ struct Result {
   std::vector<torch::Tensor> grads;  // q, k, v, then the kernel's parameters
 };
 
-Result Run(AttentionKernel& kernel, const Inputs& in, torch::Device device, torch::ScalarType compute,
+Result RunKernel(AttentionKernel& kernel, const Inputs& in, torch::Device device, torch::ScalarType compute,
            const torch::Tensor& document_ids_BL = {}) {
   kernel->to(device, compute);
   auto leaf = [&](const torch::Tensor& t) { return t.to(device, compute).detach().clone().requires_grad_(); };
@@ -99,9 +99,9 @@ void ExpectMatches(const std::string& name, const std::string& pattern, double m
   const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
   const auto in = MakeInputs(pattern);
   auto reference = Make(name, "chunk_loop", projection_norm);
-  const auto ref = Run(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL);
+  const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL);
   auto kernel = Make(name, "cuda", projection_norm);
-  const auto got = Run(kernel, in, device, torch::kFloat32, document_ids_BL);
+  const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL);
   const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
   const std::string where = name + " " + pattern + " on " + device.str();
   ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
@@ -135,6 +135,33 @@ TEST(DeviceCudaOpTest, PackedDocumentsEachAlone) {
                                                       3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4})
                        .view({1, kLength});
   for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "ordinary", 0, ids);
+}
+
+// Decoding after a prefill by the CUDA operator (its scan's state, recurrent_step.h's layout): the
+// prefill's outputs and every step's match the chunk loop's full forward in fp64 on the CPU.
+TEST(DeviceCudaOpTest, RecurrentStepsAfterACudaPrefill) {
+  const auto device = testing::TestDevice();
+  for (const std::string pattern : {"ordinary", "jump"}) {
+    const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
+    const auto in = MakeInputs(pattern);
+    auto reference = Make("darkformer", "chunk_loop", projection_norm);
+    const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64);
+    auto kernel = Make("darkformer", "cuda", projection_norm);
+    kernel->to(device);
+    torch::NoGradGuard no_grad;
+    AttentionCall call;
+    call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+    const auto q = in.q.to(device), k = in.k.to(device), v = in.v.to(device);
+    std::unique_ptr<DecodeState> state;
+    const int64_t half = 21;  // mid-chunk
+    std::vector<torch::Tensor> outs = {kernel->Decode(state, q.narrow(2, 0, half), k.narrow(2, 0, half), v.narrow(2, 0, half), call)};
+    for (int64_t t = half; t < kLength; ++t) {
+      outs.push_back(kernel->Decode(state, q.narrow(2, t, 1), k.narrow(2, t, 1), v.narrow(2, t, 1), call));
+    }
+    const auto out = torch::cat(outs, 2).cpu();
+    const double tol = std::max(1e-4, 4 * (pattern == "jump" ? 900.0 : 0.0) * std::ldexp(1.0, -24));
+    EXPECT_LE(RelativeError(out, ref.out), tol) << pattern << " decode on " << device.str();
+  }
 }
 
 // With a backward scratch of one byte each row gets one block, which takes its chunks in turn,

@@ -82,18 +82,34 @@ torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch
 }
 
 // The device's stream, or the host emulation.
-void Run(const cuda_scan::Launch& x, const torch::Tensor& on, bool forward) {
+// `host(launch)` for CPU tensors (the emulation), else `device(launch, stream)` on `on`'s device.
+template <typename Host, typename Device>
+void Dispatch(const torch::Tensor& on, Host host, Device device) {
   if (on.is_cpu()) {
-    forward ? cuda_scan::ForwardOnHost(x) : cuda_scan::BackwardOnHost(x);
+    host();
     return;
   }
 #ifdef DARKFORMER_CUDA_OP
   const c10::cuda::CUDAGuard guard(on.device());
-  void* stream = c10::cuda::getCurrentCUDAStream(on.device().index()).stream();
-  forward ? cuda_scan::ForwardOnDevice(x, stream) : cuda_scan::BackwardOnDevice(x, stream);
+  device(c10::cuda::getCurrentCUDAStream(on.device().index()).stream());
 #else
   Fail("op: cuda: this build has no CUDA kernels (CMake found no nvcc)");
 #endif
+}
+
+void Run(const cuda_scan::Launch& x, const torch::Tensor& on, bool forward) {
+  Dispatch(
+      on, [&] { forward ? cuda_scan::ForwardOnHost(x) : cuda_scan::BackwardOnHost(x); },
+      [&](void* stream) { forward ? cuda_scan::ForwardOnDevice(x, stream) : cuda_scan::BackwardOnDevice(x, stream); });
+}
+
+// Where op: cuda may run: a CUDA device in a build with its kernels, or the host emulation in tests.
+void CheckWhere(const torch::Tensor& x) {
+  DF_CHECK(x.is_cuda() || (x.is_cpu() && emulate_on_host),
+           "op: cuda runs on a CUDA device; got inputs on " << x.device() << " (op: auto picks this device's form)");
+  DF_CHECK(x.is_cpu() || cuda_scan::DeviceKernelsBuilt(),
+           "op: cuda: this build has no CUDA kernels (CMake found no nvcc); use op: auto");
+  DF_CHECK(x.scalar_type() != torch::kFloat64, "op: cuda computes in fp32; got fp64 inputs (op: auto takes them)");
 }
 
 // Base-2 log-features of queries and key rows, contiguous, no autograd.
@@ -220,11 +236,7 @@ int64_t CudaOpSavedBytes(const torch::Tensor& out) {
 
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
                                   const FeatureMap& map, int64_t chunk_size, const torch::Tensor& document_ids_BL) {
-  DF_CHECK(x_BHLD.is_cuda() || (x_BHLD.is_cpu() && emulate_on_host),
-           "op: cuda runs on a CUDA device; got inputs on " << x_BHLD.device() << " (op: auto picks this device's form)");
-  DF_CHECK(x_BHLD.is_cpu() || cuda_scan::DeviceKernelsBuilt(),
-           "op: cuda: this build has no CUDA kernels (CMake found no nvcc); use op: auto");
-  DF_CHECK(x_BHLD.scalar_type() != torch::kFloat64, "op: cuda computes in fp32; got fp64 inputs (op: auto takes them)");
+  CheckWhere(x_BHLD);
   DF_CHECK(x_BHLD.dim() == 4 && y_BKLD.dim() == 4 && v_BKLD.dim() == 4 && x_BHLD.size(1) % y_BKLD.size(1) == 0 &&
                v_BKLD.size(1) == y_BKLD.size(1) && y_BKLD.size(2) == x_BHLD.size(2) && v_BKLD.size(2) == x_BHLD.size(2),
            "op: cuda: shapes do not match: x " << x_BHLD.sizes() << ", y " << y_BKLD.sizes() << ", v " << v_BKLD.sizes());
@@ -235,6 +247,44 @@ torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tens
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, x.size(2)));
   return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, causal_ops::SubChunk(chunk),
                                  CudaScanFunction::Documents{document_ids_BL});
+}
+
+std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
+                                                          const FeatureMap& map, int64_t num_query_heads,
+                                                          int64_t chunk_size) {
+  CheckWhere(y_BKLD);
+  torch::NoGradGuard no_grad;
+  NoAutocastGuard no_autocast;
+  const auto y = y_BKLD.to(torch::kFloat32), v = v_BKLD.to(torch::kFloat32).contiguous();
+  const int64_t batch = y.size(0), kv_heads = y.size(1), rows = map.keys_per_query_head ? num_query_heads : kv_heads;
+  // The keys' own log-features (the recurrent step's: nothing dropped), base 2; the queries' side
+  // is not read, so the keys stand in for it.
+  const auto l = (map.log_features(causal_ops::PerRow(y, rows), map.params, /*is_query=*/false).to(torch::kFloat32) *
+                  causal_ops::kLog2E)
+                     .contiguous();
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
+  torch::Tensor table;
+  auto launch = MakeLaunch(l, l, v, causal_ops::SubChunk(chunk), torch::Tensor(), table);
+  const auto options = l.options();
+  auto states = PerChunk(launch, true, options), refs = PerChunk(launch, false, options);
+  auto own_states = PerChunk(launch, true, options), own_refs = PerChunk(launch, false, options);
+  auto scratch = Scratch(launch, /*backward=*/false, options);
+  launch.states = states.data_ptr<float>();
+  launch.refs = refs.data_ptr<float>();
+  launch.own_states = own_states.data_ptr<float>();
+  launch.own_refs = own_refs.data_ptr<float>();
+  launch.scratch = scratch.data_ptr<float>();
+  auto final_states = torch::empty({launch.rows, launch.features, launch.value_dim + 1}, options);
+  auto final_refs = torch::empty({launch.rows, launch.features}, options);
+  Dispatch(
+      l, [&] { cuda_scan::PrefillOnHost(launch, final_states.data_ptr<float>(), final_refs.data_ptr<float>()); },
+      [&](void* stream) {
+        cuda_scan::PrefillOnDevice(launch, final_states.data_ptr<float>(), final_refs.data_ptr<float>(), stream);
+      });
+  // recurrent_step.h's layout: B x K x F x m (x V), F = rows per KV head; its reference in nats.
+  const int64_t per_kv = rows / kv_heads;
+  return {final_states.view({batch, kv_heads, per_kv, launch.features, launch.value_dim + 1}),
+          final_refs.mul_(1.0 / causal_ops::kLog2E).view({batch, kv_heads, per_kv, launch.features})};
 }
 
 }  // namespace darkformer

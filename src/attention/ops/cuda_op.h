@@ -8,8 +8,7 @@
 // Autograd saves x, y, v, the output, its normaliser and the scan's checkpoints (~Dv + 2 floats per
 // position and key row): O(L D); the backward recomputes the features (one whole-sequence pass).
 // Not yet: tensor cores (the scan's sums run on CUDA cores), features
-// inside the kernel (held whole while a call runs), the recurrent
-// state for decoding (the kernels' Decode keeps its own forms).
+// inside the kernel (held whole while a call runs).
 #pragma once
 
 #include <torch/torch.h>
@@ -24,6 +23,12 @@ namespace darkformer {
 // state, its chunks' blocks beside every other's (the ids are read on the host).
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
                                   const FeatureMap& map, int64_t chunk_size, const torch::Tensor& document_ids_BL = {});
+
+// A prefill by the same scan (keys and values only): the state the recurrent step continues from
+// (recurrent_step.h), as {state_BKFMV, ref_BKFM}; LinearAttentionPrefillState takes it for op: cuda.
+std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
+                                                          const FeatureMap& map, int64_t num_query_heads,
+                                                          int64_t chunk_size);
 
 // Bytes the operator's autograd node holds for its backward; 0 when `out` is not its output.
 int64_t CudaOpSavedBytes(const torch::Tensor& out);

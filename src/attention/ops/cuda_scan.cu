@@ -33,6 +33,22 @@ __global__ void __launch_bounds__(kThreads) EnteringStatesKernel(Launch x) {
   EnteringStates(ThisBlock(), x.RowOf(s), x.OwnStateOf(s), x.OwnRefOf(s), x.ForwardOf(s), x.ScratchOf(blockIdx.x, false));
 }
 
+// A prefill's steps: every chunk's own state, the last's too; then each segment's states and the
+// one after it.
+__global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x) {
+  const Segment s = x.SegmentAt(x.SegmentOfChunk(blockIdx.x));
+  const int64_t n = blockIdx.x - s.first_chunk, mv = x.features * (x.value_dim + 1);
+  ChunkOwnState(ThisBlock(), x.RowOf(s), n, x.OwnStateOf(s) + n * mv, x.OwnRefOf(s) + n * x.features,
+                x.ScratchOf(blockIdx.x, false));
+}
+
+__global__ void __launch_bounds__(kThreads) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
+  const Segment s = x.SegmentAt(blockIdx.x);
+  const int64_t mv = x.features * (x.value_dim + 1);
+  EnteringStates(ThisBlock(), x.RowOf(s), x.OwnStateOf(s), x.OwnRefOf(s), x.ForwardOf(s), x.ScratchOf(blockIdx.x, false),
+                 final_states + blockIdx.x * mv, final_refs + blockIdx.x * x.features);
+}
+
 __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
   const Segment s = x.SegmentAt(x.SegmentOfChunk(blockIdx.x));
   ChunkForward(ThisBlock(), x.RowOf(s), x.ForwardOf(s), blockIdx.x - s.first_chunk, x.ScratchOf(blockIdx.x, false));
@@ -83,6 +99,15 @@ void ForwardOnDevice(const Launch& x, void* stream) {
   Check(cudaGetLastError(), "forward launch (entering states)");
   ChunkForwardKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks)");
+}
+
+void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, void* stream) {
+  if (x.rows == 0 || x.length == 0) return;
+  const auto on = static_cast<cudaStream_t>(stream);
+  PrefillOwnStateKernel<<<static_cast<unsigned>(x.chunk_count), kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "prefill launch (chunks' own states)");
+  PrefillStatesKernel<<<static_cast<unsigned>(x.segment_count), kThreads, 0, on>>>(x, final_states, final_refs);
+  Check(cudaGetLastError(), "prefill launch (states)");
 }
 
 void BackwardOnDevice(const Launch& x, void* stream) {

@@ -10,12 +10,17 @@
 namespace darkformer::cuda_scan {
 
 void ForwardOnHost(const Launch& launch);
+// The state after each segment and its reference (segment_count x m x (Dv + 1), x m), from the
+// keys and values alone: a prefill for the recurrent step (recurrent_step.h). Needs states, refs,
+// own_states, own_refs and the forward's scratch.
+void PrefillOnHost(const Launch& launch, float* final_states, float* final_refs);
 void BackwardOnHost(const Launch& launch);
 
 // Whether this build compiled the device kernels (CMake found nvcc: DARKFORMER_CUDA_OP).
 bool DeviceKernelsBuilt();
 // On `stream` (a cudaStream_t), asynchronously; they throw where the kernels are not built.
 void ForwardOnDevice(const Launch& launch, void* stream);
+void PrefillOnDevice(const Launch& launch, float* final_states, float* final_refs, void* stream);
 void BackwardOnDevice(const Launch& launch, void* stream);
 
 }  // namespace darkformer::cuda_scan

@@ -265,15 +265,19 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
 // 2. A row's checkpoints, the states entering its chunks: S_0 = 0 (reference -inf), and
 // S_{n+1} = 2^(R_n - R) S_n + 2^(R'_n - R) S'_n with R = max(R_n, R'_n) per feature, S'_n chunk n's
 // own state (step 1). Both factors <= 1 and the larger side's is exactly 1, so the key that
-// attains a feature's max keeps its exact 1 in the normaliser.
+// attains a feature's max keeps its exact 1 in the normaliser. With `final_state` (a prefill: step 1
+// ran for the last chunk too) also S_N, the state after the whole segment, and its reference.
 DF_HD inline void EnteringStates(const Block& b, const Row& r, const float* own_states, const float* own_refs,
-                                 const ForwardOut& o, const Scratch& c) {
+                                 const ForwardOut& o, const Scratch& c, float* final_state = nullptr,
+                                 float* final_ref = nullptr) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
   ParallelFor(b, mv, [&](int64_t idx) { o.states[idx] = 0.0f; });
   ParallelFor(b, m, [&](int64_t i) { o.refs[i] = kNegInf; });
-  for (int64_t n = 0; n + 1 < chunks; ++n) {
+  for (int64_t n = 0; n + 1 < chunks || (final_state != nullptr && n < chunks); ++n) {
     const float *in = o.states + n * mv, *in_ref = o.refs + n * m, *own = own_states + n * mv, *own_ref = own_refs + n * m;
-    float *next = o.states + (n + 1) * mv, *next_ref = o.refs + (n + 1) * m;
+    const bool last = n + 1 == chunks;
+    float* next = last ? final_state : o.states + (n + 1) * mv;
+    float* next_ref = last ? final_ref : o.refs + (n + 1) * m;
     ParallelFor(b, m, [&](int64_t i) {
       const float top = Max(in_ref[i], own_ref[i]);
       c.decay[i] = DF_EXP2(in_ref[i] - top);  // 0 for the empty S_0

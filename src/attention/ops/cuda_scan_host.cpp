@@ -25,6 +25,21 @@ void ForwardOnHost(const Launch& x) {
   }
 }
 
+void PrefillOnHost(const Launch& x, float* final_states, float* final_refs) {
+  const int64_t mv = x.features * (x.value_dim + 1);
+  for (int64_t c = 0; c < x.chunk_count; ++c) {
+    const Segment s = x.SegmentAt(x.SegmentOfChunk(c));
+    const int64_t n = c - s.first_chunk;
+    ChunkOwnState(Block{}, x.RowOf(s), n, x.OwnStateOf(s) + n * mv, x.OwnRefOf(s) + n * x.features,
+                  x.ScratchOf(c, false));
+  }
+  for (int64_t i = 0; i < x.segment_count; ++i) {
+    const Segment s = x.SegmentAt(i);
+    EnteringStates(Block{}, x.RowOf(s), x.OwnStateOf(s), x.OwnRefOf(s), x.ForwardOf(s), x.ScratchOf(i, false),
+                   final_states + i * mv, final_refs + i * x.features);
+  }
+}
+
 void BackwardOnHost(const Launch& x) {
   const int64_t mv = x.features * (x.value_dim + 1), w = x.backward_blocks;
   for (int64_t i = 0; i < x.segment_count; ++i) {
@@ -51,6 +66,9 @@ void BackwardOnHost(const Launch& x) {
 #ifndef DARKFORMER_CUDA_OP
 bool DeviceKernelsBuilt() { return false; }
 void ForwardOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
+void PrefillOnDevice(const Launch&, float*, float*, void*) {
+  throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)");
+}
 void BackwardOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 #endif
 

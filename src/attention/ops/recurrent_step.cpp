@@ -1,7 +1,10 @@
 // The recurrent form (see recurrent_step.h).
 #include "attention/ops/recurrent_step.h"
 
+#include <tuple>
+
 #include "attention/ops/chunk_common.h"
+#include "attention/ops/cuda_op.h"
 #include "util/mixed_precision.h"
 
 namespace darkformer {
@@ -30,9 +33,14 @@ LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, co
                                                  int64_t chunk_size) {
   DF_CHECK(chunk_size > 0, "LinearAttentionPrefillState: chunk_size must be positive, got " << chunk_size);
   NoAutocastGuard no_autocast;
+  LinearAttentionState state;
+  if (map.op == CausalOp::kCuda) {  // the CUDA operator's own scan
+    std::tie(state.state_BKFMV, state.ref_BKFM) = CudaPrefillState(y_BKLD, v_BKLD, map, num_query_heads, chunk_size);
+    state.tokens = y_BKLD.size(2);
+    return state;
+  }
   const auto x_probe = y_BKLD.narrow(1, 0, 1).expand({y_BKLD.size(0), num_query_heads, y_BKLD.size(2), y_BKLD.size(3)});
   const auto l = MakeLayout(x_probe, y_BKLD, v_BKLD, map);
-  LinearAttentionState state;
   for (int64_t start = 0; start < l.length; start += chunk_size) {
     const int64_t c = std::min(chunk_size, l.length - start);
     const auto l_BKFCM = KeyLogFeatures(map, map.params, y_BKLD.narrow(2, start, c), l);
