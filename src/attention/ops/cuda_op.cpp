@@ -6,6 +6,7 @@
 #include "attention/document_mask.h"
 #include "attention/ops/chunk_common.h"
 #include "attention/ops/cuda_scan.h"
+#include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/ops/sub_chunk.h"
@@ -81,7 +82,6 @@ torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch
                      : torch::empty({x.chunk_count, x.features}, options);
 }
 
-// The device's stream, or the host emulation.
 // `host(launch)` for CPU tensors (the emulation), else `device(launch, stream)` on `on`'s device.
 template <typename Host, typename Device>
 void Dispatch(const torch::Tensor& on, Host host, Device device) {
@@ -129,13 +129,13 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     FeatureMap map;
   };
 
-  // x B x H x L x D, y B x K x L x D, v B x K x L x Dv, all fp32; rows: K, or H where key features
-  // are per query head.
   // Document ids ride as a non-tensor argument: an undefined tensor cannot be an autograd input.
   struct Documents {
     torch::Tensor ids_BL;
   };
 
+  // x B x H x L x D, y B x K x L x D, v B x K x L x Dv, all fp32; rows: K, or H where key features
+  // are per query head.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
                                int64_t sub, const Documents& documents) {
@@ -158,6 +158,11 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     launch.own_refs = own_refs.data_ptr<float>();
     launch.scratch = scratch.data_ptr<float>();
     Run(launch, a, /*forward=*/true);
+    // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout.
+    RecordDtype(ProbeField::kInputs, x);
+    RecordDtype(ProbeField::kFeatures, a);
+    RecordDtype(ProbeField::kState, states);
+    RecordDtype(ProbeField::kNormaliser, den);
     std::vector<torch::Tensor> saved = {x, y, values, out, den, states, refs};
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
@@ -207,6 +212,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     Run(launch, a, /*forward=*/false);
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, da, dl);
+    RecordDtype(ProbeField::kGradients, features.dx);
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
                                              causal_ops::PerKvHead(dv_rows, values.size(1))};
     for (const auto& pg : features.params) result.push_back(pg);
