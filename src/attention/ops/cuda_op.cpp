@@ -82,6 +82,24 @@ torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch
                      : torch::empty({x.chunk_count, x.features}, options);
 }
 
+// The forward's and the prefill's buffers, pointed to by `x`: the entering states (kept by the
+// forward for the backward) and what the steps use on the way.
+struct ForwardBuffers {
+  torch::Tensor states, refs, own_states, own_refs, scratch;
+  ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options)
+      : states(PerChunk(x, true, options)),
+        refs(PerChunk(x, false, options)),
+        own_states(PerChunk(x, true, options)),
+        own_refs(PerChunk(x, false, options)),
+        scratch(Scratch(x, /*backward=*/false, options)) {
+    x.states = states.data_ptr<float>();
+    x.refs = refs.data_ptr<float>();
+    x.own_states = own_states.data_ptr<float>();
+    x.own_refs = own_refs.data_ptr<float>();
+    x.scratch = scratch.data_ptr<float>();
+  }
+};
+
 // `host(launch)` for CPU tensors (the emulation), else `device(launch, stream)` on `on`'s device.
 template <typename Host, typename Device>
 void Dispatch(const torch::Tensor& on, Host host, Device device) {
@@ -147,23 +165,16 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto options = a.options();
     auto out = torch::empty({a.size(0), a.size(1), launch.length, launch.value_dim}, options);
     auto den = torch::empty({a.size(0), a.size(1), launch.length}, options);
-    auto states = PerChunk(launch, true, options), refs = PerChunk(launch, false, options);
-    auto own_states = PerChunk(launch, true, options), own_refs = PerChunk(launch, false, options);
-    auto scratch = Scratch(launch, /*backward=*/false, options);
+    const ForwardBuffers buffers(launch, options);
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
-    launch.states = states.data_ptr<float>();
-    launch.refs = refs.data_ptr<float>();
-    launch.own_states = own_states.data_ptr<float>();
-    launch.own_refs = own_refs.data_ptr<float>();
-    launch.scratch = scratch.data_ptr<float>();
     Run(launch, a, /*forward=*/true);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout.
     RecordDtype(ProbeField::kInputs, x);
     RecordDtype(ProbeField::kFeatures, a);
-    RecordDtype(ProbeField::kState, states);
+    RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
-    std::vector<torch::Tensor> saved = {x, y, values, out, den, states, refs};
+    std::vector<torch::Tensor> saved = {x, y, values, out, den, buffers.states, buffers.refs};
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows"] = rows;
@@ -272,14 +283,7 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
   torch::Tensor table;
   auto launch = MakeLaunch(l, l, v, causal_ops::SubChunk(chunk), torch::Tensor(), table);
   const auto options = l.options();
-  auto states = PerChunk(launch, true, options), refs = PerChunk(launch, false, options);
-  auto own_states = PerChunk(launch, true, options), own_refs = PerChunk(launch, false, options);
-  auto scratch = Scratch(launch, /*backward=*/false, options);
-  launch.states = states.data_ptr<float>();
-  launch.refs = refs.data_ptr<float>();
-  launch.own_states = own_states.data_ptr<float>();
-  launch.own_refs = own_refs.data_ptr<float>();
-  launch.scratch = scratch.data_ptr<float>();
+  const ForwardBuffers buffers(launch, options);
   auto final_states = torch::empty({launch.rows, launch.features, launch.value_dim + 1}, options);
   auto final_refs = torch::empty({launch.rows, launch.features}, options);
   Dispatch(
