@@ -17,6 +17,7 @@
 #include "attention/ops/cuda_op.h"
 #include "attention/ops/raw_cpu.h"
 #include "attention/ops/raw_cpu_kernel.h"
+#include "attention/ops/saved_bytes.h"
 #include "attention/positive_features.h"
 #include "util/mixed_precision.h"
 
@@ -336,11 +337,7 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
 }
 
 int64_t FusedCausalSavedBytes(const torch::Tensor& out) {
-  const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<FusedCausalFunction>>(out.grad_fn());
-  if (!node) return ChunkParallelSavedBytes(out) + CudaOpSavedBytes(out);
-  int64_t bytes = 0;
-  for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
-  return bytes;
+  return causal_ops::SavedBytesOf<FusedCausalFunction>(out) + ChunkParallelSavedBytes(out) + CudaOpSavedBytes(out);
 }
 
 }  // namespace darkformer

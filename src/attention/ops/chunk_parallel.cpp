@@ -13,6 +13,7 @@
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
 #include "attention/ops/per_feature_chunks.h"
+#include "attention/ops/saved_bytes.h"
 #include "util/error.h"
 #include "util/mixed_precision.h"
 
@@ -237,11 +238,7 @@ torch::Tensor ChunkParallelCausalAttention(const torch::Tensor& x_BHLD, const to
 }
 
 int64_t ChunkParallelSavedBytes(const torch::Tensor& out) {
-  const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<ChunkParallelFunction>>(out.grad_fn());
-  if (!node) return 0;
-  int64_t bytes = 0;
-  for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
-  return bytes;
+  return causal_ops::SavedBytesOf<ChunkParallelFunction>(out);
 }
 
 }  // namespace darkformer

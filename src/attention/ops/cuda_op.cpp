@@ -9,6 +9,7 @@
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
 #include "attention/ops/raw_cpu_kernel.h"
+#include "attention/ops/saved_bytes.h"
 #include "attention/ops/sub_chunk.h"
 #include "util/error.h"
 #include "util/mixed_precision.h"
@@ -244,11 +245,7 @@ void LimitCudaOpBackwardScratchForTesting(int64_t bytes) { backward_scratch_byte
 bool CudaOpBuilt() { return cuda_scan::DeviceKernelsBuilt(); }
 
 int64_t CudaOpSavedBytes(const torch::Tensor& out) {
-  const auto node = std::dynamic_pointer_cast<torch::autograd::CppNode<CudaScanFunction>>(out.grad_fn());
-  if (!node) return 0;
-  int64_t bytes = 0;
-  for (const auto& t : node->ctx_.get_saved_variables()) bytes += t.defined() ? static_cast<int64_t>(t.nbytes()) : 0;
-  return bytes;
+  return causal_ops::SavedBytesOf<CudaScanFunction>(out);
 }
 
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
