@@ -3,8 +3,10 @@
 // s_t's too, and cancels), l_j = (y_j W^T - |y_j|^2/2) log2(e) (every key's -log(m)/2 cancels),
 // R_i(t) = max_{j <= t} l_ji and s_t = max_i (a_ti + R_i(t)). For t in a sub-chunk whose keys
 // before it live in the state (S_i relative to R_i at the previous sub-chunk's end, e'):
-//   n_t = sum_i 2^((a_ti + R_i(e')) - s_t) S_i  +  sum_{j <= t in the sub-chunk} sum_i 2^((a_ti + l_ji) - s_t) [v_j, 1].
-// The pair attaining s_t contributes an exact 1 (the same rounded sum), so n_t[Dv] >= 1.
+//   n_t = sum_i 2^((a_ti + R_i(e')) - s_t) S_i  +  sum_{j <= t in the sub-chunk} sum_i 2^((a_ti + l_ji) - s_t) [v_j, 1],
+// the pairs' exponentials as products of factors <= 1 (raw_cpu_pairs.h). The pair attaining s_t
+// contributes an exact 1, so n_t[Dv] >= 1. Products of small factors can be subnormal, which x86
+// CPUs compute slowly: the kernel flushes them to 0 (FlushSubnormals), as its exp2 does below 2^-126.
 #include "attention/ops/raw_cpu_kernel.h"
 
 #include <algorithm>
@@ -13,9 +15,14 @@
 #include <limits>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <xmmintrin.h>
+#endif
+
 #include "attention/ops/cpu_gemm.h"
 #include "attention/ops/fast_exp2.h"
 #include "attention/ops/raw_cpu_features.h"
+#include "attention/ops/raw_cpu_pairs.h"
 #include "attention/ops/sub_chunk.h"
 
 namespace darkformer {
@@ -28,17 +35,32 @@ constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 std::atomic<int64_t> row_runs{0};
 
+// Flush-to-zero and denormals-are-zero on this thread while a row runs (results below 2^-126 next
+// to a normaliser >= 1 are nothing; a subnormal product costs ~100 cycles on many x86 CPUs).
+class FlushSubnormals {
+ public:
+#if defined(__x86_64__) || defined(__i386__)
+  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }  // FTZ (bit 15) | DAZ (bit 6)
+  ~FlushSubnormals() { _mm_setcsr(saved_); }
+
+ private:
+  unsigned int saved_;
+#endif
+};
+
 // One thread's buffers, kept between calls (grown, never shrunk): a row's buffers allocated afresh
 // per call cost page faults worth a few percent of the kernel.
 struct Scratch {
   int64_t g, c, s, m, d, dv, v, group_subs;  // G, C, S, m, D, Dv, V = Dv + 1, sub-chunks per checkpoint
-  // Forward: a chunk's query and key log-features (q2, l2) and [v, 1] (vh). Both directions: a
-  // sub-chunk's running maxima (rrows, S x m), query shifts (s2), state-read factors (qc), pair
-  // sums (w), numerators (n), folded keys (kk), the state and its reference. Backward: each sub-chunk of a group's key features, entering state
-  // and reference, and the gradients of one sub-chunk.
-  std::vector<float> q2, l2, vh, rrows, s2, qc, w, n, kk, state, ref, decay;
-  std::vector<float> group_l2, group_states, group_refs, h, da, dl, dvh, tmp, z, t, rowsum;
-  std::vector<char> group_has;
+  // Forward: a chunk's query and key log-features (q2, l2; K replaces l2 sub-chunk by sub-chunk)
+  // and [v, 1] (vh). Both directions: a sub-chunk's running maxima (rrows, S x m), query shifts
+  // (s2), step decays (delta), Q's running products that end as the state-read factors (qc),
+  // numerators (n), keys at the end (kk), the state's decay, the state and its reference.
+  // Backward, for a group of sub-chunks: the query and key log-features (Q and K replace them in
+  // the forward pass), the step decays, dL/dn (h) and the features' gradients (their products run
+  // once per group).
+  std::vector<float> q2, l2, vh, rrows, s2, delta, qc, n, kk, state, ref, decay;
+  std::vector<float> group_l2, group_q2, group_delta, group_da, group_dl, group_h, dvh, tmp, z, t;
 };
 
 Scratch& ScratchFor(const PositiveRow& p) {
@@ -61,7 +83,7 @@ Scratch& ScratchFor(const PositiveRow& p) {
   fit(s.rrows, s.s * s.m);
   fit(s.s2, gs);
   fit(s.qc, gs * s.m);
-  fit(s.w, gs * s.s);
+  fit(s.delta, s.s * s.m);
   fit(s.n, gs * s.v);
   fit(s.kk, s.s * s.m);
   fit(s.state, mv);
@@ -75,18 +97,31 @@ void FitBackward(Scratch& s) {
     if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
   };
   const int64_t gs = s.g * s.s, mv = s.m * s.v;
-  fit(s.group_l2, s.group_subs * s.s * s.m);
-  fit(s.group_states, s.group_subs * mv);
-  fit(s.group_refs, s.group_subs * s.m);
-  fit(s.group_has, s.group_subs);
-  fit(s.h, gs * s.v);
-  fit(s.da, gs * s.m);
-  fit(s.dl, s.s * s.m);
+  const int64_t group_sm = s.group_subs * s.s * s.m;
+  fit(s.group_l2, group_sm);
+  fit(s.group_q2, s.g * group_sm);
+  fit(s.group_da, s.g * group_sm);
+  fit(s.group_dl, group_sm);
+  fit(s.group_delta, group_sm);
+  fit(s.group_h, s.group_subs * gs * s.v);
   fit(s.dvh, s.s * s.v);
   fit(s.tmp, gs * s.m);
   fit(s.z, mv);
   fit(s.t, mv);
-  fit(s.rowsum, s.s);
+}
+
+// max_i (a_i + b_i) in eight independent lanes (one running max is a chain the compiler may not
+// reorder; max is exact in any order).
+DF_KERNEL_LOOPS float MaxOfSum(const float* a, const float* b, int64_t n) {
+  float lanes[8] = {kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf, kNegInf};
+  int64_t i = 0;
+  for (; i + 8 <= n; i += 8) {
+    for (int l = 0; l < 8; ++l) lanes[l] = std::max(lanes[l], a[i + l] + b[i + l]);
+  }
+  float best = std::max(std::max(std::max(lanes[0], lanes[1]), std::max(lanes[2], lanes[3])),
+                        std::max(std::max(lanes[4], lanes[5]), std::max(lanes[6], lanes[7])));
+  for (; i < n; ++i) best = std::max(best, a[i] + b[i]);
+  return best;
 }
 
 // A sub-chunk of `sl` positions as the scan sees it: its keys' log-features l2 (sl x m), its
@@ -110,101 +145,179 @@ DF_KERNEL_LOOPS void Maxima(const float* l2, const float* q2, int64_t q_head_str
     for (int64_t t = 0; t < sl; ++t) {
       const float* q = q2 + h * q_head_stride + t * m;
       const float* r = s.rrows.data() + t * m;
-      float best = kNegInf;
-      for (int64_t i = 0; i < m; ++i) best = std::max(best, q[i] + r[i]);
-      s.s2[h * sl + t] = best;
+      s.s2[h * sl + t] = MaxOfSum(q, r, m);
     }
   }
 }
 
-// s.qc = 2^((a_t + R(e')) - s_t) for the G sl queries of q2 (head h at h q_head_stride).
-void StateReadFactors(const float* q2, int64_t q_head_stride, int64_t sl, const float* ref, Scratch& s) {
-  const int64_t m = s.m;
-  for (int64_t h = 0; h < s.g; ++h) {
-    for (int64_t t = 0; t < sl; ++t) {
-      Exp2OfSum(q2 + h * q_head_stride + t * m, ref, s.s2[h * sl + t], s.qc.data() + (h * sl + t) * m, m);
-    }
-  }
-}
-
-// s.kk = 2^(l_j - R_end) for the sub-chunk's sl keys, R_end its last position's maxima.
-DF_KERNEL_LOOPS void KeysAtEnd(const float* l2, int64_t sl, Scratch& s) {
-  const int64_t m = s.m;
-  const float* end = s.rrows.data() + (sl - 1) * m;
-  for (int64_t j = 0; j < sl; ++j) {
-    for (int64_t i = 0; i < m; ++i) s.kk[j * m + i] = l2[j * m + i] - end[i];
-  }
-  Exp2InPlace(s.kk.data(), sl * m);
-}
-
-// Folds the sub-chunk (keys l2, values vh, sl of them) into state/ref (has: a state exists):
-// rows whose max grew decay by 2^(R_old - R_new) <= 1, the keys join at R_new.
-DF_KERNEL_LOOPS void Fold(const float* l2, const float* vh, int64_t sl, float* state, float* ref, bool has, Scratch& s) {
+// Folds the sub-chunk (key factors k = K, step decays delta, values vh, sl of them; s.rrows its
+// maxima) into state/ref (has: a state exists): rows whose max grew decay by 2^(R_old - R_new) <= 1,
+// the keys join at R_new.
+DF_KERNEL_LOOPS void Fold(const float* k, const float* delta, const float* vh, int64_t sl, float* state, float* ref,
+                          bool has, Scratch& s) {
   const int64_t m = s.m, v = s.v;
-  const float* end = s.rrows.data() + (sl - 1) * m;
-  KeysAtEnd(l2, sl, s);
-  if (has) {
-    for (int64_t i = 0; i < m; ++i) s.decay[i] = ref[i] - end[i];
-    Exp2InPlace(s.decay.data(), m);
-    for (int64_t i = 0; i < m; ++i) {
-      if (s.decay[i] == 1.0f) continue;  // this feature's max did not grow
-      float* row = state + i * v;
-      for (int64_t k = 0; k < v; ++k) row[k] *= s.decay[i];
-    }
+  KeysAtEnd(k, delta, sl, m, s.kk.data(), s.decay.data());
+  for (int64_t i = 0; has && i < m; ++i) {
+    if (s.decay[i] == 1.0f) continue;  // this feature's max did not grow
+    float* row = state + i * v;
+    for (int64_t c = 0; c < v; ++c) row[c] *= s.decay[i];
   }
   GemmRowMajor(true, false, m, v, sl, 1.0f, s.kk.data(), m, vh, v, has ? 1.0f : 0.0f, state, v);
+  const float* end = s.rrows.data() + (sl - 1) * m;
   std::copy(end, end + m, ref);
 }
 
-// The forward of one sub-chunk: queries q2 (head stride q_head_stride), keys l2, values vh, sl
-// positions from `pos`; writes out and den, then folds the sub-chunk into the state.
-DF_KERNEL_LOOPS void SubChunkForward(const PositiveRow& p, const PositiveRowForward& o, const float* q2,
-                                     int64_t q_head_stride, const float* l2, const float* vh, int64_t pos, int64_t sl,
-                                     bool has, Scratch& s) {
+// The forward of one sub-chunk: queries q2 (head stride q_head_stride), keys l2 (replaced by their
+// factors K), values vh, sl positions from `pos`; writes out and den, then folds the sub-chunk into
+// the state.
+DF_KERNEL_LOOPS void SubChunkForward(const PositiveRowForward& o, const float* q2, int64_t q_head_stride, float* l2,
+                                     const float* vh, int64_t pos, int64_t sl, bool has, Scratch& s) {
   const int64_t m = s.m, v = s.v, dv = s.dv, g = s.g;
   Maxima(l2, q2, q_head_stride, sl, s.ref.data(), has, s);
-  // Inside the sub-chunk: n_t = sum_{j <= t} w_tj [v_j, 1], w_tj = sum_i 2^((a_ti + l_ji) - s_t).
+  KeyFactors(l2, s.rrows.data(), s.ref.data(), has, sl, m, l2, s.delta.data());
+  // Inside the sub-chunk: n_t = sum_{j <= t} w_tj [v_j, 1], w_tj = Q_t prod delta K_j (from j = t
+  // down, so Q_t's running product ends as its state-read factor).
   for (int64_t h = 0; h < g; ++h) {
     for (int64_t t = 0; t < sl; ++t) {
-      const float* q = q2 + h * q_head_stride + t * m;
-      const float shift = s.s2[h * sl + t];
+      float* run = s.qc.data() + (h * sl + t) * m;
+      Exp2OfSum(q2 + h * q_head_stride + t * m, s.rrows.data() + t * m, s.s2[h * sl + t], run, m);
       float* n = s.n.data() + (h * sl + t) * v;
       std::fill(n, n + v, 0.0f);
-      for (int64_t j = 0; j <= t; ++j) {
-        const float w = SumExp2OfSum(q, l2 + j * m, shift, m);
+      for (int64_t j = t; j >= 0; --j) {
+        const float w = DotThenScale(run, l2 + j * m, s.delta.data() + j * m, m);
         const float* row = vh + j * v;
-        for (int64_t k = 0; k < v; ++k) n[k] += w * row[k];
+        for (int64_t c = 0; c < v; ++c) n[c] += w * row[c];
       }
     }
   }
   // Earlier keys, through the state.
-  if (has) {
-    StateReadFactors(q2, q_head_stride, sl, s.ref.data(), s);
-    GemmRowMajor(false, false, g * sl, v, m, 1.0f, s.qc.data(), m, s.state.data(), v, 1.0f, s.n.data(), v);
-  }
+  if (has) GemmRowMajor(false, false, g * sl, v, m, 1.0f, s.qc.data(), m, s.state.data(), v, 1.0f, s.n.data(), v);
   for (int64_t h = 0; h < g; ++h) {
     for (int64_t t = 0; t < sl; ++t) {
       const float* n = s.n.data() + (h * sl + t) * v;
       const float den = n[dv];  // >= 1
       float* out = o.out + h * o.out_head_stride + (pos + t) * dv;
-      for (int64_t k = 0; k < dv; ++k) out[k] = n[k] / den;
+      for (int64_t c = 0; c < dv; ++c) out[c] = n[c] / den;
       o.den[h * o.den_head_stride + pos + t] = den;
     }
   }
-  Fold(l2, vh, sl, s.state.data(), s.ref.data(), has, s);
+  Fold(l2, s.delta.data(), vh, sl, s.state.data(), s.ref.data(), has, s);
 }
 
-// dL/dn for a sub-chunk's queries: [g_t / den_t, -(g_t . out_t) / den_t], G sl x V into s.h.
-DF_KERNEL_LOOPS void GradN(const PositiveRow& p, const PositiveRowBackward& b, int64_t pos, int64_t sl, Scratch& s) {
+// dL/dn for a sub-chunk's queries: [g_t / den_t, -(g_t . out_t) / den_t], G sl x V into hn.
+DF_KERNEL_LOOPS void GradN(const PositiveRow& p, const PositiveRowBackward& b, int64_t pos, int64_t sl, float* hn,
+                           const Scratch& s) {
   for (int64_t h = 0; h < p.group; ++h) {
     for (int64_t t = 0; t < sl; ++t) {
       const float* g = b.g + h * b.g_head_stride + (pos + t) * s.dv;
       const float* out = b.out + h * b.out_head_stride + (pos + t) * s.dv;
       const float inv = 1.0f / b.den[h * b.den_head_stride + pos + t];
-      float* row = s.h.data() + (h * sl + t) * s.v;
+      float* row = hn + (h * sl + t) * s.v;
       for (int64_t k = 0; k < s.dv; ++k) row[k] = g[k] * inv;
       row[s.dv] = -Dot(g, out, s.dv) * inv;
     }
+  }
+}
+
+// A sub-chunk of a backward group: its slot in the group's buffers, first position, length, and
+// the group's query head stride (group length x m).
+struct GroupSlot {
+  int64_t slot, pos, sl, q_stride;
+};
+
+// The backward's forward pass over one sub-chunk (has: a state enters it; fold: fold it into the
+// state for the next): Q, K and the step decays replace the log-features, dL/dn goes to group_h,
+// the state term of dL/da to group_da.
+DF_KERNEL_LOOPS void BackwardForwardStep(const PositiveRow& p, const PositiveRowBackward& b, const GroupSlot& u,
+                                         bool has, bool fold, Scratch& s) {
+  const int64_t g = s.g, m = s.m, v = s.v, sl = u.sl, sm = s.s * m;
+  float* kf = s.group_l2.data() + u.slot * sm;  // l2, then K
+  float* qf = s.group_q2.data() + u.slot * sm;  // a2, then Q; head h at h q_stride
+  float* delta = s.group_delta.data() + u.slot * sm;
+  float* hn = s.group_h.data() + u.slot * g * s.s * v;
+  Maxima(kf, qf, u.q_stride, sl, s.ref.data(), has, s);
+  KeyFactors(kf, s.rrows.data(), s.ref.data(), has, sl, m, kf, delta);
+  for (int64_t h = 0; h < g; ++h) {
+    for (int64_t t = 0; t < sl; ++t) {
+      float* q = qf + h * u.q_stride + t * m;
+      Exp2OfSum(q, s.rrows.data() + t * m, s.s2[h * sl + t], q, m);
+    }
+  }
+  GradN(p, b, u.pos, sl, hn, s);
+  if (has) {
+    for (int64_t h = 0; h < g; ++h) {
+      StateReadFromQ(qf + h * u.q_stride, delta, sl, m, s.qc.data() + h * sl * m, s.decay.data());
+    }
+    GemmRowMajor(false, true, g * sl, m, v, 1.0f, hn, v, s.state.data(), v, 0.0f, s.tmp.data(), m);
+  }
+  for (int64_t h = 0; h < g; ++h) {
+    float* da = s.group_da.data() + h * u.q_stride + u.slot * sm;
+    const float* c = s.qc.data() + h * sl * m;
+    const float* t = s.tmp.data() + h * sl * m;
+    if (has) {
+      for (int64_t i = 0; i < sl * m; ++i) da[i] = c[i] * t[i];
+    } else {
+      std::fill(da, da + sl * m, 0.0f);
+    }
+  }
+  if (fold) {
+    ValuesWithOnes(p, u.pos, sl, s.vh.data());
+    Fold(kf, delta, s.vh.data(), sl, s.state.data(), s.ref.data(), has, s);
+  }
+}
+
+// The backward's reverse pass over one sub-chunk (has_in: a state enters it; has_z: later
+// sub-chunks left a reverse state Z): the pairs into dL/da, dL/dl and dL/dv, the Z terms of dL/dl
+// and dL/dv, then Z moved to the sub-chunk before.
+DF_KERNEL_LOOPS void BackwardReverseStep(const PositiveRow& p, const PositiveRowBackward& b, const GroupSlot& u,
+                                         bool has_in, bool has_z, Scratch& s) {
+  const int64_t g = s.g, m = s.m, v = s.v, sl = u.sl, sm = s.s * m;
+  const float* kf = s.group_l2.data() + u.slot * sm;
+  const float* qf = s.group_q2.data() + u.slot * sm;
+  const float* delta = s.group_delta.data() + u.slot * sm;
+  const float* hn = s.group_h.data() + u.slot * g * s.s * v;
+  float* dl = s.group_dl.data() + u.slot * sm;
+  ValuesWithOnes(p, u.pos, sl, s.vh.data());
+  std::fill(dl, dl + sl * m, 0.0f);
+  std::fill(s.dvh.begin(), s.dvh.begin() + sl * v, 0.0f);
+  // The sub-chunk's own pairs, each into d a and d l at once; Q_t's running product ends as its
+  // state-read factor.
+  for (int64_t h = 0; h < g; ++h) {
+    for (int64_t t = 0; t < sl; ++t) {
+      float* run = s.qc.data() + (h * sl + t) * m;
+      const float* q = qf + h * u.q_stride + t * m;
+      std::copy(q, q + m, run);
+      const float* ht = hn + (h * sl + t) * v;
+      float* da = s.group_da.data() + h * u.q_stride + u.slot * sm + t * m;
+      for (int64_t j = t; j >= 0; --j) {
+        const float pw = Dot(ht, s.vh.data() + j * v, v);
+        const float w = AccumulateThenScale(run, kf + j * m, delta + j * m, pw, da, dl + j * m, m);
+        float* dvh = s.dvh.data() + j * v;
+        for (int64_t c = 0; c < v; ++c) dvh[c] += w * ht[c];
+      }
+    }
+  }
+  // The sub-chunk's share T of the reverse state.
+  if (has_in) GemmRowMajor(true, false, m, v, g * sl, 1.0f, s.qc.data(), m, hn, v, 0.0f, s.t.data(), v);
+  // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
+  if (has_z) {
+    KeysAtEnd(kf, delta, sl, m, s.kk.data(), s.decay.data());  // and the decay 2^(R(e') - R(f))
+    GemmRowMajor(false, true, sl, m, v, 1.0f, s.vh.data(), v, s.z.data(), v, 0.0f, s.tmp.data(), m);
+    for (int64_t i = 0; i < sl * m; ++i) dl[i] += s.kk[i] * s.tmp[i];
+    GemmRowMajor(false, false, sl, v, m, 1.0f, s.kk.data(), m, s.z.data(), v, 1.0f, s.dvh.data(), v);
+  }
+  for (int64_t j = 0; j < sl; ++j) std::copy(s.dvh.data() + j * v, s.dvh.data() + j * v + s.dv, b.dv + (u.pos + j) * s.dv);
+  if (!has_in) return;  // the row's first sub-chunk
+  // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
+  if (!has_z) {
+    std::copy(s.t.data(), s.t.data() + m * v, s.z.data());
+    return;
+  }
+  for (int64_t i = 0; i < m; ++i) {
+    const float decay = s.decay[i];
+    float* z = s.z.data() + i * v;
+    const float* t = s.t.data() + i * v;
+    for (int64_t c = 0; c < v; ++c) z[c] = t[c] + decay * z[c];
   }
 }
 
@@ -225,6 +338,7 @@ int64_t PositiveRowKernelRuns() { return row_runs.load(); }
 
 void RunPositiveRowForward(const PositiveRow& p, const PositiveRowForward& o) {
   row_runs.fetch_add(1, std::memory_order_relaxed);
+  const FlushSubnormals flush;
   Scratch& s = ScratchFor(p);
   const int64_t m = p.features, mv = m * s.v;
   bool has = false;
@@ -247,7 +361,7 @@ void RunPositiveRowForward(const PositiveRow& p, const PositiveRowForward& o) {
           std::fill(refs, refs + m, kNegInf);
         }
       }
-      SubChunkForward(p, o, s.q2.data() + sub * m, c * m, s.l2.data() + sub * m, s.vh.data() + sub * s.v, start + sub,
+      SubChunkForward(o, s.q2.data() + sub * m, c * m, s.l2.data() + sub * m, s.vh.data() + sub * s.v, start + sub,
                       sl, has, s);
       has = true;
     }
@@ -261,92 +375,39 @@ void RunPositiveRowForward(const PositiveRow& p, const PositiveRowForward& o) {
 //   dL/d[v_j, 1] = 2^(l_j - R(f)) Z  +  sum_{t >= j in the sub-chunk} w_tj h_t
 // with f the sub-chunk's last position and Z the reverse state: the later queries' sums
 // T = sum_t 2^((a_t + R(e')) - s_t) h_t^T, each brought to R(f) (Z_prev = T + 2^(R(e') - R(f)) Z).
-// A group first refolds its states from its checkpoint (keeping each sub-chunk's key features
-// and entering state), then runs its sub-chunks in reverse.
+// Every exponential is taken in the factors of raw_cpu_pairs.h, the same as the forward's.
+// A group first computes its query and key log-features; a forward pass refolds the states from
+// the group's checkpoint, turns the log-features into Q, K and the step decays, and adds each
+// sub-chunk's state term to dL/da as it goes (so no entering state is kept); a reverse pass adds
+// the pairs and the Z terms; last the features' gradients go through one set of products for the
+// whole group (FeatureBackward).
 void RunPositiveRowBackward(const PositiveRow& p, const PositiveRowBackward& b) {
   row_runs.fetch_add(1, std::memory_order_relaxed);
+  const FlushSubnormals flush;
   Scratch& s = ScratchFor(p);
   FitBackward(s);
-  const int64_t g = p.group, m = p.features, v = s.v, mv = m * v, sm = s.s * m;
+  const int64_t m = p.features, mv = m * s.v;
   const int64_t subs = (p.length + s.s - 1) / s.s, groups = (subs + s.group_subs - 1) / s.group_subs;
   bool has_z = false;
   for (int64_t group = groups - 1; group >= 0; --group) {
     const int64_t first = group * s.group_subs, end = std::min(subs, first + s.group_subs);
-    bool has = group > 0;
+    const int64_t gpos = first * s.s, glen = std::min(p.length, end * s.s) - gpos;
+    KeyLog2(p, gpos, glen, s.group_l2.data());
+    QueryLog2(p, gpos, glen, s.group_q2.data());
     std::copy(b.states + group * mv, b.states + (group + 1) * mv, s.state.data());
     std::copy(b.state_refs + group * m, b.state_refs + (group + 1) * m, s.ref.data());
-    for (int64_t k = first; k < end; ++k) {  // refold: each sub-chunk's keys and entering state
-      const int64_t slot = k - first, pos = k * s.s, sl = std::min(s.s, p.length - pos);
-      float* l2 = s.group_l2.data() + slot * sm;
-      KeyLog2(p, pos, sl, l2);
-      s.group_has[slot] = has;
-      std::copy(s.state.data(), s.state.data() + mv, s.group_states.data() + slot * mv);
-      std::copy(s.ref.data(), s.ref.data() + m, s.group_refs.data() + slot * m);
-      if (k + 1 < end) {
-        ValuesWithOnes(p, pos, sl, s.vh.data());
-        Maxima(l2, nullptr, 0, sl, s.ref.data(), has, s);  // R only
-        Fold(l2, s.vh.data(), sl, s.state.data(), s.ref.data(), has, s);
-        has = true;
-      }
+    for (int64_t k = first; k < end; ++k) {
+      const int64_t pos = k * s.s;
+      BackwardForwardStep(p, b, {k - first, pos, std::min(s.s, p.length - pos), glen * m}, k > 0, k + 1 < end, s);
     }
     for (int64_t k = end - 1; k >= first; --k) {
-      const int64_t slot = k - first, pos = k * s.s, sl = std::min(s.s, p.length - pos);
-      const float* l2 = s.group_l2.data() + slot * sm;
-      const float* ref = s.group_refs.data() + slot * m;
-      const float* state = s.group_states.data() + slot * mv;
-      const bool has_in = s.group_has[slot];
-      ValuesWithOnes(p, pos, sl, s.vh.data());
-      QueryLog2(p, pos, sl, s.q2.data());
-      Maxima(l2, s.q2.data(), sl * m, sl, ref, has_in, s);
-      GradN(p, b, pos, sl, s);
-      std::fill(s.da.begin(), s.da.begin() + g * sl * m, 0.0f);
-      std::fill(s.dl.begin(), s.dl.begin() + sl * m, 0.0f);
-      std::fill(s.dvh.begin(), s.dvh.begin() + sl * v, 0.0f);
-      // The sub-chunk's own pairs: each pair's exponentials go into d a and d l at once.
-      for (int64_t h = 0; h < g; ++h) {
-        for (int64_t t = 0; t < sl; ++t) {
-          const float* q = s.q2.data() + (h * sl + t) * m;
-          const float shift = s.s2[h * sl + t];
-          const float* ht = s.h.data() + (h * sl + t) * v;
-          float* da = s.da.data() + (h * sl + t) * m;
-          for (int64_t j = 0; j <= t; ++j) {
-            const float pw = Dot(ht, s.vh.data() + j * v, v);
-            const float w = AccumulateExp2OfSum(q, l2 + j * m, shift, pw, da, s.dl.data() + j * m, m);
-            float* dvh = s.dvh.data() + j * v;
-            for (int64_t k2 = 0; k2 < v; ++k2) dvh[k2] += w * ht[k2];
-          }
-        }
-      }
-      // Queries against the entering state; the sub-chunk's share T of the reverse state.
-      if (has_in) {
-        StateReadFactors(s.q2.data(), sl * m, sl, ref, s);
-        GemmRowMajor(false, true, g * sl, m, v, 1.0f, s.h.data(), v, state, v, 0.0f, s.tmp.data(), m);
-        for (int64_t i = 0; i < g * sl * m; ++i) s.da[i] += s.qc[i] * s.tmp[i];
-        GemmRowMajor(true, false, m, v, g * sl, 1.0f, s.qc.data(), m, s.h.data(), v, 0.0f, s.t.data(), v);
-      }
-      // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
-      if (has_z) {
-        KeysAtEnd(l2, sl, s);
-        GemmRowMajor(false, true, sl, m, v, 1.0f, s.vh.data(), v, s.z.data(), v, 0.0f, s.tmp.data(), m);
-        for (int64_t i = 0; i < sl * m; ++i) s.dl[i] += s.kk[i] * s.tmp[i];
-        GemmRowMajor(false, false, sl, v, m, 1.0f, s.kk.data(), m, s.z.data(), v, 1.0f, s.dvh.data(), v);
-      }
-      for (int64_t j = 0; j < sl; ++j) std::copy(s.dvh.data() + j * v, s.dvh.data() + j * v + s.dv, b.dv + (pos + j) * s.dv);
-      // d/d(base-2 log) to d/d(natural log): the exponentials are the same numbers, so the sums
-      // above are already the natural-log gradients.
-      FeatureBackward(p, b, pos, sl, s.da.data(), s.dl.data());
-      if (!has_in) break;  // the row's first sub-chunk
-      // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
-      const float* end_r = s.rrows.data() + (sl - 1) * m;
-      if (!has_z) std::copy(s.t.data(), s.t.data() + mv, s.z.data());
-      for (int64_t i = 0; has_z && i < m; ++i) {
-        const float decay = std::exp2(ref[i] - end_r[i]);
-        float* z = s.z.data() + i * v;
-        const float* t = s.t.data() + i * v;
-        for (int64_t k2 = 0; k2 < v; ++k2) z[k2] = t[k2] + decay * z[k2];
-      }
+      const int64_t pos = k * s.s;
+      BackwardReverseStep(p, b, {k - first, pos, std::min(s.s, p.length - pos), glen * m}, k > 0, has_z, s);
       has_z = true;
     }
+    // d/d(base-2 log) to d/d(natural log): the exponentials are the same numbers, so the sums
+    // above are already the natural-log gradients.
+    FeatureBackward(p, b, gpos, glen, s.group_da.data(), s.group_dl.data());
   }
 }
 
