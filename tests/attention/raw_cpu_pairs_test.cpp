@@ -57,23 +57,33 @@ SubChunk Make(int64_t m, unsigned seed) {
   return c;
 }
 
-// Q_t = 2^((a_t + R(t)) - s_t) for every t (sl x m), as the kernel computes it.
-std::vector<float> QueryFactors(const SubChunk& c) {
-  std::vector<float> q(kSub * c.m);
-  for (int64_t t = 0; t < kSub; ++t) Exp2OfSum(&c.a[t * c.m], &c.r[t * c.m], c.s[t], &q[t * c.m], c.m);
-  return q;
+// The sub-chunk's factors as the kernel computes them (sl x m each): Q_t = 2^((a_t + R(t)) - s_t),
+// K and the step decays.
+struct Factors {
+  std::vector<float> q, k, delta;
+};
+
+Factors FactorsOf(const SubChunk& c) {
+  const int64_t m = c.m;
+  Factors f{std::vector<float>(kSub * m), std::vector<float>(kSub * m), std::vector<float>(kSub * m)};
+  for (int64_t t = 0; t < kSub; ++t) Exp2OfSum(&c.a[t * m], &c.r[t * m], c.s[t], &f.q[t * m], m);
+  KeyFactors(c.l.data(), c.r.data(), c.ref.data(), true, kSub, m, f.k.data(), f.delta.data());
+  return f;
 }
 
-class RawCpuPairs : public ::testing::TestWithParam<int64_t> {};  // m: 37 runs the tails too
+// m: 37 runs the loops' tails too. The raw kernel runs only where its loops are vectorised.
+class RawCpuPairs : public ::testing::TestWithParam<int64_t> {
+ protected:
+  void SetUp() override {
+    if (!Exp2LoopsVectorised()) GTEST_SKIP() << "the raw kernel does not run on this CPU";
+  }
+};
 INSTANTIATE_TEST_SUITE_P(Features, RawCpuPairs, ::testing::Values<int64_t>(37, 256));
 
 TEST_P(RawCpuPairs, EveryPairWeightIsTheSumOfItsExponentials) {
-  if (!Exp2LoopsVectorised()) GTEST_SKIP() << "the raw kernel runs only where its loops are vectorised";
   const int64_t m = GetParam();
   const SubChunk c = Make(m, 7);
-  const std::vector<float> q = QueryFactors(c);
-  std::vector<float> k(kSub * m), delta(kSub * m);
-  KeyFactors(c.l.data(), c.r.data(), c.ref.data(), true, kSub, m, k.data(), delta.data());
+  const auto [q, k, delta] = FactorsOf(c);
   for (int64_t t = 0; t < kSub; ++t) {
     std::vector<float> run(q.begin() + t * m, q.begin() + (t + 1) * m);
     for (int64_t j = t; j >= 0; --j) {
@@ -102,12 +112,9 @@ TEST_P(RawCpuPairs, EveryPairWeightIsTheSumOfItsExponentials) {
 }
 
 TEST_P(RawCpuPairs, ThePairAttainingTheShiftIsExactlyOne) {
-  if (!Exp2LoopsVectorised()) GTEST_SKIP() << "the raw kernel runs only where its loops are vectorised";
   const int64_t m = GetParam();
   const SubChunk c = Make(m, 11);
-  const std::vector<float> q = QueryFactors(c);
-  std::vector<float> k(kSub * m), delta(kSub * m);
-  KeyFactors(c.l.data(), c.r.data(), c.ref.data(), true, kSub, m, k.data(), delta.data());
+  const auto [q, k, delta] = FactorsOf(c);
   int attained = 0;
   for (int64_t t = 0; t < kSub; ++t) {
     int64_t star = 0;  // the feature attaining s_t, and the key in this sub-chunk holding R at it
@@ -129,12 +136,9 @@ TEST_P(RawCpuPairs, ThePairAttainingTheShiftIsExactlyOne) {
 }
 
 TEST_P(RawCpuPairs, TheBackwardsPairMatchesTheForwardsAndItsGradients) {
-  if (!Exp2LoopsVectorised()) GTEST_SKIP() << "the raw kernel runs only where its loops are vectorised";
   const int64_t m = GetParam();
   const SubChunk c = Make(m, 13);
-  const std::vector<float> q = QueryFactors(c);
-  std::vector<float> k(kSub * m), delta(kSub * m);
-  KeyFactors(c.l.data(), c.r.data(), c.ref.data(), true, kSub, m, k.data(), delta.data());
+  const auto [q, k, delta] = FactorsOf(c);
   const int64_t t = kSub - 1;
   std::vector<float> forward(q.begin() + t * m, q.begin() + (t + 1) * m), backward = forward;
   for (int64_t j = t; j >= 0; --j) {
@@ -157,11 +161,10 @@ TEST_P(RawCpuPairs, TheBackwardsPairMatchesTheForwardsAndItsGradients) {
 }
 
 TEST_P(RawCpuPairs, KeysAtTheEndAndTheStatesDecay) {
-  if (!Exp2LoopsVectorised()) GTEST_SKIP() << "the raw kernel runs only where its loops are vectorised";
   const int64_t m = GetParam();
   const SubChunk c = Make(m, 17);
-  std::vector<float> k(kSub * m), delta(kSub * m), at_end(kSub * m), decay(m);
-  KeyFactors(c.l.data(), c.r.data(), c.ref.data(), true, kSub, m, k.data(), delta.data());
+  const auto [q, k, delta] = FactorsOf(c);
+  std::vector<float> at_end(kSub * m), decay(m);
   KeysAtEnd(k.data(), delta.data(), kSub, m, at_end.data(), decay.data());
   const float* end = &c.r[(kSub - 1) * m];
   for (int64_t i = 0; i < m; ++i) {
