@@ -3,7 +3,7 @@
 //   2^((a_ti + l_ji) - s_t) = Q_ti * prod_{j < k <= t} delta_ki * K_ji,
 //   Q_t = 2^((a_t + R(t)) - s_t),  K_j = 2^(l_j - R(j)),  delta_k = 2^(R(k-1) - R(k)),
 // every factor <= 1 (a_t + R(t) <= s_t by s_t's definition, R is a running max), so no partial
-// product overflows, and one exists wherever the pair's own exponential is a normal number: each
+// product overflows, and none underflows where the pair's own exponential is a normal number: each
 // partial product is >= it. The pair attaining s_t is an exact 1 (all its factors are 2^0). Running
 // the product from j = t down to the sub-chunk's first key leaves Q_t's state-read factor
 // 2^((a_t + R(-1)) - s_t); from the last key down, each key's factor at the sub-chunk's end and the
