@@ -12,6 +12,7 @@
 #include "cli/commands.h"
 #include "distributed/data_parallel.h"
 #include "util/error.h"
+#include "util/heap_retention.h"
 
 namespace {
 
@@ -58,8 +59,10 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& e) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  const bool retained = darkformer::RetainFreedHeapMemory();  // before the first large allocation
   // Logs go to stderr, so a command's result on stdout (eval's JSON line) can be parsed.
   spdlog::set_default_logger(spdlog::stderr_color_mt("darkformer"));
+  spdlog::debug("freed memory is {} (util/heap_retention.h)", retained ? "kept in the heap" : "malloc's default");
   CLI::App app{"darkformer: train and finetune Gemma models with random-feature attention kernels"};
   app.require_subcommand(1);
   darkformer::AddConfigCommand(app);
