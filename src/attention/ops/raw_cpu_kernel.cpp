@@ -67,7 +67,7 @@ Scratch& ScratchFor(const PositiveRow& p) {
   thread_local Scratch s;
   s.g = p.group;
   s.c = p.chunk;
-  s.s = causal_ops::SubChunk(p.chunk);
+  s.s = causal_ops::SubChunk(p.chunk, causal_ops::kMaxRawSubChunk);
   s.m = p.features;
   s.d = p.dim;
   s.dv = p.value_dim;
@@ -324,12 +324,12 @@ DF_KERNEL_LOOPS void BackwardReverseStep(const PositiveRow& p, const PositiveRow
 }  // namespace
 
 int64_t CheckpointSubChunks(int64_t features, int64_t chunk) {
-  const int64_t sub = causal_ops::SubChunk(chunk);
+  const int64_t sub = causal_ops::SubChunk(chunk, causal_ops::kMaxRawSubChunk);
   return std::max<int64_t>(1, (features + sub - 1) / sub);
 }
 
 int64_t CheckpointCount(int64_t length, int64_t features, int64_t chunk) {
-  const int64_t sub = causal_ops::SubChunk(chunk), subs = (length + sub - 1) / sub,
+  const int64_t sub = causal_ops::SubChunk(chunk, causal_ops::kMaxRawSubChunk), subs = (length + sub - 1) / sub,
                 per = CheckpointSubChunks(features, chunk);
   return (subs + per - 1) / per;
 }

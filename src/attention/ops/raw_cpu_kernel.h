@@ -29,7 +29,7 @@ struct PositiveRow {
 
 // The backward is one reverse scan over groups of sub-chunks. It needs the running state S
 // (m x V, V = Dv + 1) and its per-feature reference R (m) before each group: the forward saves
-// them as a checkpoint every CheckpointSubChunks(m, C) = ceil(m / S) sub-chunks (S = SubChunk(C)),
+// them as a checkpoint every CheckpointSubChunks(m, C) = ceil(m / S) sub-chunks (S = SubChunk(C, kMaxRawSubChunk)),
 // i.e. ~V + 1 floats per position whatever m (O(L D), like x, y, v). Inside a group the backward
 // refolds the states from the checkpoint, keeping each sub-chunk's entering state, and then runs
 // the group's sub-chunks in reverse.

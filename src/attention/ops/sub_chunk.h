@@ -12,9 +12,12 @@
 namespace darkformer::causal_ops {
 
 constexpr int64_t kMaxSubChunk = 8;
+// The raw CPU kernel's: its pairs are products, not exponentials (raw_cpu_pairs.h), so a longer
+// sub-chunk costs little there and saves state reads and folds.
+constexpr int64_t kMaxRawSubChunk = 16;
 
-inline int64_t SubChunk(int64_t chunk) {
-  for (int64_t s = std::min(chunk, kMaxSubChunk); s > 1; --s) {
+inline int64_t SubChunk(int64_t chunk, int64_t longest = kMaxSubChunk) {
+  for (int64_t s = std::min(chunk, longest); s > 1; --s) {
     if (chunk % s == 0) return s;
   }
   return 1;
