@@ -1,5 +1,5 @@
 // The sub-chunk length S of the per-feature stabiliser (per_feature_chunks.h): the largest divisor
-// of the chunk length C up to kMaxSubChunk. Inside a sub-chunk the pairs are summed feature by
+// of the chunk length C up to kMaxSubChunk (kMaxRawSubChunk in the raw CPU kernel). Inside a sub-chunk the pairs are summed feature by
 // feature (the LibTorch and CUDA forms: G S m exponentials per position; the raw CPU kernel: G S m
 // products, raw_cpu_pairs.h); a larger S leaves fewer sub-chunk references per chunk (each key is
 // held against C / S of them). docs/attention.md has the figures.
