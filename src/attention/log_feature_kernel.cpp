@@ -39,8 +39,10 @@ torch::Tensor LogFeatureKernel::forward(const torch::Tensor& q_BHLD, const torch
   if (call.causal && fused) {
     // One operator, key features once per KV head (fused_causal_attention.h).
     const auto y_BKLD = k_BKLD.to(dtype) * root_scale;
-    const auto out_BHLD = FusedCausalLinearAttention(x_BHLD, y_BKLD, v_BKLD.to(dtype), MakeFeatureMap(),
-                                                     options_.chunk_size, call.document_ids_BL);
+    auto map = MakeFeatureMap();
+    map.input_dtype = q_BHLD.scalar_type();
+    const auto out_BHLD = FusedCausalLinearAttention(x_BHLD, y_BKLD, v_BKLD.to(dtype), map, options_.chunk_size,
+                                                     call.document_ids_BL);
     return out_BHLD.to(v_BKLD.scalar_type());
   }
   // The naive composite path (the reference the fused operator is tested against).
@@ -87,6 +89,7 @@ torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& 
   map.positive_features = true;
   map.op = options_.op;
   map.num_features = form.w_MR.size(0);
+  map.input_dtype = q_BHLD.scalar_type();
   return FusedCausalLinearAttention(x, y, v, map, options_.chunk_size, document_ids_BL).to(v_BKLD.scalar_type());
 }
 
@@ -108,7 +111,8 @@ torch::Tensor LogFeatureKernel::Decode(std::unique_ptr<DecodeState>& state, cons
   const int64_t new_tokens = q_BHTD.size(2);
   const auto dtype = FeatureDtype(q_BHTD.scalar_type());
   const double root_scale = std::sqrt(call.scale);
-  const auto map = MakeFeatureMap();
+  auto map = MakeFeatureMap();
+  map.input_dtype = q_BHTD.scalar_type();
   const auto y_BKTD = k_BKTD.to(dtype) * root_scale, v_f_BKTD = v_BKTD.to(dtype);
   if (s.tokens == 0 && new_tokens > 1) {
     // Prompt: the outputs exactly as forward() gives them, then the state after the last token.

@@ -12,6 +12,7 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <optional>
 #include <random>
 
 #include <ATen/SDPBackend.h>
@@ -28,6 +29,7 @@
 #include "util/mixed_precision.h"
 #include "util/op_count.h"
 #include "util/peak_memory.h"
+#include "util/host_syncs.h"
 #include "util/profile_table.h"
 
 namespace darkformer {
@@ -145,9 +147,10 @@ Sample TimeOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t k
 }
 
 // Ops dispatched by one attention-layer call: its forward, then its backward alone (the incoming
-// gradient made beforehand).
+// gradient made beforehand); and on a CUDA device the host syncs of one forward + backward.
 struct LayerOps {
   OpCount forward, backward;
+  std::optional<int64_t> host_syncs;
 };
 LayerOps CountLayerOps(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length,
                        int64_t d, Documents documents) {
@@ -159,6 +162,7 @@ LayerOps CountLayerOps(AttentionKernel& kernel, int64_t batch, int64_t heads, in
   ops.forward = CountDispatchedOps([&] { out = Call(kernel, in.q, in.k, in.v, call, documents); });
   const auto grad = torch::randn_like(out);
   ops.backward = CountDispatchedOps([&] { out.backward(grad); });
+  ops.host_syncs = CountHostSyncs([&] { Call(kernel, in.q, in.k, in.v, call, documents).backward(grad); });
   return ops;
 }
 
@@ -323,6 +327,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
         if (o.profile) {
           std::cout << fmt::format("  ops fwd {} bwd {} (all aten events {} / {})", impl.ops.forward.compute,
                                    impl.ops.backward.compute, impl.ops.forward.all, impl.ops.backward.all);
+          if (impl.ops.host_syncs) std::cout << fmt::format("  host syncs {}", *impl.ops.host_syncs);
         }
         std::cout << "\n";
         Json line = {{"kernel", o.kernel}, {"impl", impl.name}, {"head_dim", d}, {"length", length},
@@ -341,6 +346,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
           line["ops_backward"] = impl.ops.backward.compute;
           line["aten_events_forward"] = impl.ops.forward.all;
           line["aten_events_backward"] = impl.ops.backward.all;
+          if (impl.ops.host_syncs) line["host_syncs"] = *impl.ops.host_syncs;
         }
         if (exact) {
           line["speedup_vs_exact"] = speedup;

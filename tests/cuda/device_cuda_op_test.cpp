@@ -14,6 +14,7 @@
 #include "attention/ops/cuda_op.h"
 #include "cuda/test_device.h"
 #include "cuda_op_emulated.h"
+#include "util/host_syncs.h"
 
 namespace darkformer {
 namespace {
@@ -70,14 +71,19 @@ struct Result {
   std::vector<torch::Tensor> grads;  // q, k, v, then the kernel's parameters
 };
 
+// bf16: the inputs rounded to bf16, and given so to the kernel unless it computes in fp64 (the
+// reference then takes the rounded values); op: cuda then runs its products on tensor cores.
 Result RunKernel(AttentionKernel& kernel, const Inputs& in, torch::Device device, torch::ScalarType compute,
-           const torch::Tensor& document_ids_BL = {}) {
+           const torch::Tensor& document_ids_BL = {}, bool bf16 = false) {
   kernel->to(device, compute);
-  auto leaf = [&](const torch::Tensor& t) { return t.to(device, compute).detach().clone().requires_grad_(); };
+  auto leaf = [&](const torch::Tensor& t) {
+    const auto x = bf16 ? t.to(torch::kBFloat16) : t;
+    return x.to(device, bf16 && compute != torch::kFloat64 ? torch::kBFloat16 : compute).detach().clone().requires_grad_();
+  };
   auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
   AttentionCall call;
   call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
-  if (document_ids_BL.defined()) call.document_ids_BL = document_ids_BL.to(device);
+  if (document_ids_BL.defined()) call.document_ids_BL = document_ids_BL.to(device);  // read where they live
   const auto out = kernel->forward(q, k, v, call);
   (out.to(torch::kFloat64) * in.weights.to(device, torch::kFloat64)).sum().backward();
   Result r{out.detach().cpu(), {q.grad().cpu(), k.grad().cpu(), v.grad().cpu()}};
@@ -92,25 +98,29 @@ double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 
 // The rule of extreme_scale_test.cpp: relative 1e-4 (outputs) and 1e-3 (gradients) up to |x| = 30;
 // beyond, fp32's rounding of the exponents' arguments A 2^-24 (A = the largest |log phi|) bounds
-// what any fp32 form can reach: max(1e-4, 4 A 2^-24) and 10x that.
+// what any fp32 form can reach: max(1e-4, 4 A 2^-24) and 10x that. bf16 inputs: the shared bf16
+// rule of device_forms_test.cpp on top, at least 2^-8 for what is stored in bf16 (the output and
+// the inputs' gradients; the parameters' stay fp32).
 void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature,
-                   const torch::Tensor& document_ids_BL = {}) {
+                   const torch::Tensor& document_ids_BL = {}, bool bf16 = false) {
   const auto device = testing::TestDevice();
   const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
   const auto in = MakeInputs(pattern);
   auto reference = Make(name, "chunk_loop", projection_norm);
-  const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL);
+  const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL, bf16);
   auto kernel = Make(name, "cuda", projection_norm);
-  const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL);
+  const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL, bf16);
   const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
-  const std::string where = name + " " + pattern + " on " + device.str();
+  const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
+  const std::string where = name + " " + pattern + " on " + device.str() + (bf16 ? " bf16" : "");
   ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
-  EXPECT_LE(RelativeError(got.out, ref.out), out_tol) << where << " output";
+  EXPECT_LE(RelativeError(got.out, ref.out), std::max(out_tol, storage)) << where << " output";
   ASSERT_EQ(got.grads.size(), ref.grads.size()) << where;
   for (size_t i = 0; i < got.grads.size(); ++i) {
     if (!ref.grads[i].defined()) continue;
     ASSERT_TRUE(torch::isfinite(got.grads[i]).all().item<bool>()) << where << " grad " << i;
-    EXPECT_LE(RelativeError(got.grads[i], ref.grads[i]), 10 * out_tol) << where << " grad " << i;
+    EXPECT_LE(RelativeError(got.grads[i], ref.grads[i]), std::max(10 * out_tol, i < 3 ? storage : 0.0))
+        << where << " grad " << i;
   }
 }
 
@@ -137,6 +147,40 @@ TEST(DeviceCudaOpTest, PackedDocumentsEachAlone) {
   for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "ordinary", 0, ids);
 }
 
+// Documents that start right after a jump (12: inside the sub-chunk [8, 16) that holds key 11),
+// with one (32: a chunk's first position, a one-token document) and right after it (33, inside a
+// sub-chunk): a later document's features lie ~450 below or above the earlier one's, so a running
+// max, a pair, a state or a reverse state carried across a start would be off by 2^450 or
+// overflow. The ids live on the test device, where the kernels read them. Then the same with one
+// backward block per row, and sharp rows with the packed documents above.
+TEST(DeviceCudaOpTest, DocumentsStartAroundTheJumps) {
+  std::vector<int64_t> ids(kLength, 3);
+  for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
+  const auto around = torch::tensor(ids).view({1, kLength});
+  for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "jump", 900.0, around);
+  LimitCudaOpBackwardScratchForTesting(1);
+  ExpectMatches("darkformer", "jump", 900.0, around);
+  LimitCudaOpBackwardScratchForTesting(0);
+  const auto packed = torch::tensor(std::vector<int64_t>{0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
+                                                         3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4})
+                          .view({1, kLength});
+  ExpectMatches("performer", "sharp", 3600.0 / std::sqrt(8.0), packed);
+}
+
+// bf16 inputs (what users train in): the scan's matrix products take TF32 operands on tensor cores
+// (the host emulation rounds them as the device does), held to the bf16 rule at every scale above,
+// documents included.
+TEST(DeviceCudaOpTest, TensorCoresHoldTheBf16RuleAtExtremeScale) {
+  for (const std::string name : {"performer", "darkformer"}) {
+    ExpectMatches(name, "ordinary", 0, {}, /*bf16=*/true);
+    ExpectMatches(name, "sharp", 3600.0 / std::sqrt(8.0), {}, true);
+    ExpectMatches(name, "jump", 900.0, {}, true);
+  }
+  std::vector<int64_t> ids(kLength, 3);
+  for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
+  ExpectMatches("darkformer", "jump", 900.0, torch::tensor(ids).view({1, kLength}), true);
+}
+
 // Decoding after a prefill by the CUDA operator (its scan's state, recurrent_step.h's layout): the
 // prefill's outputs and every step's match the chunk loop's full forward in fp64 on the CPU.
 TEST(DeviceCudaOpTest, RecurrentStepsAfterACudaPrefill) {
@@ -161,6 +205,33 @@ TEST(DeviceCudaOpTest, RecurrentStepsAfterACudaPrefill) {
     const auto out = torch::cat(outs, 2).cpu();
     const double tol = std::max(1e-4, 4 * (pattern == "jump" ? 900.0 : 0.0) * std::ldexp(1.0, -24));
     EXPECT_LE(RelativeError(out, ref.out), tol) << pattern << " decode on " << device.str();
+  }
+}
+
+// No host sync in a forward + backward of op: cuda, with or without documents (the ids are read
+// on the device), counted by LibTorch's profiler (util/host_syncs.h), which does see one in a
+// tensor read on the host. A CPU has no host syncs to count.
+TEST(DeviceCudaOpTest, NoHostSyncInACall) {
+  const auto device = testing::TestDevice();
+  if (!device.is_cuda()) GTEST_SKIP() << "host syncs exist on a CUDA device only; the cuda stage counts them";
+  const auto in = MakeInputs("ordinary");
+  auto kernel = Make("darkformer", "cuda", 0);
+  kernel->to(device);
+  const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
+  ids.narrow(1, 12, kLength - 12).add_(1);
+  for (const bool documents : {false, true}) {
+    AttentionCall call;
+    call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+    if (documents) call.document_ids_BL = ids.to(device);
+    const auto q0 = in.q.to(device), k0 = in.k.to(device), v0 = in.v.to(device);  // copied before the count
+    auto run = [&] {
+      auto q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
+      kernel->forward(q, k, v, call).sum().backward();
+    };
+    run();  // warm: the allocator's first blocks and the kernels' first load
+    const auto seen = CountHostSyncs([&] { q0.sum().item<float>(); });
+    ASSERT_TRUE(seen.has_value() && *seen >= 1) << "the profiler must see a read on the host";
+    EXPECT_EQ(CountHostSyncs(run).value_or(-1), 0) << (documents ? "with documents" : "without documents");
   }
 }
 

@@ -26,10 +26,10 @@ namespace {
 std::atomic<bool> emulate_on_host{false};
 
 // The scan's Launch for base-2 features a (B x H x L x m), l (B x R x L x m) and v (B x K x L x Dv),
-// each key row one segment, or (document_ids_BL) each document of it: `table` then holds the
-// segments (cuda_scan::Segment rows of 4 int64) on the features' device, and must outlive the launch.
+// with the document ids (B x L; undefined: none) that the kernels read on the device: `ids` holds
+// them there as int64 and must outlive the launch, as must `resets` (one float per chunk).
 cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, const torch::Tensor& v, int64_t sub,
-                             const torch::Tensor& document_ids_BL, torch::Tensor& table) {
+                             const torch::Tensor& document_ids_BL, torch::Tensor& ids, torch::Tensor& resets) {
   cuda_scan::Launch x;
   x.rows = l.size(0) * l.size(1);
   x.length = a.size(2);
@@ -43,37 +43,27 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   x.a = a.data_ptr<float>();
   x.l = l.data_ptr<float>();
   x.v = v.data_ptr<float>();
-  x.segment_count = x.rows;
-  x.chunk_count = x.rows * cuda_scan::CheckpointCount(x.length, x.sub, x.group_subs);
+  x.chunk_count = x.rows * x.Chunks();
+  resets = torch::empty({x.chunk_count}, a.options());
+  x.resets = resets.data_ptr<float>();
   if (!document_ids_BL.defined()) return x;
-  // Row r belongs to sequence r / (rows per sequence); the ids are read on the host.
-  const auto spans = DocumentSpans(document_ids_BL);
-  const int64_t per_sequence = x.rows / static_cast<int64_t>(spans.size());
-  std::vector<int64_t> rows_of_table;
-  int64_t chunks = 0;
-  for (int64_t r = 0; r < x.rows; ++r) {
-    for (const auto& d : spans.at(r / per_sequence)) {
-      rows_of_table.insert(rows_of_table.end(), {r, d.start, d.length, chunks});
-      chunks += cuda_scan::CheckpointCount(d.length, x.sub, x.group_subs);
-    }
-  }
-  static_assert(sizeof(cuda_scan::Segment) == 4 * sizeof(int64_t), "a segment is 4 int64");
-  table = torch::tensor(rows_of_table, torch::kInt64).view({-1, 4}).to(a.device());
-  x.segments = reinterpret_cast<const cuda_scan::Segment*>(table.data_ptr<int64_t>());
-  x.segment_count = table.size(0);
-  x.chunk_count = chunks;
+  CheckDocumentIds(document_ids_BL, l.size(0), x.length);
+  // No copy where the ids already live on the device as int64; never read on the host.
+  ids = document_ids_BL.to(a.device(), torch::kInt64).contiguous();
+  x.ids = ids.data_ptr<int64_t>();
+  x.rows_per_sequence = l.size(1);
   return x;
 }
 
 // The backward's scratch (each block refolds a chunk's entering states: ceil(m / S) states of
-// m x (Dv + 1)) is held to this many bytes by giving each segment fewer blocks, each taking several
+// m x (Dv + 1)) is held to this many bytes by giving each row fewer blocks, each taking several
 // chunks.
 constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;
 std::atomic<int64_t> backward_scratch_bytes{kBackwardScratchBytes};
 
-// The forward's blocks are chunks (or segments, fewer), the backward's (segment, w) for w < W.
+// The forward's blocks are chunks (or rows, fewer), the backward's (row, w) for w < W.
 torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({backward ? x.segment_count * x.backward_blocks : x.chunk_count, x.ScratchFloats(backward)},
+  return torch::empty({backward ? x.rows * x.backward_blocks : x.chunk_count, x.ScratchFloats(backward)},
                       options);
 }
 
@@ -131,6 +121,16 @@ void CheckWhere(const torch::Tensor& x) {
   DF_CHECK(x.scalar_type() != torch::kFloat64, "op: cuda computes in fp32; got fp64 inputs (op: auto takes them)");
 }
 
+// Whether the scan's matrix products take TF32 operands on tensor cores (cuda_scan_matmul.h): for
+// queries that arrived in a 16-bit type (what users train in, under autocast or not), and for fp32
+// ones where LibTorch lets its own fp32 matrix products use TF32 (torch.backends.cuda.matmul's
+// setting), so fp32 means fp32 unless the user chose otherwise.
+bool TensorCores(const FeatureMap& map) {
+  const auto dtype = map.input_dtype;
+  return dtype == torch::kBFloat16 || dtype == torch::kHalf ||
+         (dtype == torch::kFloat32 && at::globalContext().allowTF32CuBLAS());
+}
+
 // Base-2 log-features of queries and key rows, contiguous, no autograd.
 std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                       const torch::Tensor& x, const torch::Tensor& y_rows) {
@@ -157,12 +157,13 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
   // are per query head.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
-                               int64_t sub, const Documents& documents) {
+                               int64_t sub, const Documents& documents, bool tensor_cores) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     const auto [a, l] = Base2Features(map, p, x, causal_ops::PerRow(y, rows));
     const auto values = v.contiguous();
-    torch::Tensor table;
-    auto launch = MakeLaunch(a, l, values, sub, documents.ids_BL, table);
+    torch::Tensor ids, resets;
+    auto launch = MakeLaunch(a, l, values, sub, documents.ids_BL, ids, resets);
+    launch.tensor_cores = tensor_cores;
     const auto options = a.options();
     auto out = torch::empty({a.size(0), a.size(1), launch.length, launch.value_dim}, options);
     auto den = torch::empty({a.size(0), a.size(1), launch.length}, options);
@@ -180,6 +181,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     ctx->save_for_backward(saved);
     ctx->saved_data["rows"] = rows;
     ctx->saved_data["sub"] = sub;
+    ctx->saved_data["tensor_cores"] = tensor_cores;
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
     if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
     return out;
@@ -197,17 +199,18 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto y_rows = causal_ops::PerRow(y, rows);
     const auto [a, l] = Base2Features(map, p, x, y_rows);
     const auto documents = ctx->saved_data.find("documents");
-    torch::Tensor table;
+    torch::Tensor ids, resets;
     auto launch = MakeLaunch(a, l, values, ctx->saved_data["sub"].toInt(),
-                             documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(), table);
+                             documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(), ids,
+                             resets);
+    launch.tensor_cores = ctx->saved_data["tensor_cores"].toBool();
     const auto g = grads[0].to(torch::kFloat32).contiguous();
     const auto options = a.options();
     auto da = torch::empty_like(a), dl = torch::empty_like(l);
     auto dv_rows = torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options);
-    // W blocks per segment: as many as the scratch budget allows, at most a segment's chunks.
+    // W blocks per row: as many as the scratch budget allows, at most a row's chunks.
     launch.backward_blocks = std::max<int64_t>(
-        1, std::min(cuda_scan::CheckpointCount(launch.length, launch.sub, launch.group_subs),
-                    backward_scratch_bytes / (launch.segment_count * launch.ScratchFloats(true) * 4)));
+        1, std::min(launch.Chunks(), backward_scratch_bytes / (launch.rows * launch.ScratchFloats(true) * 4)));
     auto z_own = PerChunk(launch, true, options), z_out = PerChunk(launch, true, options);
     auto scratch = Scratch(launch, /*backward=*/true, options);
     launch.z_own = z_own.data_ptr<float>();
@@ -232,6 +235,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     result.push_back({});  // rows
     result.push_back({});  // sub
     result.push_back({});  // documents
+    result.push_back({});  // tensor_cores
     return result;
   }
 };
@@ -260,7 +264,7 @@ torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tens
   const int64_t rows = map.keys_per_query_head ? heads : kv_heads;
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, x.size(2)));
   return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, causal_ops::SubChunk(chunk),
-                                 CudaScanFunction::Documents{document_ids_BL});
+                                 CudaScanFunction::Documents{document_ids_BL}, TensorCores(map));
 }
 
 std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
@@ -277,8 +281,9 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
                   causal_ops::kLog2E)
                      .contiguous();
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
-  torch::Tensor table;
-  auto launch = MakeLaunch(l, l, v, causal_ops::SubChunk(chunk), torch::Tensor(), table);
+  torch::Tensor ids, resets;
+  auto launch = MakeLaunch(l, l, v, causal_ops::SubChunk(chunk), torch::Tensor(), ids, resets);
+  launch.tensor_cores = TensorCores(map);
   const auto options = l.options();
   const ForwardBuffers buffers(launch, options);
   auto final_states = torch::empty({launch.rows, launch.features, launch.value_dim + 1}, options);

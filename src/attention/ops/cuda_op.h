@@ -19,8 +19,10 @@ namespace darkformer {
 
 // out_BHLD as FusedCausalLinearAttention's (causal_function.h), on a CUDA device. Refused on
 // other devices, for fp64 inputs and in a build without the CUDA kernels.
-// With document_ids_BL (document_mask.h) each document of a row is scanned alone from an empty
-// state, its chunks' blocks beside every other's (the ids are read on the host).
+// With document_ids_BL (document_mask.h) every running quantity restarts where a row's id changes,
+// as if each document ran alone. The kernels read the ids on the device, so a call never waits
+// for the host; that is also why increasing ids are not checked here, as the CPU forms check them
+// (DocumentSpans): a change of id, either way, starts a document.
 torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD,
                                   const FeatureMap& map, int64_t chunk_size, const torch::Tensor& document_ids_BL = {});
 

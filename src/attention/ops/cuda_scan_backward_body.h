@@ -16,7 +16,10 @@ namespace darkformer::cuda_scan {
 // 2^(R(e') - R(f)) Z). The chunk refolds its sub-chunks' entering states from its checkpoint,
 // then runs them in reverse from z_in (the later chunks' Z at the chunk's end; nullptr: none).
 // Without `gradients` it computes only Z, from z_in = nullptr: the chunk's own share of the
-// reverse state at its entering reference, into z_out (step 1 of three; ReverseStates is step 2).
+// reverse state at its entering reference, into z_out, and whether a document starts in the chunk,
+// into io.resets[n] (step 1 of three; ReverseStates is step 2). Documents as in cuda_scan_body.h:
+// a pair, a state read or a key's share of Z across a document start is skipped (a select), and Z
+// does not pass back over a sub-chunk that holds a start.
 DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const float* z_in,
                                 bool gradients, float* z_out, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
@@ -33,12 +36,12 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
     ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
     if (k + 1 < end) {
       LoadValues(b, r, pos, sl, c);
-      Maxima(b, r, r.l + pos * m, nullptr, 0, sl, c.ref, has, c);
+      Maxima(b, r, pos, sl, /*queries=*/false, c.ref, has, c);
       Fold(b, r, r.l + pos * m, sl, c.state, c.ref, has, c);
       has = true;
     }
   }
-  bool has_z = z_in != nullptr;
+  bool has_z = z_in != nullptr, starts = false;
   if (has_z) ParallelFor(b, mv, [&](int64_t idx) { c.z[idx] = z_in[idx]; });
   for (int64_t k = end - 1; k >= first; --k) {
     const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
@@ -48,7 +51,9 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
     const float* state = c.group_states + slot * mv;
     const bool has_in = c.group_has[slot] != 0.0f;
     if (gradients) LoadValues(b, r, pos, sl, c);
-    Maxima(b, r, l, a, r.a_head_stride, sl, ref, has_in, c);
+    Maxima(b, r, pos, sl, /*queries=*/true, ref, has_in, c);
+    const bool holds_start = HoldsStart(c, sl);  // the same for every thread after the barrier
+    starts = starts || holds_start;
     // h_t.
     ParallelFor(b, g * sl * v, [&](int64_t idx) {
       const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
@@ -68,7 +73,7 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
       ParallelFor(b, g * sl * sl, [&](int64_t idx) {
         const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
         float pw = 0.0f, w = 0.0f;
-        if (j <= t) {
+        if (FirstKey(c, t) <= j && j <= t) {
           for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
           const float* q = a + h * r.a_head_stride + t * m;
           for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
@@ -81,7 +86,7 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
         const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
         const float q = a[h * r.a_head_stride + t * m + i];
         float acc = 0.0f;
-        for (int64_t j = 0; j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
+        for (int64_t j = FirstKey(c, t); j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
         c.da[idx] = acc;
       });
       ParallelFor(b, sl * m, [&](int64_t idx) {
@@ -90,53 +95,45 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
         for (int64_t h = 0; h < g; ++h) {
           for (int64_t t = j; t < sl; ++t) {
             const int64_t ht = h * sl + t;
+            if (FirstKey(c, t) > j) continue;  // t's document starts after key j
             acc += c.pw[ht * sl + j] * DF_EXP2((a[h * r.a_head_stride + t * m + i] + l[idx]) - c.s2[ht]);
           }
         }
         c.dl[idx] = acc;
       });
-      ParallelFor(b, sl * v, [&](int64_t idx) {
-        const int64_t j = idx / v, kk = idx % v;
-        float acc = 0.0f;
-        for (int64_t h = 0; h < g; ++h) {
-          for (int64_t t = j; t < sl; ++t) acc += c.w[(h * sl + t) * sl + j] * c.h[(h * sl + t) * v + kk];
-        }
-        c.dvh[idx] = acc;
-      });
+      // dvh_j = sum_t w_tj h_t (w is 0 but for t's own pairs).
+      MatMul(
+          b, r.tensor_cores, sl, v, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
+          [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
+          [&](int64_t j, int64_t kk, float sum) { c.dvh[j * v + kk] = sum; });
     }
     // Queries against the entering state; the sub-chunk's share T of the reverse state.
     if (has_in) {
-      StateReadFactors(b, r, a, r.a_head_stride, sl, ref, c);
-      if (gradients) {
-        ParallelFor(b, g * sl * m, [&](int64_t idx) {
-          const int64_t ht = idx / m, i = idx % m;
-          float acc = 0.0f;
-          for (int64_t kk = 0; kk < v; ++kk) acc += c.h[ht * v + kk] * state[i * v + kk];
-          c.da[idx] += c.qc[idx] * acc;
-        });
+      StateReadFactors(b, r, pos, sl, ref, c);  // 0 for queries whose document starts here
+      if (gradients) {  // da_t += qc_t * (S h_t)
+        MatMul(
+            b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
+            [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
+            [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += c.qc[ht * m + i] * sum; });
       }
-      ParallelFor(b, mv, [&](int64_t idx) {
-        const int64_t i = idx / v, kk = idx % v;
-        float acc = 0.0f;
-        for (int64_t ht = 0; ht < g * sl; ++ht) acc += c.qc[ht * m + i] * c.h[ht * v + kk];
-        c.t[idx] = acc;
-      });
+      // T = sum_t qc_t h_t^T.
+      MatMul(
+          b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.qc[ht * m + i]; },
+          [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
+          [&](int64_t i, int64_t kk, float sum) { c.t[i * v + kk] = sum; });
     }
     // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
     if (gradients && has_z) {
       KeysAtEnd(b, r, l, sl, c);
-      ParallelFor(b, sl * m, [&](int64_t idx) {
-        const int64_t j = idx / m, i = idx % m;
-        float acc = 0.0f;
-        for (int64_t kk = 0; kk < v; ++kk) acc += c.vh[j * v + kk] * c.z[i * v + kk];
-        c.dl[idx] += c.kk[idx] * acc;
-      });
-      ParallelFor(b, sl * v, [&](int64_t idx) {
-        const int64_t j = idx / v, kk = idx % v;
-        float acc = 0.0f;
-        for (int64_t i = 0; i < m; ++i) acc += c.kk[j * m + i] * c.z[i * v + kk];
-        c.dvh[idx] += acc;
-      });
+      // dl_j += kk_j * (Z [v_j, 1]); dvh_j += kk_j Z.
+      MatMul(
+          b, r.tensor_cores, sl, m, v, [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
+          [&](int64_t kk, int64_t i) { return c.z[i * v + kk]; },
+          [&](int64_t j, int64_t i, float sum) { c.dl[j * m + i] += c.kk[j * m + i] * sum; });
+      MatMul(
+          b, r.tensor_cores, sl, v, m, [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
+          [&](int64_t i, int64_t kk) { return c.z[i * v + kk]; },
+          [&](int64_t j, int64_t kk, float sum) { c.dvh[j * v + kk] += sum; });
     }
     if (gradients) {
       // Out: the exponentials are the same numbers in base e, so the sums are the natural-log
@@ -149,9 +146,10 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
       ParallelFor(b, sl * dv, [&](int64_t idx) { io.dv[pos * dv + idx] = c.dvh[(idx / dv) * v + idx % dv]; });
     }
     if (!has_in) break;  // the row's first sub-chunk
-    // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z.
+    // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z; T alone where a document
+    // starts in this sub-chunk (no later query sees an earlier key).
     const float* end_r = c.rrows + (sl - 1) * m;
-    const bool had_z = has_z;
+    const bool had_z = has_z && !holds_start;
     ParallelFor(b, mv, [&](int64_t idx) {
       const int64_t i = idx / v;
       c.z[idx] = had_z ? c.t[idx] + DF_EXP2(ref[i] - end_r[i]) * c.z[idx] : c.t[idx];
@@ -159,21 +157,24 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
     has_z = true;
   }
   if (z_out != nullptr) ParallelFor(b, mv, [&](int64_t idx) { z_out[idx] = c.z[idx]; });
+  if (!gradients) ParallelFor(b, 1, [&](int64_t) { io.resets[n] = starts ? 1.0f : 0.0f; });
 }
 
 // Step 2 of the backward, per row: the reverse state entering each chunk from the later ones,
 // Z_out(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z_out(n) per feature (the sub-chunks' decays of
-// chunk n telescope; the factor is <= 1), Z_out(N - 1) none, from the chunks' own shares z_own
-// (step 1) and the checkpoints' references. z_out (N x m x V) holds Z_out(0 .. N - 2).
+// chunk n telescope; the factor is <= 1), or Z_own(n) alone where a document starts in chunk n
+// (io.resets, step 1), Z_out(N - 1) none, from the chunks' own shares z_own (step 1) and the
+// checkpoints' references. z_out (N x m x V) holds Z_out(0 .. N - 2).
 DF_HD inline void ReverseStates(const Block& b, const Row& r, const BackwardIo& io, const float* z_own, float* z_out) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
   if (chunks < 2) return;
   ParallelFor(b, mv, [&](int64_t idx) { z_out[(chunks - 2) * mv + idx] = z_own[(chunks - 1) * mv + idx]; });
   for (int64_t n = chunks - 2; n >= 1; --n) {
+    const bool reset = io.resets[n] != 0.0f;
     ParallelFor(b, mv, [&](int64_t idx) {
       const int64_t i = idx / v;
       const float decay = DF_EXP2(io.refs[n * m + i] - io.refs[(n + 1) * m + i]);
-      z_out[(n - 1) * mv + idx] = z_own[n * mv + idx] + decay * z_out[n * mv + idx];
+      z_out[(n - 1) * mv + idx] = reset ? z_own[n * mv + idx] : z_own[n * mv + idx] + decay * z_out[n * mv + idx];
     });
   }
 }

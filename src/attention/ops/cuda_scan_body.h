@@ -1,10 +1,10 @@
 // The CUDA operator's scan (op: cuda; cuda_scan.h), written once for two executors: a CUDA block
 // (cuda_scan.cu) and one host thread that emulates it (cuda_scan_host.cpp), so the tests run the
 // device's own arithmetic and indexing on a CPU. Every step is a loop whose iterations are
-// independent (ParallelFor: the block's threads split it, then wait at a barrier); a step reads
-// only what earlier steps wrote, so the emulation, which runs iterations one after another, computes
-// what the block computes. Each sum runs in one thread in a fixed order: results are the same
-// from run to run.
+// independent (ParallelFor: the block's threads split it, then wait at a barrier), or a matrix
+// product (MatMul, cuda_scan_matmul.h: on tensor cores where Row::tensor_cores); a step reads only
+// what earlier steps wrote, so the emulation, which runs iterations one after another, computes
+// what the block computes. Each sum runs in a fixed order: results are the same from run to run.
 //
 // The algorithm is the raw CPU kernel's (raw_cpu_kernel.h, per_feature_chunks.h) on base-2
 // log-features computed outside (a_t for the G query heads that read a key row, l_j for its keys):
@@ -13,37 +13,22 @@
 // keys pair by pair with 2^((a_ti + l_ji) - s_t), s_t = max_i (a_ti + R_i(t)), so the pair attaining
 // s_t gives an exact 1 and the normaliser is >= 1. The backward is one reverse scan from
 // checkpoints of the state every `group_subs` sub-chunks, as the CPU kernel's (cuda_scan_backward_body.h).
+//
+// Packed documents (document_mask.h) are read here, on the device: a document starts where a row's
+// id changes. Every running quantity restarts there, as if each document ran alone: the running
+// max R, the pairs (key j pairs with query t only from t's document start on), the state (read only
+// by queries whose document began before their sub-chunk; folded from the sub-chunk's last start),
+// and the merges between chunks and sub-chunks (a chunk or sub-chunk holding a start passes nothing
+// of what came before it). Every such mask is a select, never a product: a factor from another
+// document may exceed 1, and 0 * inf is NaN.
 #pragma once
 
 #include <cstdint>
 
-#ifdef __CUDACC__
-#define DF_HD __host__ __device__
-#define DF_EXP2 exp2f
-#else
-#include <cmath>
-#define DF_HD
-#define DF_EXP2 std::exp2
-#endif
+#include "attention/ops/cuda_scan_block.h"
+#include "attention/ops/cuda_scan_matmul.h"
 
 namespace darkformer::cuda_scan {
-
-// The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x), or one host thread (0 of 1).
-struct Block {
-  int tid = 0, size = 1;
-  DF_HD void Sync() const {
-#ifdef __CUDA_ARCH__
-    __syncthreads();
-#endif
-  }
-};
-
-// f(i) for i in [0, n), split between the block's threads, then a barrier.
-template <typename F>
-DF_HD void ParallelFor(const Block& b, int64_t n, F f) {
-  for (int64_t i = b.tid; i < n; i += b.size) f(i);
-  b.Sync();
-}
 
 DF_HD inline float Max(float a, float b) { return a < b ? b : a; }
 constexpr float kNegInf = -__builtin_huge_valf();
@@ -56,6 +41,11 @@ struct Row {
   int64_t a_head_stride;
   const float* l;
   const float* v;
+  const int64_t* ids;  // the row's document ids (L); nullptr: one document
+  bool tensor_cores;   // the matrix products' operands in TF32 (cuda_scan_matmul.h)
+
+  // Whether a document starts at position p > 0 (p = 0 starts the row, which `has` covers).
+  DF_HD bool StartsAt(int64_t p) const { return ids != nullptr && p > 0 && ids[p] != ids[p - 1]; }
 };
 
 struct ForwardOut {
@@ -65,6 +55,7 @@ struct ForwardOut {
   int64_t den_head_stride;
   float* states;  // checkpoints x m x V: the state before sub-chunks 0, group_subs, 2 group_subs, ...
   float* refs;    // checkpoints x m
+  float* resets;  // checkpoints: 1 where the chunk holds a document start, else 0
 };
 
 struct BackwardIo {
@@ -80,6 +71,7 @@ struct BackwardIo {
   int64_t da_head_stride;
   float* dl;  // L x m
   float* dv;  // L x Dv
+  float* resets;  // checkpoints: written by the reverse shares (ChunkBackward without gradients)
 };
 
 DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_subs) {
@@ -89,14 +81,15 @@ DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_
 
 // A row's working memory, carved from one buffer of ScratchFloats floats.
 struct Scratch {
-  float *state, *ref, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh;
+  // starts: per query of the sub-chunk, its document's first position there (-1: before it).
+  float *state, *ref, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
   float *group_states = nullptr, *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr,
         *dl = nullptr, *dvh = nullptr, *z = nullptr, *t = nullptr;
 
   // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
   DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
     const int64_t v = dv + 1, mv = m * v, gs = g * s;
-    const int64_t forward = mv + m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v;
+    const int64_t forward = mv + m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
     return forward + (backward ? group_subs * (mv + m + 1) + gs * v + gs * m + s * m + s * v + 2 * mv : 0);
   }
   DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
@@ -118,6 +111,7 @@ struct Scratch {
     c.kk = take(s * m);
     c.decay = take(m);
     c.vh = take(s * v);
+    c.starts = take(s);
     if (!backward) return c;
     c.group_states = take(group_subs * mv);
     c.group_refs = take(group_subs * m);
@@ -141,23 +135,48 @@ DF_HD inline void LoadValues(const Block& b, const Row& r, int64_t pos, int64_t 
   });
 }
 
-// R at each position of the sub-chunk (c.rrows, sl x m) from the entering reference (has: a state
-// exists) and the keys l (sl x m); with queries a (G heads at a_stride; nullptr: none), their
-// shifts s_t = max_i (a_ti + R_i(t)) into c.s2 (head-major, G x sl).
-DF_HD inline void Maxima(const Block& b, const Row& r, const float* l, const float* a, int64_t a_stride, int64_t sl,
-                         const float* ref, bool has, const Scratch& c) {
+// Per query t of the sub-chunk [pos, pos + sl): the last document start in [pos, pos + t], relative
+// to pos, or -1 (t's document began before the sub-chunk) into c.starts (small integers, exact).
+DF_HD inline void DocumentStarts(const Block& b, const Row& r, int64_t pos, int64_t sl, const Scratch& c) {
+  ParallelFor(b, sl, [&](int64_t t) {
+    float start = -1.0f;
+    for (int64_t j = t; j >= 0; --j) {
+      if (r.StartsAt(pos + j)) {
+        start = static_cast<float>(j);
+        break;
+      }
+    }
+    c.starts[t] = start;
+  });
+}
+
+// Query t's first key in the sub-chunk, and whether it reads the entering state (has: one exists).
+DF_HD inline int64_t FirstKey(const Scratch& c, int64_t t) { return c.starts[t] < 0 ? 0 : static_cast<int64_t>(c.starts[t]); }
+DF_HD inline bool ReadsState(const Scratch& c, int64_t t, bool has) { return has && c.starts[t] < 0; }
+// Whether a document starts inside the sub-chunk (c.starts of its last query).
+DF_HD inline bool HoldsStart(const Scratch& c, int64_t sl) { return c.starts[sl - 1] >= 0; }
+
+// c.starts for the sub-chunk [pos, pos + sl), then R at each of its positions (c.rrows, sl x m) from
+// the entering reference (has: a state exists; R restarts at a document start) and the keys; with
+// queries (their shifts s_t = max_i (a_ti + R_i(t)) into c.s2, head-major, G x sl).
+DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, bool queries, const float* ref, bool has,
+                         const Scratch& c) {
   const int64_t m = r.features;
+  const float* l = r.l + pos * m;
+  DocumentStarts(b, r, pos, sl, c);
   ParallelFor(b, m, [&](int64_t i) {
     float running = has ? ref[i] : kNegInf;
     for (int64_t j = 0; j < sl; ++j) {
-      running = (j == 0 && !has) ? l[i] : Max(running, l[j * m + i]);
+      const bool restart = (j == 0 && !has) || c.starts[j] == static_cast<float>(j);
+      running = restart ? l[j * m + i] : Max(running, l[j * m + i]);
       c.rrows[j * m + i] = running;
     }
   });
-  if (a == nullptr) return;
+  if (!queries) return;
+  const float* a = r.a + pos * m;
   ParallelFor(b, r.group * sl, [&](int64_t ht) {
     const int64_t h = ht / sl, t = ht % sl;
-    const float* q = a + h * a_stride + t * m;
+    const float* q = a + h * r.a_head_stride + t * m;
     const float* rt = c.rrows + t * m;
     float best = kNegInf;
     for (int64_t i = 0; i < m; ++i) best = Max(best, q[i] + rt[i]);
@@ -165,37 +184,41 @@ DF_HD inline void Maxima(const Block& b, const Row& r, const float* l, const flo
   });
 }
 
-// c.qc = 2^((a_ti + R_i(e')) - s_t) for the G sl queries.
-DF_HD inline void StateReadFactors(const Block& b, const Row& r, const float* a, int64_t a_stride, int64_t sl,
-                                   const float* ref, const Scratch& c) {
+// c.qc = 2^((a_ti + R_i(e')) - s_t) for the G sl queries at pos (a state exists); 0 for those whose
+// document starts inside the sub-chunk.
+DF_HD inline void StateReadFactors(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* ref,
+                                   const Scratch& c) {
   const int64_t m = r.features;
+  const float* a = r.a + pos * m;
   ParallelFor(b, r.group * sl * m, [&](int64_t idx) {
     const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
-    c.qc[idx] = DF_EXP2((a[h * a_stride + t * m + i] + ref[i]) - c.s2[ht]);
+    c.qc[idx] = ReadsState(c, t, true) ? DF_EXP2((a[h * r.a_head_stride + t * m + i] + ref[i]) - c.s2[ht]) : 0.0f;
   });
 }
 
-// c.kk = 2^(l_j - R(end)) for the sub-chunk's keys, R(end) its last position's maxima.
+// c.kk = 2^(l_j - R(end)) for the sub-chunk's keys in its last document, R(end) its last position's
+// maxima; 0 for keys before that document's start (no later query sees them).
 DF_HD inline void KeysAtEnd(const Block& b, const Row& r, const float* l, int64_t sl, const Scratch& c) {
-  const int64_t m = r.features;
+  const int64_t m = r.features, first = FirstKey(c, sl - 1);
   const float* end = c.rrows + (sl - 1) * m;
-  ParallelFor(b, sl * m, [&](int64_t idx) { c.kk[idx] = DF_EXP2(l[idx] - end[idx % m]); });
+  ParallelFor(b, sl * m, [&](int64_t idx) { c.kk[idx] = idx / m >= first ? DF_EXP2(l[idx] - end[idx % m]) : 0.0f; });
 }
 
 // Folds the sub-chunk's keys l and c.vh into state/ref (has: a state exists): rows whose max grew
-// decay by 2^(R_old - R_new) <= 1, the keys join at R_new. c.rrows must hold the sub-chunk's maxima.
+// decay by 2^(R_old - R_new) <= 1, the keys join at R_new. c.rrows and c.starts must hold the
+// sub-chunk's (Maxima); from a document start inside it, only its last document's keys remain.
 DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl, float* state, float* ref, bool has,
                        const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1;
   const float* end = c.rrows + (sl - 1) * m;
+  has = has && !HoldsStart(c, sl);
   KeysAtEnd(b, r, l, sl, c);
   ParallelFor(b, m, [&](int64_t i) { c.decay[i] = has ? DF_EXP2(ref[i] - end[i]) : 0.0f; });
-  ParallelFor(b, m * v, [&](int64_t idx) {
-    const int64_t i = idx / v, k = idx % v;
-    float acc = has ? state[idx] * c.decay[i] : 0.0f;
-    for (int64_t j = 0; j < sl; ++j) acc += c.kk[j * m + i] * c.vh[j * v + k];
-    state[idx] = acc;
-  });
+  // state_ik = decay_i state_ik + sum_j kk_ji vh_jk.
+  MatMul(
+      b, r.tensor_cores, m, v, sl, [&](int64_t i, int64_t j) { return c.kk[j * m + i]; },
+      [&](int64_t j, int64_t k) { return c.vh[j * v + k]; },
+      [&](int64_t i, int64_t k, float sum) { state[i * v + k] = (has ? state[i * v + k] * c.decay[i] : 0.0f) + sum; });
   ParallelFor(b, m, [&](int64_t i) { ref[i] = end[i]; });
 }
 
@@ -207,28 +230,30 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
   const float* a = r.a + pos * m;
   const float* l = r.l + pos * m;
   LoadValues(b, r, pos, sl, c);
-  Maxima(b, r, l, a, r.a_head_stride, sl, c.ref, has, c);
-  // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), j <= t.
+  Maxima(b, r, pos, sl, /*queries=*/true, c.ref, has, c);
+  // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t.
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
     const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
     float w = 0.0f;
-    if (j <= t) {
+    if (FirstKey(c, t) <= j && j <= t) {
       const float* q = a + h * r.a_head_stride + t * m;
       for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
     }
     c.w[idx] = w;
   });
-  if (has) StateReadFactors(b, r, a, r.a_head_stride, sl, c.ref, c);
-  // n_t = sum_{j <= t} w_tj [v_j, 1] + sum_i qc_ti S_i.
-  ParallelFor(b, g * sl * v, [&](int64_t idx) {
-    const int64_t ht = idx / v, kk = idx % v, t = ht % sl;
-    float acc = 0.0f;
-    for (int64_t j = 0; j <= t; ++j) acc += c.w[ht * sl + j] * c.vh[j * v + kk];
-    if (has) {
-      for (int64_t i = 0; i < m; ++i) acc += c.qc[ht * m + i] * c.state[i * v + kk];
-    }
-    c.n[idx] = acc;
-  });
+  if (has) StateReadFactors(b, r, pos, sl, c.ref, c);
+  // n_t = sum_j w_tj [v_j, 1] (w is 0 but for t's own pairs), then + sum_i qc_ti S_i (qc is 0 for
+  // queries that do not read the state).
+  MatMul(
+      b, r.tensor_cores, g * sl, v, sl, [&](int64_t ht, int64_t j) { return c.w[ht * sl + j]; },
+      [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
+      [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] = sum; });
+  if (has) {
+    MatMul(
+        b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return c.qc[ht * m + i]; },
+        [&](int64_t i, int64_t kk) { return c.state[i * v + kk]; },
+        [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });
+  }
   ParallelFor(b, g * sl * v, [&](int64_t idx) {
     const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
     const float den = c.n[ht * v + dv];
@@ -250,23 +275,28 @@ DF_HD inline int64_t ChunkEnd(const Row& r, int64_t n) {
 }
 
 // 1. Chunk n's keys folded from an empty state: its own state and per-feature reference (the
-// chunk's running max at its end), into `state` and `ref`.
-DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* state, float* ref, const Scratch& c) {
-  bool has = false;
+// chunk's running max at its end), into `state` and `ref`, and into `reset` whether a document
+// starts in the chunk (its own state then holds only the last document's keys).
+DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* state, float* ref, float* reset,
+                                const Scratch& c) {
+  bool has = false, starts = false;
   for (int64_t k = n * r.group_subs; k < ChunkEnd(r, n); ++k) {
     const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
     LoadValues(b, r, pos, sl, c);
-    Maxima(b, r, r.l + pos * r.features, nullptr, 0, sl, ref, has, c);
+    Maxima(b, r, pos, sl, /*queries=*/false, ref, has, c);
+    starts = starts || HoldsStart(c, sl);  // every thread reads the same c.starts after the barrier
     Fold(b, r, r.l + pos * r.features, sl, state, ref, has, c);
     has = true;
   }
+  ParallelFor(b, 1, [&](int64_t) { *reset = starts ? 1.0f : 0.0f; });
 }
 
 // 2. A row's checkpoints, the states entering its chunks: S_0 = 0 (reference -inf), and
 // S_{n+1} = 2^(R_n - R) S_n + 2^(R'_n - R) S'_n with R = max(R_n, R'_n) per feature, S'_n chunk n's
 // own state (step 1). Both factors <= 1 and the larger side's is exactly 1, so the key that
-// attains a feature's max keeps its exact 1 in the normaliser. With `final_state` (a prefill: step 1
-// ran for the last chunk too) also S_N, the state after the whole segment, and its reference.
+// attains a feature's max keeps its exact 1 in the normaliser. Where a document starts in chunk n
+// (o.resets, step 1), S_{n+1} = S'_n at R'_n. With `final_state` (a prefill: step 1 ran for the
+// last chunk too) also S_N, the state after the whole row, and its reference.
 DF_HD inline void EnteringStates(const Block& b, const Row& r, const float* own_states, const float* own_refs,
                                  const ForwardOut& o, const Scratch& c, float* final_state = nullptr,
                                  float* final_ref = nullptr) {
@@ -278,15 +308,16 @@ DF_HD inline void EnteringStates(const Block& b, const Row& r, const float* own_
     const bool last = n + 1 == chunks;
     float* next = last ? final_state : o.states + (n + 1) * mv;
     float* next_ref = last ? final_ref : o.refs + (n + 1) * m;
+    const bool reset = o.resets[n] != 0.0f;
     ParallelFor(b, m, [&](int64_t i) {
-      const float top = Max(in_ref[i], own_ref[i]);
+      const float top = reset ? own_ref[i] : Max(in_ref[i], own_ref[i]);
       c.decay[i] = DF_EXP2(in_ref[i] - top);  // 0 for the empty S_0
       c.ref[i] = DF_EXP2(own_ref[i] - top);
       next_ref[i] = top;
     });
     ParallelFor(b, mv, [&](int64_t idx) {
       const int64_t i = idx / v;
-      next[idx] = c.decay[i] * in[idx] + c.ref[i] * own[idx];
+      next[idx] = reset ? own[idx] : c.decay[i] * in[idx] + c.ref[i] * own[idx];
     });
   }
 }
@@ -303,26 +334,22 @@ DF_HD inline void ChunkForward(const Block& b, const Row& r, const ForwardOut& o
   }
 }
 
-// A stretch of one key row scanned on its own from an empty state: the whole row, or one document
-// of it (data.document_masking). Its chunks' checkpoints are slots first_chunk, first_chunk + 1, ...
-// of the call's.
-struct Segment {
-  int64_t row = 0, start = 0, length = 0, first_chunk = 0;
-};
-
 // The key rows of one call. Rows are a KV head of a sequence, or a query head where key features
 // are per query head. Row r's query heads are r * group ... r * group + group - 1 of the folded
-// B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1).
-// Every tensor fp32, each per-head block L contiguous rows.
+// B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1);
+// its document ids (where given) are sequence r / rows_per_sequence's. Every tensor fp32, each
+// per-head block L contiguous rows. Chunk n of row r is call-wide chunk r * Chunks() + n.
 struct Launch {
   int64_t rows = 0, length = 0, features = 0, value_dim = 0, group = 1, sub = 8, group_subs = 1;
   int64_t value_rows_per = 1;
-  // The segments, in order of first_chunk; nullptr: each row whole (segment r = row r).
-  const Segment* segments = nullptr;
-  int64_t segment_count = 0, chunk_count = 0;  // chunk_count: checkpoints of all segments
+  const int64_t* ids = nullptr;  // document ids, sequences x L, on the kernels' device; nullptr: none
+  int64_t rows_per_sequence = 1;
+  bool tensor_cores = false;  // Row::tensor_cores
+  int64_t chunk_count = 0;   // rows x Chunks()
   const float* a = nullptr;  // base-2 query log-features, rows x G x L x m
   const float* l = nullptr;  // base-2 key log-features, rows x L x m
   const float* v = nullptr;  // values, (rows / value_rows_per) x L x Dv
+  float* resets = nullptr;   // chunk_count: whether a document starts in the chunk
   // Forward.
   float* out = nullptr;         // rows x G x L x Dv
   float* den = nullptr;         // rows x G x L
@@ -337,32 +364,14 @@ struct Launch {
   float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
   float* z_own = nullptr;    // chunk_count x m x (Dv + 1): each chunk's own share of the reverse state
   float* z_out = nullptr;    // chunk_count x m x (Dv + 1): the reverse state at each chunk's end
-  // The backward's blocks per segment (each takes every W-th chunk): its scratch, W blocks' worth
-  // per segment, stays bounded however long the sequence.
+  // The backward's blocks per row (each takes every W-th chunk): its scratch, W blocks' worth per
+  // row, stays bounded however long the sequence.
   int64_t backward_blocks = 1;
   // Forward: chunk_count x ScratchFloats(false), one per chunk's block; backward:
-  // segment_count x backward_blocks x ScratchFloats(true).
+  // rows x backward_blocks x ScratchFloats(true).
   float* scratch = nullptr;
 
-  DF_HD int64_t Chunks(const Segment& s) const { return CheckpointCount(s.length, sub, group_subs); }
-  DF_HD Segment SegmentAt(int64_t i) const {
-    if (segments != nullptr) return segments[i];
-    return {i, 0, length, i * CheckpointCount(length, sub, group_subs)};
-  }
-  // The segment that holds call-wide chunk `chunk`.
-  DF_HD int64_t SegmentOfChunk(int64_t chunk) const {
-    if (segments == nullptr) return chunk / CheckpointCount(length, sub, group_subs);
-    int64_t lo = 0, hi = segment_count - 1;  // the last segment whose first_chunk <= chunk
-    while (lo < hi) {
-      const int64_t mid = (lo + hi + 1) / 2;
-      if (segments[mid].first_chunk <= chunk) {
-        lo = mid;
-      } else {
-        hi = mid - 1;
-      }
-    }
-    return lo;
-  }
+  DF_HD int64_t Chunks() const { return CheckpointCount(length, sub, group_subs); }
   DF_HD int64_t ScratchFloats(bool backward) const {
     return Scratch::Floats(features, value_dim, group, sub, group_subs, backward);
   }
@@ -371,28 +380,28 @@ struct Launch {
                           backward);
   }
 
-  // A segment's view of the call's tensors.
-  DF_HD Row RowOf(const Segment& s) const {
+  // Row `row`'s view of the call's tensors.
+  DF_HD Row RowOf(int64_t row) const {
     const int64_t lm = length * features;
-    return {s.length, features, value_dim, group, sub, group_subs, a + s.row * group * lm + s.start * features, lm,
-            l + s.row * lm + s.start * features, v + (s.row / value_rows_per) * length * value_dim + s.start * value_dim};
+    return {length, features, value_dim, group, sub, group_subs, a + row * group * lm, lm, l + row * lm,
+            v + (row / value_rows_per) * length * value_dim,
+            ids != nullptr ? ids + (row / rows_per_sequence) * length : nullptr, tensor_cores};
   }
-  DF_HD ForwardOut ForwardOf(const Segment& s) const {
-    const int64_t ld = length * value_dim, mv = features * (value_dim + 1);
-    return {out + s.row * group * ld + s.start * value_dim, ld, den + s.row * group * length + s.start, length,
-            states + s.first_chunk * mv, refs + s.first_chunk * features};
+  DF_HD ForwardOut ForwardOf(int64_t row) const {
+    const int64_t ld = length * value_dim, first = row * Chunks();
+    return {out + row * group * ld, ld, den + row * group * length, length,
+            states + first * features * (value_dim + 1), refs + first * features, resets + first};
   }
-  DF_HD BackwardIo BackwardOf(const Segment& s) const {
-    const int64_t ld = length * value_dim, lm = length * features, mv = features * (value_dim + 1);
-    return {states + s.first_chunk * mv, refs + s.first_chunk * features,
-            out + s.row * group * ld + s.start * value_dim, ld, den + s.row * group * length + s.start, length,
-            g + s.row * group * ld + s.start * value_dim, ld, da + s.row * group * lm + s.start * features, lm,
-            dl + s.row * lm + s.start * features, dv + s.row * ld + s.start * value_dim};
+  DF_HD BackwardIo BackwardOf(int64_t row) const {
+    const int64_t ld = length * value_dim, lm = length * features, first = row * Chunks();
+    return {states + first * features * (value_dim + 1), refs + first * features, out + row * group * ld, ld,
+            den + row * group * length, length, g + row * group * ld, ld, da + row * group * lm, lm,
+            dl + row * lm, dv + row * ld, resets + first};
   }
-  DF_HD float* OwnStateOf(const Segment& s) const { return own_states + s.first_chunk * features * (value_dim + 1); }
-  DF_HD float* OwnRefOf(const Segment& s) const { return own_refs + s.first_chunk * features; }
-  DF_HD float* ZOwnOf(const Segment& s) const { return z_own + s.first_chunk * features * (value_dim + 1); }
-  DF_HD float* ZOutOf(const Segment& s) const { return z_out + s.first_chunk * features * (value_dim + 1); }
+  DF_HD float* OwnStateOf(int64_t row) const { return own_states + row * Chunks() * features * (value_dim + 1); }
+  DF_HD float* OwnRefOf(int64_t row) const { return own_refs + row * Chunks() * features; }
+  DF_HD float* ZOwnOf(int64_t row) const { return z_own + row * Chunks() * features * (value_dim + 1); }
+  DF_HD float* ZOutOf(int64_t row) const { return z_out + row * Chunks() * features * (value_dim + 1); }
 };
 
 }  // namespace darkformer::cuda_scan

@@ -50,6 +50,9 @@ struct FeatureMap {
   CausalOp op = CausalOp::kAuto;
   // m, the features per head (0: not said).
   int64_t num_features = 0;
+  // The dtype the caller's queries arrived in, before the features' fp32: a 16-bit one (what users
+  // train in) lets op: cuda take its matrix products on TF32 tensor cores (cuda_scan_matmul.h).
+  torch::ScalarType input_dtype = torch::kFloat32;
 };
 
 }  // namespace darkformer
