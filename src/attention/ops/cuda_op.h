@@ -1,14 +1,15 @@
-// op: cuda, the CUDA operator (issue 53, first version): the log-features of queries and keys
-// from the map (LibTorch ops), then the scan of cuda_scan.h over every key row and chunk at once,
-// forward and backward in three launches each (the chunks' own states, a short scan over chunks
-// per row, the chunks' outputs or gradients), with the per-feature stabiliser inside (normaliser
-// >= 1 at any scale; no guard, no host sync). fp32 throughout; deterministic (each sum in one
-// thread, a fixed order). GQA: key features once per KV head, or per query head where the map's
-// parameters are (darkformer's per-head M).
+// op: cuda, the CUDA operator (issue 53): the log-features of queries and keys from the map
+// (LibTorch ops), then the scan of cuda_scan.h over every key row and chunk at once, forward and
+// backward in three launches each (the chunks' own states, a short scan over chunks per row, the
+// chunks' outputs or gradients), with the per-feature stabiliser inside (normaliser >= 1 at any
+// scale; no guard, no host sync). fp32 state and sums; the matrix products on tensor cores in
+// 3xTF32 when the queries arrived in bf16 or fp16 (or fp32 where LibTorch allows TF32), else fp32
+// on CUDA cores (cuda_scan_matmul.h). Deterministic (fixed orders, no atomics). GQA: key features
+// once per KV head, or per query head where the map's parameters are (darkformer's per-head M).
 // Autograd saves x, y, v, the output, its normaliser and the scan's checkpoints (~Dv + 2 floats per
 // position and key row): O(L D); the backward recomputes the features (one whole-sequence pass).
-// Not yet: tensor cores (the scan's sums run on CUDA cores), features
-// inside the kernel (held whole while a call runs).
+// Not yet: features inside the kernel (held whole while a call runs), operands resident in shared
+// memory (the scan's scratch is global memory, its tiles staged per product).
 #pragma once
 
 #include <torch/torch.h>

@@ -1,11 +1,11 @@
-// The CUDA operator's scan (op: cuda) over the key rows of one call (cuda_scan_body.h: its
-// arithmetic and the Launch that describes a call): on the device (cuda_scan.cu, one CUDA block
-// per key row, compiled where CMake finds nvcc) or emulated on the host (cuda_scan_host.cpp), so
+// The CUDA operator's scan (op: cuda) over the key rows of one call (cuda_scan_launch.h describes a
+// call, cuda_scan_body.h and cuda_scan_backward_body.h hold its arithmetic): on the device
+// (cuda_scan.cu, compiled where CMake finds nvcc) or emulated on the host (cuda_scan_host.cpp), so
 // the tests run the device's arithmetic and indexing on a CPU.
 #pragma once
 
 #include "attention/ops/cuda_scan_backward_body.h"
-#include "attention/ops/cuda_scan_body.h"
+#include "attention/ops/cuda_scan_launch.h"
 
 namespace darkformer::cuda_scan {
 

@@ -1,0 +1,81 @@
+// The CUDA operator's scan over one call (cuda_scan.h): its key rows, their tensors and buffers,
+// and each row's view of them for the arithmetic of cuda_scan_body.h.
+#pragma once
+
+#include <cstdint>
+
+#include "attention/ops/cuda_scan_body.h"
+
+namespace darkformer::cuda_scan {
+
+// The key rows of one call. Rows are a KV head of a sequence, or a query head where key features
+// are per query head. Row r's query heads are r * group ... r * group + group - 1 of the folded
+// B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1);
+// its document ids (where given) are sequence r / rows_per_sequence's. Every tensor fp32, each
+// per-head block L contiguous rows. Chunk n of row r is call-wide chunk r * Chunks() + n.
+struct Launch {
+  int64_t rows = 0, length = 0, features = 0, value_dim = 0, group = 1, sub = 8, group_subs = 1;
+  int64_t value_rows_per = 1;
+  const int64_t* ids = nullptr;  // document ids, sequences x L, on the kernels' device; nullptr: none
+  int64_t rows_per_sequence = 1;
+  bool tensor_cores = false;  // Row::tensor_cores
+  int64_t chunk_count = 0;   // rows x Chunks()
+  const float* a = nullptr;  // base-2 query log-features, rows x G x L x m
+  const float* l = nullptr;  // base-2 key log-features, rows x L x m
+  const float* v = nullptr;  // values, (rows / value_rows_per) x L x Dv
+  float* resets = nullptr;   // chunk_count: whether a document starts in the chunk
+  // Forward.
+  float* out = nullptr;         // rows x G x L x Dv
+  float* den = nullptr;         // rows x G x L
+  float* states = nullptr;      // chunk_count x m x (Dv + 1): the state entering each chunk
+  float* refs = nullptr;        // chunk_count x m
+  float* own_states = nullptr;  // chunk_count x m x (Dv + 1): each chunk's own state
+  float* own_refs = nullptr;    // chunk_count x m
+  // Backward (reads out, den, states, refs too).
+  const float* g = nullptr;  // dL/dout, rows x G x L x Dv
+  float* da = nullptr;       // rows x G x L x m, d/d(natural-log a)
+  float* dl = nullptr;       // rows x L x m
+  float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
+  float* z_own = nullptr;    // chunk_count x m x (Dv + 1): each chunk's own share of the reverse state
+  float* z_out = nullptr;    // chunk_count x m x (Dv + 1): the reverse state at each chunk's end
+  // The backward's blocks per row (each takes every W-th chunk): its scratch, W blocks' worth per
+  // row, stays bounded however long the sequence.
+  int64_t backward_blocks = 1;
+  // Forward: chunk_count x ScratchFloats(false), one per chunk's block; backward:
+  // rows x backward_blocks x ScratchFloats(true).
+  float* scratch = nullptr;
+
+  DF_HD int64_t Chunks() const { return CheckpointCount(length, sub, group_subs); }
+  DF_HD int64_t ScratchFloats(bool backward) const {
+    return Scratch::Floats(features, value_dim, group, sub, group_subs, backward);
+  }
+  DF_HD Scratch ScratchOf(int64_t block, bool backward) const {
+    return Scratch::Carve(scratch + block * ScratchFloats(backward), features, value_dim, group, sub, group_subs,
+                          backward);
+  }
+
+  // Row `row`'s view of the call's tensors.
+  DF_HD Row RowOf(int64_t row) const {
+    const int64_t lm = length * features;
+    return {length, features, value_dim, group, sub, group_subs, a + row * group * lm, lm, l + row * lm,
+            v + (row / value_rows_per) * length * value_dim,
+            ids != nullptr ? ids + (row / rows_per_sequence) * length : nullptr, tensor_cores};
+  }
+  DF_HD ForwardOut ForwardOf(int64_t row) const {
+    const int64_t ld = length * value_dim, first = row * Chunks();
+    return {out + row * group * ld, ld, den + row * group * length, length,
+            states + first * features * (value_dim + 1), refs + first * features, resets + first};
+  }
+  DF_HD BackwardIo BackwardOf(int64_t row) const {
+    const int64_t ld = length * value_dim, lm = length * features, first = row * Chunks();
+    return {states + first * features * (value_dim + 1), refs + first * features, out + row * group * ld, ld,
+            den + row * group * length, length, g + row * group * ld, ld, da + row * group * lm, lm,
+            dl + row * lm, dv + row * ld, resets + first};
+  }
+  DF_HD float* OwnStateOf(int64_t row) const { return own_states + row * Chunks() * features * (value_dim + 1); }
+  DF_HD float* OwnRefOf(int64_t row) const { return own_refs + row * Chunks() * features; }
+  DF_HD float* ZOwnOf(int64_t row) const { return z_own + row * Chunks() * features * (value_dim + 1); }
+  DF_HD float* ZOutOf(int64_t row) const { return z_out + row * Chunks() * features * (value_dim + 1); }
+};
+
+}  // namespace darkformer::cuda_scan
