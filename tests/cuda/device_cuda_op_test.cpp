@@ -21,14 +21,15 @@ namespace {
 
 constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 
-AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm) {
+AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm, int64_t chunk = kChunk,
+                     int64_t features = kFeatures) {
   KernelShape shape{kHeads, kDim};
-  const std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk) +
+  const std::string yaml = "{num_features: " + std::to_string(features) + ", chunk_size: " + std::to_string(chunk) +
                            ", op: " + op + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
   torch::NoGradGuard no_grad;
   if (projection_norm > 0) {  // rows projection_norm e_i: a key along e_i raises feature i by ~norm^2 / 2
-    kernel->named_buffers()["projection"].copy_(projection_norm * torch::eye(kDim).repeat({kFeatures / kDim, 1}));
+    kernel->named_buffers()["projection"].copy_(projection_norm * torch::eye(kDim).repeat({features / kDim, 1}));
   }
   torch::manual_seed(6);
   for (auto& p : kernel->parameters()) p.add_(0.1 * torch::randn_like(p));  // darkformer: M per head
@@ -102,13 +103,14 @@ double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 // rule of device_forms_test.cpp on top, at least 2^-8 for what is stored in bf16 (the output and
 // the inputs' gradients; the parameters' stay fp32).
 void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature,
-                   const torch::Tensor& document_ids_BL = {}, bool bf16 = false) {
+                   const torch::Tensor& document_ids_BL = {}, bool bf16 = false, int64_t chunk = kChunk,
+                   int64_t features = kFeatures) {
   const auto device = testing::TestDevice();
   const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
   const auto in = MakeInputs(pattern);
-  auto reference = Make(name, "chunk_loop", projection_norm);
+  auto reference = Make(name, "chunk_loop", projection_norm, kChunk, features);
   const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL, bf16);
-  auto kernel = Make(name, "cuda", projection_norm);
+  auto kernel = Make(name, "cuda", projection_norm, chunk, features);
   const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL, bf16);
   const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
   const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
@@ -233,6 +235,19 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
     ASSERT_TRUE(seen.has_value() && *seen >= 1) << "the profiler must see a read on the host";
     EXPECT_EQ(CountHostSyncs(run).value_or(-1), 0) << (documents ? "with documents" : "without documents");
   }
+}
+
+// chunk_size 8 < m: the forward's blocks take one sub-chunk of 8 each (5 per row), the backward's
+// checkpoints are every second (m = 16: 3 per row, the last ragged) or every fifth (m = 40: one)
+// of their entering states. m = 40 also splits the scans over chunks into 3 slices of features
+// (16, 16, 8), one block each.
+TEST(DeviceCudaOpTest, ForwardChunksFinerThanTheCheckpoints) {
+  ExpectMatches("darkformer", "jump", 900.0, {}, false, /*chunk=*/8);
+  std::vector<int64_t> ids(kLength, 3);
+  for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
+  ExpectMatches("performer", "jump", 900.0, torch::tensor(ids).view({1, kLength}), false, 8);
+  ExpectMatches("darkformer", "jump", 900.0, {}, false, 8, /*features=*/40);
+  ExpectMatches("performer", "ordinary", 0, torch::tensor(ids).view({1, kLength}), true, 8, 40);
 }
 
 // With a backward scratch of one byte each row gets one block, which takes its chunks in turn,

@@ -25,11 +25,32 @@ namespace {
 
 std::atomic<bool> emulate_on_host{false};
 
+// How a call is cut (chunk: the kernel's chunk_size, in positions). Sub-chunks of S; the backward's
+// checkpoints every ceil(m / S) sub-chunks, as the raw CPU kernel's (~Dv + 2 floats per position
+// whatever m: O(L D)); the forward's blocks take chunks of the largest divisor of that within
+// `chunk` positions, so short rows still spread over many blocks (at m = 256, S = 8 and chunk 64:
+// 8 sub-chunks, 4x the blocks of one per checkpoint), and keep every (checkpoint / forward)-th
+// entering state as the checkpoints.
+struct Chunking {
+  int64_t sub, checkpoint_subs, forward_subs;
+};
+Chunking ChunkingFor(int64_t features, int64_t chunk) {
+  Chunking c;
+  c.sub = causal_ops::SubChunk(chunk);
+  c.checkpoint_subs = CheckpointSubChunks(features, c.sub);
+  c.forward_subs = 1;
+  for (int64_t d = 1; d <= c.checkpoint_subs && d * c.sub <= std::max(chunk, c.sub); ++d) {
+    if (c.checkpoint_subs % d == 0) c.forward_subs = d;
+  }
+  return c;
+}
+
 // The scan's Launch for base-2 features a (B x H x L x m), l (B x R x L x m) and v (B x K x L x Dv),
 // with the document ids (B x L; undefined: none) that the kernels read on the device: `ids` holds
 // them there as int64 and must outlive the launch, as must `resets` (one float per chunk).
 cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, const torch::Tensor& v, int64_t sub,
-                             const torch::Tensor& document_ids_BL, torch::Tensor& ids, torch::Tensor& resets) {
+                             int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
+                             torch::Tensor& resets) {
   cuda_scan::Launch x;
   x.rows = l.size(0) * l.size(1);
   x.length = a.size(2);
@@ -37,8 +58,7 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   x.value_dim = v.size(3);
   x.group = a.size(1) / l.size(1);
   x.sub = sub;
-  // Checkpoints every ceil(m / S) sub-chunks, as the raw CPU kernel's: ~Dv + 2 floats per position.
-  x.group_subs = CheckpointSubChunks(x.features, sub);
+  x.group_subs = group_subs;
   x.value_rows_per = l.size(1) / v.size(1);
   x.a = a.data_ptr<float>();
   x.l = l.data_ptr<float>();
@@ -61,9 +81,11 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
 constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;
 std::atomic<int64_t> backward_scratch_bytes{kBackwardScratchBytes};
 
-// The forward's blocks are chunks (or rows, fewer), the backward's (row, w) for w < W.
+// The forward's blocks are chunks, or (row, slice of features) in its scan over chunks; the
+// backward's (row, w) for w < W.
 torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({backward ? x.rows * x.backward_blocks : x.chunk_count, x.ScratchFloats(backward)},
+  return torch::empty({backward ? x.rows * x.backward_blocks : std::max(x.chunk_count, x.rows * x.Slices()),
+                       x.ScratchFloats(backward)},
                       options);
 }
 
@@ -157,12 +179,13 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
   // are per query head.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
-                               int64_t sub, const Documents& documents, bool tensor_cores) {
+                               int64_t chunk, const Documents& documents, bool tensor_cores) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     const auto [a, l] = Base2Features(map, p, x, causal_ops::PerRow(y, rows));
     const auto values = v.contiguous();
+    const auto cut = ChunkingFor(a.size(3), chunk);
     torch::Tensor ids, resets;
-    auto launch = MakeLaunch(a, l, values, sub, documents.ids_BL, ids, resets);
+    auto launch = MakeLaunch(a, l, values, cut.sub, cut.forward_subs, documents.ids_BL, ids, resets);
     launch.tensor_cores = tensor_cores;
     const auto options = a.options();
     auto out = torch::empty({a.size(0), a.size(1), launch.length, launch.value_dim}, options);
@@ -171,16 +194,25 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
     Run(launch, a, /*forward=*/true);
+    // The checkpoints: every (checkpoint / forward)-th entering state of each row.
+    const int64_t every = cut.checkpoint_subs / cut.forward_subs, per_row = launch.Chunks();
+    auto every_th = [&](const torch::Tensor& t) {
+      auto rows_view = t.view({launch.rows, per_row, -1});
+      return rows_view.slice(1, 0, per_row, every).contiguous().view({-1, t.size(1)});
+    };
+    const auto checkpoints = every_th(buffers.states.view({launch.chunk_count, -1})).view(
+                     {-1, launch.features, launch.value_dim + 1}),
+               checkpoint_refs = every_th(buffers.refs);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout.
     RecordDtype(ProbeField::kInputs, x);
     RecordDtype(ProbeField::kFeatures, a);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
-    std::vector<torch::Tensor> saved = {x, y, values, out, den, buffers.states, buffers.refs};
+    std::vector<torch::Tensor> saved = {x, y, values, out, den, checkpoints, checkpoint_refs};
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows"] = rows;
-    ctx->saved_data["sub"] = sub;
+    ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["tensor_cores"] = tensor_cores;
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
     if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
@@ -200,7 +232,8 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto [a, l] = Base2Features(map, p, x, y_rows);
     const auto documents = ctx->saved_data.find("documents");
     torch::Tensor ids, resets;
-    auto launch = MakeLaunch(a, l, values, ctx->saved_data["sub"].toInt(),
+    const auto cut = ChunkingFor(a.size(3), ctx->saved_data["chunk"].toInt());
+    auto launch = MakeLaunch(a, l, values, cut.sub, cut.checkpoint_subs,
                              documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(), ids,
                              resets);
     launch.tensor_cores = ctx->saved_data["tensor_cores"].toBool();
@@ -233,7 +266,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     for (const auto& pg : features.params) result.push_back(pg);
     result.push_back({});  // map
     result.push_back({});  // rows
-    result.push_back({});  // sub
+    result.push_back({});  // chunk
     result.push_back({});  // documents
     result.push_back({});  // tensor_cores
     return result;
@@ -263,7 +296,7 @@ torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tens
   // Keys once per KV head, or per query head where the map's parameters are.
   const int64_t rows = map.keys_per_query_head ? heads : kv_heads;
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, x.size(2)));
-  return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, causal_ops::SubChunk(chunk),
+  return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, chunk,
                                  CudaScanFunction::Documents{document_ids_BL}, TensorCores(map));
 }
 
@@ -282,7 +315,8 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
                      .contiguous();
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
   torch::Tensor ids, resets;
-  auto launch = MakeLaunch(l, l, v, causal_ops::SubChunk(chunk), torch::Tensor(), ids, resets);
+  const auto cut = ChunkingFor(l.size(3), chunk);
+  auto launch = MakeLaunch(l, l, v, cut.sub, cut.forward_subs, torch::Tensor(), ids, resets);
   launch.tensor_cores = TensorCores(map);
   const auto options = l.options();
   const ForwardBuffers buffers(launch, options);

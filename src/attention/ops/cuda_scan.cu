@@ -32,9 +32,11 @@ __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
                 x.resets + blockIdx.x, x.ScratchOf(blockIdx.x, false));
 }
 
+// Blocks (row, slice of features) for the scans over chunks.
 __global__ void __launch_bounds__(kThreads) EnteringStatesKernel(Launch x) {
-  EnteringStates(ThisBlock(), x.RowOf(blockIdx.x), x.OwnStateOf(blockIdx.x), x.OwnRefOf(blockIdx.x),
-                 x.ForwardOf(blockIdx.x), x.ScratchOf(blockIdx.x, false));
+  const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
+  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row),
+                 x.OwnRefOf(row), x.ForwardOf(row), x.ScratchOf(blockIdx.x, false));
 }
 
 // A prefill's steps: every chunk's own state, the last's too; then each row's states and the one
@@ -46,10 +48,10 @@ __global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x) {
 }
 
 __global__ void __launch_bounds__(kThreads) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
-  const int64_t mv = x.features * (x.value_dim + 1);
-  EnteringStates(ThisBlock(), x.RowOf(blockIdx.x), x.OwnStateOf(blockIdx.x), x.OwnRefOf(blockIdx.x),
-                 x.ForwardOf(blockIdx.x), x.ScratchOf(blockIdx.x, false), final_states + blockIdx.x * mv,
-                 final_refs + blockIdx.x * x.features);
+  const int64_t mv = x.features * (x.value_dim + 1), row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
+  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row),
+                 x.OwnRefOf(row), x.ForwardOf(row), x.ScratchOf(blockIdx.x, false), final_states + row * mv,
+                 final_refs + row * x.features);
 }
 
 __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
@@ -69,7 +71,9 @@ __global__ void __launch_bounds__(kThreads) ChunkReverseShareKernel(Launch x) {
 }
 
 __global__ void __launch_bounds__(kThreads) ReverseStatesKernel(Launch x) {
-  ReverseStates(ThisBlock(), x.RowOf(blockIdx.x), x.BackwardOf(blockIdx.x), x.ZOwnOf(blockIdx.x), x.ZOutOf(blockIdx.x));
+  const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
+  ReverseStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOwnOf(row),
+                x.ZOutOf(row));
 }
 
 __global__ void __launch_bounds__(kThreads) ChunkBackwardKernel(Launch x) {
@@ -92,10 +96,10 @@ bool DeviceKernelsBuilt() { return true; }
 void ForwardOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
-  const auto blocks = static_cast<unsigned>(x.chunk_count), rows = static_cast<unsigned>(x.rows);
+  const auto blocks = static_cast<unsigned>(x.chunk_count), slices = static_cast<unsigned>(x.rows * x.Slices());
   ChunkOwnStateKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks' own states)");
-  EnteringStatesKernel<<<rows, kThreads, 0, on>>>(x);
+  EnteringStatesKernel<<<slices, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (entering states)");
   ChunkForwardKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks)");
@@ -106,17 +110,18 @@ void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, vo
   const auto on = static_cast<cudaStream_t>(stream);
   PrefillOwnStateKernel<<<static_cast<unsigned>(x.chunk_count), kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "prefill launch (chunks' own states)");
-  PrefillStatesKernel<<<static_cast<unsigned>(x.rows), kThreads, 0, on>>>(x, final_states, final_refs);
+  PrefillStatesKernel<<<static_cast<unsigned>(x.rows * x.Slices()), kThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (states)");
 }
 
 void BackwardOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
-  const auto blocks = static_cast<unsigned>(x.rows * x.backward_blocks), rows = static_cast<unsigned>(x.rows);
+  const auto blocks = static_cast<unsigned>(x.rows * x.backward_blocks),
+             slices = static_cast<unsigned>(x.rows * x.Slices());
   ChunkReverseShareKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (chunks' own reverse states)");
-  ReverseStatesKernel<<<rows, kThreads, 0, on>>>(x);
+  ReverseStatesKernel<<<slices, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (reverse states)");
   ChunkBackwardKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (chunks)");

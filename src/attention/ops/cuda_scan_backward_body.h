@@ -165,14 +165,20 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
 // chunk n telescope; the factor is <= 1), or Z_own(n) alone where a document starts in chunk n
 // (io.resets, step 1), Z_out(N - 1) none, from the chunks' own shares z_own (step 1) and the
 // checkpoints' references. z_out (N x m x V) holds Z_out(0 .. N - 2).
-DF_HD inline void ReverseStates(const Block& b, const Row& r, const BackwardIo& io, const float* z_own, float* z_out) {
+// Features [f0, f1) of the row (each feature's rows are scanned alone; Launch::Slices).
+DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io,
+                                const float* z_own, float* z_out) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
   if (chunks < 2) return;
-  ParallelFor(b, mv, [&](int64_t idx) { z_out[(chunks - 2) * mv + idx] = z_own[(chunks - 1) * mv + idx]; });
+  const int64_t span = (f1 - f0) * v;
+  ParallelFor(b, span, [&](int64_t e) {
+    const int64_t idx = f0 * v + e;
+    z_out[(chunks - 2) * mv + idx] = z_own[(chunks - 1) * mv + idx];
+  });
   for (int64_t n = chunks - 2; n >= 1; --n) {
     const bool reset = io.resets[n] != 0.0f;
-    ParallelFor(b, mv, [&](int64_t idx) {
-      const int64_t i = idx / v;
+    ParallelFor(b, span, [&](int64_t e) {
+      const int64_t idx = f0 * v + e, i = idx / v;
       const float decay = DF_EXP2(io.refs[n * m + i] - io.refs[(n + 1) * m + i]);
       z_out[(n - 1) * mv + idx] = reset ? z_own[n * mv + idx] : z_own[n * mv + idx] + decay * z_out[n * mv + idx];
     });

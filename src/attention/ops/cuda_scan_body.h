@@ -297,26 +297,29 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
 // attains a feature's max keeps its exact 1 in the normaliser. Where a document starts in chunk n
 // (o.resets, step 1), S_{n+1} = S'_n at R'_n. With `final_state` (a prefill: step 1 ran for the
 // last chunk too) also S_N, the state after the whole row, and its reference.
-DF_HD inline void EnteringStates(const Block& b, const Row& r, const float* own_states, const float* own_refs,
-                                 const ForwardOut& o, const Scratch& c, float* final_state = nullptr,
-                                 float* final_ref = nullptr) {
+// Each feature's rows merge alone, so a block takes features [f0, f1) of the row (Launch::Slices).
+DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const float* own_states,
+                                 const float* own_refs, const ForwardOut& o, const Scratch& c,
+                                 float* final_state = nullptr, float* final_ref = nullptr) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  ParallelFor(b, mv, [&](int64_t idx) { o.states[idx] = 0.0f; });
-  ParallelFor(b, m, [&](int64_t i) { o.refs[i] = kNegInf; });
+  const int64_t span = (f1 - f0) * v;  // the block's elements of a state, from f0 * v on
+  ParallelFor(b, span, [&](int64_t e) { o.states[f0 * v + e] = 0.0f; });
+  ParallelFor(b, f1 - f0, [&](int64_t e) { o.refs[f0 + e] = kNegInf; });
   for (int64_t n = 0; n + 1 < chunks || (final_state != nullptr && n < chunks); ++n) {
     const float *in = o.states + n * mv, *in_ref = o.refs + n * m, *own = own_states + n * mv, *own_ref = own_refs + n * m;
     const bool last = n + 1 == chunks;
     float* next = last ? final_state : o.states + (n + 1) * mv;
     float* next_ref = last ? final_ref : o.refs + (n + 1) * m;
     const bool reset = o.resets[n] != 0.0f;
-    ParallelFor(b, m, [&](int64_t i) {
+    ParallelFor(b, f1 - f0, [&](int64_t e) {
+      const int64_t i = f0 + e;
       const float top = reset ? own_ref[i] : Max(in_ref[i], own_ref[i]);
       c.decay[i] = DF_EXP2(in_ref[i] - top);  // 0 for the empty S_0
       c.ref[i] = DF_EXP2(own_ref[i] - top);
       next_ref[i] = top;
     });
-    ParallelFor(b, mv, [&](int64_t idx) {
-      const int64_t i = idx / v;
+    ParallelFor(b, span, [&](int64_t e) {
+      const int64_t idx = f0 * v + e, i = idx / v;
       next[idx] = reset ? own[idx] : c.decay[i] * in[idx] + c.ref[i] * own[idx];
     });
   }

@@ -14,8 +14,10 @@ void ForwardOnHost(const Launch& x) {
     ChunkOwnState(Block{}, x.RowOf(row), n, x.OwnStateOf(row) + n * mv, x.OwnRefOf(row) + n * x.features,
                   x.resets + c, x.ScratchOf(c, false));
   }
-  for (int64_t row = 0; row < x.rows; ++row) {
-    EnteringStates(Block{}, x.RowOf(row), x.OwnStateOf(row), x.OwnRefOf(row), x.ForwardOf(row), x.ScratchOf(row, false));
+  for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
+    const int64_t row = block / x.Slices(), slice = block % x.Slices();
+    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row), x.OwnRefOf(row),
+                   x.ForwardOf(row), x.ScratchOf(block, false));
   }
   for (int64_t c = 0; c < x.chunk_count; ++c) {
     ChunkForward(Block{}, x.RowOf(c / chunks), x.ForwardOf(c / chunks), c % chunks, x.ScratchOf(c, false));
@@ -29,9 +31,10 @@ void PrefillOnHost(const Launch& x, float* final_states, float* final_refs) {
     ChunkOwnState(Block{}, x.RowOf(row), n, x.OwnStateOf(row) + n * mv, x.OwnRefOf(row) + n * x.features,
                   x.resets + c, x.ScratchOf(c, false));
   }
-  for (int64_t row = 0; row < x.rows; ++row) {
-    EnteringStates(Block{}, x.RowOf(row), x.OwnStateOf(row), x.OwnRefOf(row), x.ForwardOf(row), x.ScratchOf(row, false),
-                   final_states + row * mv, final_refs + row * x.features);
+  for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
+    const int64_t row = block / x.Slices(), slice = block % x.Slices();
+    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row), x.OwnRefOf(row),
+                   x.ForwardOf(row), x.ScratchOf(block, false), final_states + row * mv, final_refs + row * x.features);
   }
 }
 
@@ -43,8 +46,10 @@ void BackwardOnHost(const Launch& x) {
                     x.ScratchOf(row * w + n % w, true));
     }
   }
-  for (int64_t row = 0; row < x.rows; ++row) {
-    ReverseStates(Block{}, x.RowOf(row), x.BackwardOf(row), x.ZOwnOf(row), x.ZOutOf(row));
+  for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
+    const int64_t row = block / x.Slices(), slice = block % x.Slices();
+    ReverseStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOwnOf(row),
+                  x.ZOutOf(row));
   }
   for (int64_t row = 0; row < x.rows; ++row) {
     for (int64_t n = 0; n < chunks; ++n) {

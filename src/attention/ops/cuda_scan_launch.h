@@ -41,11 +41,19 @@ struct Launch {
   // The backward's blocks per row (each takes every W-th chunk): its scratch, W blocks' worth per
   // row, stays bounded however long the sequence.
   int64_t backward_blocks = 1;
-  // Forward: chunk_count x ScratchFloats(false), one per chunk's block; backward:
-  // rows x backward_blocks x ScratchFloats(true).
+  // Forward: max(chunk_count, rows x Slices()) x ScratchFloats(false), one per block of the
+  // forward's launches; backward: rows x backward_blocks x ScratchFloats(true).
   float* scratch = nullptr;
 
   DF_HD int64_t Chunks() const { return CheckpointCount(length, sub, group_subs); }
+  // The scans over chunks (EnteringStates, ReverseStates) take each row in slices of kSliceFeatures
+  // features, one block each: block s of row r is r * Slices() + s, features [First, Last).
+  static constexpr int64_t kSliceFeatures = 16;
+  DF_HD int64_t Slices() const { return (features + kSliceFeatures - 1) / kSliceFeatures; }
+  DF_HD int64_t SliceFirst(int64_t slice) const { return slice * kSliceFeatures; }
+  DF_HD int64_t SliceLast(int64_t slice) const {
+    return (slice + 1) * kSliceFeatures < features ? (slice + 1) * kSliceFeatures : features;
+  }
   DF_HD int64_t ScratchFloats(bool backward) const {
     return Scratch::Floats(features, value_dim, group, sub, group_subs, backward);
   }
