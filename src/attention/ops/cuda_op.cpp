@@ -8,7 +8,6 @@
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
-#include "attention/ops/raw_cpu_kernel.h"
 #include "attention/ops/saved_bytes.h"
 #include "attention/ops/sub_chunk.h"
 #include "util/error.h"
@@ -25,24 +24,19 @@ namespace {
 
 std::atomic<bool> emulate_on_host{false};
 
-// How a call is cut (chunk: the kernel's chunk_size, in positions). Sub-chunks of S; the backward's
-// checkpoints every ceil(m / S) sub-chunks, as the raw CPU kernel's (~Dv + 2 floats per position
-// whatever m: O(L D)); the forward's blocks take chunks of the largest divisor of that within
-// `chunk` positions, so short rows still spread over many blocks (at m = 256, S = 8 and chunk 64:
-// 8 sub-chunks, 4x the blocks of one per checkpoint), and keep every (checkpoint / forward)-th
-// entering state as the checkpoints.
+// How a call is cut (chunk: the kernel's chunk_size, in positions): sub-chunks of S, and chunks of
+// chunk / S of them, one block each, in the forward and the backward alike. The states entering the
+// chunks are not kept for the backward, which recomputes them (the forward's first two steps), so
+// autograd holds O(L D) whatever m and chunk, and short rows still spread over many blocks (2k
+// positions at chunk 64: 32 blocks per row, not the 8 of a checkpoint every ceil(m / S) = 32
+// sub-chunks at m = 256). Their cost: while a call runs it holds m (Dv + 1) floats per chunk twice
+// (the entering and the own states).
 struct Chunking {
-  int64_t sub, checkpoint_subs, forward_subs;
+  int64_t sub, chunk_subs;
 };
-Chunking ChunkingFor(int64_t features, int64_t chunk) {
-  Chunking c;
-  c.sub = causal_ops::SubChunk(chunk);
-  c.checkpoint_subs = CheckpointSubChunks(features, c.sub);
-  c.forward_subs = 1;
-  for (int64_t d = 1; d <= c.checkpoint_subs && d * c.sub <= std::max(chunk, c.sub); ++d) {
-    if (c.checkpoint_subs % d == 0) c.forward_subs = d;
-  }
-  return c;
+Chunking ChunkingFor(int64_t chunk) {
+  const int64_t sub = causal_ops::SubChunk(chunk);
+  return {sub, std::max<int64_t>(1, chunk / sub)};
 }
 
 // The scan's Launch for base-2 features a (B x H x L x m), l (B x R x L x m) and v (B x K x L x Dv),
@@ -95,8 +89,8 @@ torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch
                      : torch::empty({x.chunk_count, x.features}, options);
 }
 
-// The forward's and the prefill's buffers, pointed to by `x`: the entering states (kept by the
-// forward for the backward) and what the steps use on the way.
+// The buffers of the forward's first two steps (the forward, the prefill, and the backward which
+// reruns them), pointed to by `x`: the entering states and what the steps use on the way.
 struct ForwardBuffers {
   torch::Tensor states, refs, own_states, own_refs, scratch;
   ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options)
@@ -128,10 +122,20 @@ void Dispatch(const torch::Tensor& on, Host host, Device device) {
 #endif
 }
 
-void Run(const cuda_scan::Launch& x, const torch::Tensor& on, bool forward) {
+enum class Step { kForward, kStates, kBackward };
+void Run(const cuda_scan::Launch& x, const torch::Tensor& on, Step step) {
   Dispatch(
-      on, [&] { forward ? cuda_scan::ForwardOnHost(x) : cuda_scan::BackwardOnHost(x); },
-      [&](void* stream) { forward ? cuda_scan::ForwardOnDevice(x, stream) : cuda_scan::BackwardOnDevice(x, stream); });
+      on,
+      [&] {
+        if (step == Step::kForward) cuda_scan::ForwardOnHost(x);
+        if (step == Step::kStates) cuda_scan::StatesOnHost(x);
+        if (step == Step::kBackward) cuda_scan::BackwardOnHost(x);
+      },
+      [&](void* stream) {
+        if (step == Step::kForward) cuda_scan::ForwardOnDevice(x, stream);
+        if (step == Step::kStates) cuda_scan::StatesOnDevice(x, stream);
+        if (step == Step::kBackward) cuda_scan::BackwardOnDevice(x, stream);
+      });
 }
 
 // Where op: cuda may run: a CUDA device in a build with its kernels, or the host emulation in tests.
@@ -183,9 +187,9 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     const auto [a, l] = Base2Features(map, p, x, causal_ops::PerRow(y, rows));
     const auto values = v.contiguous();
-    const auto cut = ChunkingFor(a.size(3), chunk);
+    const auto cut = ChunkingFor(chunk);
     torch::Tensor ids, resets;
-    auto launch = MakeLaunch(a, l, values, cut.sub, cut.forward_subs, documents.ids_BL, ids, resets);
+    auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs, documents.ids_BL, ids, resets);
     launch.tensor_cores = tensor_cores;
     const auto options = a.options();
     auto out = torch::empty({a.size(0), a.size(1), launch.length, launch.value_dim}, options);
@@ -193,22 +197,13 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const ForwardBuffers buffers(launch, options);
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
-    Run(launch, a, /*forward=*/true);
-    // The checkpoints: every (checkpoint / forward)-th entering state of each row.
-    const int64_t every = cut.checkpoint_subs / cut.forward_subs, per_row = launch.Chunks();
-    auto every_th = [&](const torch::Tensor& t) {
-      auto rows_view = t.view({launch.rows, per_row, -1});
-      return rows_view.slice(1, 0, per_row, every).contiguous().view({-1, t.size(1)});
-    };
-    const auto checkpoints = every_th(buffers.states.view({launch.chunk_count, -1})).view(
-                     {-1, launch.features, launch.value_dim + 1}),
-               checkpoint_refs = every_th(buffers.refs);
+    Run(launch, a, Step::kForward);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout.
     RecordDtype(ProbeField::kInputs, x);
     RecordDtype(ProbeField::kFeatures, a);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
-    std::vector<torch::Tensor> saved = {x, y, values, out, den, checkpoints, checkpoint_refs};
+    std::vector<torch::Tensor> saved = {x, y, values, out, den};
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows"] = rows;
@@ -224,7 +219,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &y = saved[1], &values = saved[2], &out = saved[3], &den = saved[4];
-    const std::vector<torch::Tensor> p(saved.begin() + 7, saved.end());
+    const std::vector<torch::Tensor> p(saved.begin() + 5, saved.end());
     const FeatureMap& map =
         c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
     const int64_t rows = ctx->saved_data["rows"].toInt();
@@ -232,13 +227,22 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto [a, l] = Base2Features(map, p, x, y_rows);
     const auto documents = ctx->saved_data.find("documents");
     torch::Tensor ids, resets;
-    const auto cut = ChunkingFor(a.size(3), ctx->saved_data["chunk"].toInt());
-    auto launch = MakeLaunch(a, l, values, cut.sub, cut.checkpoint_subs,
+    const auto cut = ChunkingFor(ctx->saved_data["chunk"].toInt());
+    auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs,
                              documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(), ids,
                              resets);
     launch.tensor_cores = ctx->saved_data["tensor_cores"].toBool();
-    const auto g = grads[0].to(torch::kFloat32).contiguous();
     const auto options = a.options();
+    // The states entering the chunks, recomputed (the forward's first two steps); what those steps
+    // use on the way is freed before the backward's own buffers are made.
+    torch::Tensor states, refs;
+    {
+      const ForwardBuffers buffers(launch, options);
+      Run(launch, a, Step::kStates);
+      states = buffers.states;
+      refs = buffers.refs;
+    }
+    const auto g = grads[0].to(torch::kFloat32).contiguous();
     auto da = torch::empty_like(a), dl = torch::empty_like(l);
     auto dv_rows = torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options);
     // W blocks per row: as many as the scratch budget allows, at most a row's chunks.
@@ -250,14 +254,14 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     launch.z_out = z_out.data_ptr<float>();
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
-    launch.states = saved[5].data_ptr<float>();
-    launch.refs = saved[6].data_ptr<float>();
+    launch.states = states.data_ptr<float>();
+    launch.refs = refs.data_ptr<float>();
     launch.g = g.data_ptr<float>();
     launch.da = da.data_ptr<float>();
     launch.dl = dl.data_ptr<float>();
     launch.dv = dv_rows.data_ptr<float>();
     launch.scratch = scratch.data_ptr<float>();
-    Run(launch, a, /*forward=*/false);
+    Run(launch, a, Step::kBackward);
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, da, dl);
     RecordDtype(ProbeField::kGradients, features.dx);
@@ -315,8 +319,8 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
                      .contiguous();
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
   torch::Tensor ids, resets;
-  const auto cut = ChunkingFor(l.size(3), chunk);
-  auto launch = MakeLaunch(l, l, v, cut.sub, cut.forward_subs, torch::Tensor(), ids, resets);
+  const auto cut = ChunkingFor(chunk);
+  auto launch = MakeLaunch(l, l, v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets);
   launch.tensor_cores = TensorCores(map);
   const auto options = l.options();
   const ForwardBuffers buffers(launch, options);

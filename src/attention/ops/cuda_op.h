@@ -6,8 +6,9 @@
 // 3xTF32 when the queries arrived in bf16 or fp16 (or fp32 where LibTorch allows TF32), else fp32
 // on CUDA cores (cuda_scan_matmul.h). Deterministic (fixed orders, no atomics). GQA: key features
 // once per KV head, or per query head where the map's parameters are (darkformer's per-head M).
-// Autograd saves x, y, v, the output, its normaliser and the scan's checkpoints (~Dv + 2 floats per
-// position and key row): O(L D); the backward recomputes the features (one whole-sequence pass).
+// Autograd saves x, y, v, the output and its normaliser: O(L D); the backward recomputes the
+// features (one whole-sequence pass) and the states entering the chunks (the forward's first two
+// launches).
 // Not yet: features inside the kernel (held whole while a call runs), operands resident in shared
 // memory (the scan's scratch is global memory, its tiles staged per product).
 #pragma once

@@ -93,7 +93,7 @@ void Check(cudaError_t error, const char* what) {
 
 bool DeviceKernelsBuilt() { return true; }
 
-void ForwardOnDevice(const Launch& x, void* stream) {
+void StatesOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(x.chunk_count), slices = static_cast<unsigned>(x.rows * x.Slices());
@@ -101,7 +101,13 @@ void ForwardOnDevice(const Launch& x, void* stream) {
   Check(cudaGetLastError(), "forward launch (chunks' own states)");
   EnteringStatesKernel<<<slices, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (entering states)");
-  ChunkForwardKernel<<<blocks, kThreads, 0, on>>>(x);
+}
+
+void ForwardOnDevice(const Launch& x, void* stream) {
+  if (x.rows == 0 || x.length == 0) return;
+  StatesOnDevice(x, stream);
+  const auto on = static_cast<cudaStream_t>(stream);
+  ChunkForwardKernel<<<static_cast<unsigned>(x.chunk_count), kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks)");
 }
 

@@ -9,6 +9,10 @@
 
 namespace darkformer::cuda_scan {
 
+// The states entering every chunk and their references (states, refs), from the keys and values
+// alone: the forward's first two steps, which the backward reruns instead of saving them. Needs
+// own_states, own_refs, resets and the forward's scratch.
+void StatesOnHost(const Launch& launch);
 void ForwardOnHost(const Launch& launch);
 // The state after each segment and its reference (segment_count x m x (Dv + 1), x m), from the
 // keys and values alone: a prefill for the recurrent step (recurrent_step.h). Needs states, refs,
@@ -19,6 +23,7 @@ void BackwardOnHost(const Launch& launch);
 // Whether this build compiled the device kernels (CMake found nvcc: DARKFORMER_CUDA_OP).
 bool DeviceKernelsBuilt();
 // On `stream` (a cudaStream_t), asynchronously; they throw where the kernels are not built.
+void StatesOnDevice(const Launch& launch, void* stream);
 void ForwardOnDevice(const Launch& launch, void* stream);
 void PrefillOnDevice(const Launch& launch, float* final_states, float* final_refs, void* stream);
 void BackwardOnDevice(const Launch& launch, void* stream);

@@ -6,7 +6,7 @@
 
 namespace darkformer::cuda_scan {
 
-void ForwardOnHost(const Launch& x) {
+void StatesOnHost(const Launch& x) {
   const int64_t mv = x.features * (x.value_dim + 1), chunks = x.Chunks();
   for (int64_t c = 0; c < x.chunk_count; ++c) {
     const int64_t row = c / chunks, n = c % chunks;
@@ -19,6 +19,11 @@ void ForwardOnHost(const Launch& x) {
     EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row), x.OwnRefOf(row),
                    x.ForwardOf(row), x.ScratchOf(block, false));
   }
+}
+
+void ForwardOnHost(const Launch& x) {
+  StatesOnHost(x);
+  const int64_t chunks = x.Chunks();
   for (int64_t c = 0; c < x.chunk_count; ++c) {
     ChunkForward(Block{}, x.RowOf(c / chunks), x.ForwardOf(c / chunks), c % chunks, x.ScratchOf(c, false));
   }
@@ -61,6 +66,7 @@ void BackwardOnHost(const Launch& x) {
 
 #ifndef DARKFORMER_CUDA_OP
 bool DeviceKernelsBuilt() { return false; }
+void StatesOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 void ForwardOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 void PrefillOnDevice(const Launch&, float*, float*, void*) {
   throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)");
