@@ -126,7 +126,14 @@ void ExpectMatches(const std::string& name, const std::string& pattern, double m
   }
 }
 
-TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) { ExpectMatches("performer", "ordinary", 0); }
+// Every path the kernels have, small: fp32 on CUDA cores; bf16 on tensor cores (shared memory)
+// with documents read on the device, and 3 slices of features over 5 chunks.
+TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) {
+  ExpectMatches("performer", "ordinary", 0);
+  const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
+  ids.narrow(1, 12, kLength - 12).add_(1);
+  ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
+}
 
 TEST(DeviceCudaOpTest, OrdinaryRowsWithPerHeadM) { ExpectMatches("darkformer", "ordinary", 0); }
 
