@@ -23,7 +23,7 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
     o.op = ParseCausalOp(
         reader.Get<std::string>("op", CausalOpName(o.op),
                                 KeySpec("causal form: auto = ops/causal_form.h (CPU: raw_cpu where it applies, else chunk_loop; CUDA: chunk_parallel)")
-                                    .OneOf({"auto", "naive", "chunk_loop", "chunk_parallel", "raw_cpu", "cuda"})),
+                                    .OneOf(CausalOpNames())),
         reader.KeyPath("op"));
   }
   if (!with_redraw) return o;

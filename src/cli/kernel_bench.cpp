@@ -22,6 +22,7 @@
 #include "attention/document_mask.h"
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
+#include "attention/ops/cuda_op.h"
 #include "attention/ops/dtype_probe.h"
 #include "train/size_terms.h"
 #include "util/error.h"
@@ -232,6 +233,11 @@ void RunKernelBench(const KernelBenchOptions& o) {
   // Log-form kernels take the operator's form; signed ones have their composite path only.
   const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, fused_options, o.heads, 8).ptr()) != nullptr;
   DF_CHECK(!o.ops.empty(), "--op: give at least one form");
+  // As a run's config is (run_config.cpp), before anything is timed or printed.
+  if (std::find(o.ops.begin(), o.ops.end(), "cuda") != o.ops.end()) {
+    DF_CHECK(bench_device.is_cuda(), "--op cuda: op: cuda runs on a CUDA device; this bench runs on --device " << o.device);
+    DF_CHECK(CudaOpBuilt(), "--op cuda: op: cuda: this build has no CUDA kernels (CMake found no nvcc)");
+  }
   DF_CHECK(log_form || (o.ops == std::vector<std::string>{"auto"} && !o.naive),
            "--op / --naive: kernel '" << o.kernel << "' has no causal operator (only log-form kernels do)");
   auto naive_options = YAML::Clone(fused_options);

@@ -6,6 +6,7 @@
 // errors of a checkpoint (attention/kernel_diagnostics.h holds the math).
 #include <fmt/format.h>
 
+#include <algorithm>
 #include <fstream>
 #include <iostream>
 #include <sstream>
@@ -14,6 +15,7 @@
 #include "attention/feature_kernel_base.h"
 #include "attention/kernel_diagnostics.h"
 #include "attention/kernel_registry.h"
+#include "attention/ops/feature_map.h"
 #include "cli/commands.h"
 #include "cli/kernel_bench.h"
 #include "train/size_terms.h"
@@ -293,6 +295,17 @@ void FavorEstimators(const KernelCheckArgs& a) {
   WriteJson(a.json, lines);
 }
 
+// --op's choices: the operator's forms (ops/feature_map.h), also spelt with hyphens.
+std::vector<std::string> OpChoices() {
+  std::vector<std::string> choices = CausalOpNames();
+  for (auto name : CausalOpNames()) {
+    if (name.find('_') == std::string::npos) continue;
+    std::replace(name.begin(), name.end(), '_', '-');
+    choices.push_back(name);
+  }
+  return choices;
+}
+
 }  // namespace
 
 void AddKernelCheckCommand(CLI::App& app) {
@@ -320,8 +333,7 @@ void AddKernelCheckCommand(CLI::App& app) {
                 "dispatches per call (ops_forward, ops_backward in --json)");
   cmd->add_option("--op", b.ops, "--bench: the causal operator's forms to time, alternating (comma-separated)")
       ->delimiter(',')
-      ->check(CLI::IsMember({"auto", "naive", "chunk_loop", "chunk_parallel", "raw_cpu", "chunk-loop", "chunk-parallel",
-                             "raw-cpu"}))
+      ->check(CLI::IsMember(OpChoices()))
       ->capture_default_str();
   cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
   cmd->add_option("--dtype", b.dtype,

@@ -74,6 +74,12 @@ def command_line_errors(tmp):
                          (["kernel-check", "--kernel", "performer", "--options", "{num_features: ["], "--options"),
                          (["kernel-check", "--kernel", "performer", "--options", "just text"], "--options"),
                          (["kernel-check", "--kernel", "performer", "--options", "[1, 2]"], "--options"),
+                         # --op takes every form of the operator (ops/feature_map.h's one list), and the
+                         # CUDA operator is refused on a CPU, naming itself.
+                         (["kernel-check", "--bench", "--kernel", "performer", "--op", "bogus"], "--op"),
+                         (["kernel-check", "--bench", "--kernel", "performer", "--device", "cpu", "--op", "auto,cuda",
+                           "--heads", "2", "--kv-heads", "1", "--bench-head-dims", "8", "--bench-lengths", "16",
+                           "--options", "{num_features: 16}", "--repeats", "1"], "--op cuda"),
                          (["bogus"], ("unknown command 'bogus'",)),
                          (["trian", "--config", path], "'trian'"),
                          (["train", "--bogus"], "--bogus"),

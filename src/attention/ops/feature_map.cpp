@@ -1,28 +1,50 @@
 // Names of the causal operator's forms (see feature_map.h).
 #include "attention/ops/feature_map.h"
 
+#include <utility>
+#include <vector>
+
 #include "util/error.h"
 
 namespace darkformer {
 
+namespace {
+
+// The one declaration of the forms' names; everything else derives from it.
+const std::vector<std::pair<std::string, CausalOp>>& CausalOps() {
+  static const std::vector<std::pair<std::string, CausalOp>> ops = {
+      {"auto", CausalOp::kAuto},
+      {"naive", CausalOp::kNaive},
+      {"chunk_loop", CausalOp::kChunkLoop},
+      {"chunk_parallel", CausalOp::kChunkParallel},
+      {"raw_cpu", CausalOp::kRawCpu},
+      {"cuda", CausalOp::kCuda}};
+  return ops;
+}
+
+}  // namespace
+
+const std::vector<std::string>& CausalOpNames() {
+  static const std::vector<std::string> names = [] {
+    std::vector<std::string> out;
+    for (const auto& [name, op] : CausalOps()) out.push_back(name);
+    return out;
+  }();
+  return names;
+}
+
 CausalOp ParseCausalOp(const std::string& name, const std::string& key_path) {
-  if (name == "auto") return CausalOp::kAuto;
-  if (name == "naive") return CausalOp::kNaive;
-  if (name == "chunk_loop") return CausalOp::kChunkLoop;
-  if (name == "chunk_parallel") return CausalOp::kChunkParallel;
-  if (name == "raw_cpu") return CausalOp::kRawCpu;
-  if (name == "cuda") return CausalOp::kCuda;
-  Fail("config key '" + key_path + "': unknown op '" + name + "'; valid: auto, naive, chunk_loop, chunk_parallel, raw_cpu, cuda");
+  for (const auto& [known, op] : CausalOps()) {
+    if (name == known) return op;
+  }
+  std::string valid;
+  for (const auto& known : CausalOpNames()) valid += (valid.empty() ? "" : ", ") + known;
+  Fail("config key '" + key_path + "': unknown op '" + name + "'; valid: " + valid);
 }
 
 std::string CausalOpName(CausalOp op) {
-  switch (op) {
-    case CausalOp::kAuto: return "auto";
-    case CausalOp::kNaive: return "naive";
-    case CausalOp::kChunkLoop: return "chunk_loop";
-    case CausalOp::kChunkParallel: return "chunk_parallel";
-    case CausalOp::kRawCpu: return "raw_cpu";
-    case CausalOp::kCuda: return "cuda";
+  for (const auto& [name, known] : CausalOps()) {
+    if (op == known) return name;
   }
   return "auto";
 }

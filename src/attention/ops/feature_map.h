@@ -23,7 +23,11 @@ enum class CausalOp {
   kCuda,           // the CUDA operator (cuda_op.h): a CUDA device only
 };
 
-// "auto" | "naive" | "chunk_loop" | "chunk_parallel" | "raw_cpu" | "cuda"; anything else throws naming `key_path`.
+// The forms' names, in the enum's order: "auto", "naive", "chunk_loop", "chunk_parallel", "raw_cpu",
+// "cuda" (declared once, in feature_map.cpp: the config key's choices and kernel-check's --op
+// derive from it).
+const std::vector<std::string>& CausalOpNames();
+// One of CausalOpNames(); anything else throws naming `key_path`.
 CausalOp ParseCausalOp(const std::string& name, const std::string& key_path);
 std::string CausalOpName(CausalOp op);
 
