@@ -69,7 +69,7 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   return x;
 }
 
-// The backward's scratch (each block refolds a chunk's entering states: ceil(m / S) states of
+// The backward's scratch (each block refolds a chunk's entering states: chunk / S states of
 // m x (Dv + 1)) is held to this many bytes by giving each row fewer blocks, each taking several
 // chunks.
 constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;

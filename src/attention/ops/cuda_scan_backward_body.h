@@ -16,8 +16,8 @@ namespace darkformer::cuda_scan {
 // 2^(R(e') - R(f)) Z). The chunk refolds its sub-chunks' entering states from its checkpoint,
 // then runs them in reverse from z_in (the later chunks' Z at the chunk's end; nullptr: none).
 // Without `gradients` it computes only Z, from z_in = nullptr: the chunk's own share of the
-// reverse state at its entering reference, into z_out, and whether a document starts in the chunk,
-// into io.resets[n] (step 1 of three; ReverseStates is step 2). Documents as in cuda_scan_body.h:
+// reverse state at its entering reference, into z_out (step 1 of three; ReverseStates is step 2).
+// Documents as in cuda_scan_body.h:
 // a pair, a state read or a key's share of Z across a document start is skipped (a select), and Z
 // does not pass back over a sub-chunk that holds a start.
 DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const float* z_in,
@@ -41,7 +41,7 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
       has = true;
     }
   }
-  bool has_z = z_in != nullptr, starts = false;
+  bool has_z = z_in != nullptr;
   if (has_z) ParallelFor(b, mv, [&](int64_t idx) { c.z[idx] = z_in[idx]; });
   for (int64_t k = end - 1; k >= first; --k) {
     const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
@@ -53,7 +53,6 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
     if (gradients) LoadValues(b, r, pos, sl, c);
     Maxima(b, r, pos, sl, /*queries=*/true, ref, has_in, c);
     const bool holds_start = HoldsStart(c, sl);  // the same for every thread after the barrier
-    starts = starts || holds_start;
     // h_t.
     ParallelFor(b, g * sl * v, [&](int64_t idx) {
       const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
@@ -157,14 +156,13 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
     has_z = true;
   }
   if (z_out != nullptr) ParallelFor(b, mv, [&](int64_t idx) { z_out[idx] = c.z[idx]; });
-  if (!gradients) ParallelFor(b, 1, [&](int64_t) { io.resets[n] = starts ? 1.0f : 0.0f; });
 }
 
 // Step 2 of the backward, per row: the reverse state entering each chunk from the later ones,
 // Z_out(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z_out(n) per feature (the sub-chunks' decays of
 // chunk n telescope; the factor is <= 1), or Z_own(n) alone where a document starts in chunk n
-// (io.resets, step 1), Z_out(N - 1) none, from the chunks' own shares z_own (step 1) and the
-// checkpoints' references. z_out (N x m x V) holds Z_out(0 .. N - 2).
+// (io.resets, from the forward's first step), Z_out(N - 1) none, from the chunks' own shares z_own
+// (step 1) and the checkpoints' references. z_out (N x m x V) holds Z_out(0 .. N - 2).
 // Features [f0, f1) of the row (each feature's rows are scanned alone; Launch::Slices).
 DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io,
                                 const float* z_own, float* z_out) {

@@ -72,7 +72,7 @@ struct BackwardIo {
   int64_t da_head_stride;
   float* dl;  // L x m
   float* dv;  // L x Dv
-  float* resets;  // checkpoints: written by the reverse shares (ChunkBackward without gradients)
+  const float* resets;  // checkpoints: the forward's step 1 wrote them (the backward reruns it)
 };
 
 DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_subs) {
