@@ -266,11 +266,10 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
   }
 }
 
-// chunk_size 8 < m: the forward's blocks take one sub-chunk of 8 each (5 per row), the backward's
-// checkpoints are every second (m = 16: 3 per row, the last ragged) or every fifth (m = 40: one)
-// of their entering states. m = 40 also splits the scans over chunks into 3 slices of features
-// (16, 16, 8), one block each.
-TEST(DeviceCudaOpTest, ForwardChunksFinerThanTheCheckpoints) {
+// chunk_size 8: blocks of one sub-chunk each (5 per row, both ways), so every entering state the
+// backward recomputes is a chunk boundary; m = 40 also splits the scans over chunks into 3 slices
+// of features (16, 16, 8), one block each.
+TEST(DeviceCudaOpTest, OneSubChunkPerBlockAndSeveralFeatureSlices) {
   ExpectMatches("darkformer", "jump", 900.0, {}, false, /*chunk=*/8);
   std::vector<int64_t> ids(kLength, 3);
   for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
