@@ -324,7 +324,9 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   // Packed documents: the raw kernel scans each alone inside one call, the chunk-parallel form
   // masks inside its operator, and the chunk loop runs once per document.
   const bool raw_documents = documents && form == CausalForm::kRawCpu;
-  if (form == CausalForm::kCuda) return CudaCausalAttention(x, y, v, map, chunk_size, document_ids_BL);
+  // op: cuda takes the inputs as given: it saves them so (a bf16 input is the caller's tensor, not
+  // an fp32 copy) and computes in fp32.
+  if (form == CausalForm::kCuda) return CudaCausalAttention(x_BHLD, y_BKLD, v_BKLD, map, chunk_size, document_ids_BL);
   if (documents && form == CausalForm::kChunkLoop) {
     return PerDocument(x, y, v, document_ids_BL, [&](const torch::Tensor& xd, const torch::Tensor& yd, const torch::Tensor& vd) {
       return FusedCausalLinearAttention(xd, yd, vd, map, chunk_size);

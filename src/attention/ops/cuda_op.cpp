@@ -29,8 +29,8 @@ std::atomic<bool> emulate_on_host{false};
 // chunks are not kept for the backward, which recomputes them (the forward's first two steps), so
 // autograd holds O(L D) whatever m and chunk, and short rows still spread over many blocks (2k
 // positions at chunk 64: 32 blocks per row, not the 8 of a checkpoint every ceil(m / S) = 32
-// sub-chunks at m = 256). Their cost: while a call runs it holds m (Dv + 1) floats per chunk twice
-// (the entering and the own states).
+// sub-chunks at m = 256). Their cost: while a call runs it holds m (Dv + 1) floats per chunk (the
+// chunks' own states, merged in place into the entering ones).
 struct Chunking {
   int64_t sub, chunk_subs;
 };
@@ -90,19 +90,15 @@ torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch
 }
 
 // The buffers of the forward's first two steps (the forward, the prefill, and the backward which
-// reruns them), pointed to by `x`: the entering states and what the steps use on the way.
+// reruns them), pointed to by `x`: the entering states and the steps' scratch.
 struct ForwardBuffers {
-  torch::Tensor states, refs, own_states, own_refs, scratch;
+  torch::Tensor states, refs, scratch;
   ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options)
       : states(PerChunk(x, true, options)),
         refs(PerChunk(x, false, options)),
-        own_states(PerChunk(x, true, options)),
-        own_refs(PerChunk(x, false, options)),
         scratch(Scratch(x, /*backward=*/false, options)) {
     x.states = states.data_ptr<float>();
     x.refs = refs.data_ptr<float>();
-    x.own_states = own_states.data_ptr<float>();
-    x.own_refs = own_refs.data_ptr<float>();
     x.scratch = scratch.data_ptr<float>();
   }
 };
@@ -157,6 +153,8 @@ bool TensorCores(const FeatureMap& map) {
          (dtype == torch::kFloat32 && at::globalContext().allowTF32CuBLAS());
 }
 
+torch::Tensor Fp32(const torch::Tensor& t) { return t.to(torch::kFloat32); }
+
 // Base-2 log-features of queries and key rows, contiguous, no autograd.
 std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                       const torch::Tensor& x, const torch::Tensor& y_rows) {
@@ -165,8 +163,9 @@ std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, con
   return {lq.mul_(causal_ops::kLog2E).contiguous(), lk.mul_(causal_ops::kLog2E).contiguous()};
 }
 
-// Saves x, y, v (O(L D)), the output, its normaliser and the checkpoints; the backward recomputes
-// the features, as the chunk-parallel form does.
+// Saves x, y and v as given (O(L D); bf16 ones are the caller's own tensors, not fp32 copies), the
+// output and its normaliser; the backward recomputes the features and the states entering the
+// chunks.
 class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
  public:
   struct MapCapsule : torch::CustomClassHolder {
@@ -179,14 +178,15 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     torch::Tensor ids_BL;
   };
 
-  // x B x H x L x D, y B x K x L x D, v B x K x L x Dv, all fp32; rows: K, or H where key features
-  // are per query head.
+  // x B x H x L x D, y B x K x L x D, v B x K x L x Dv, fp32 or 16-bit (computed in fp32); rows: K,
+  // or H where key features are per query head.
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
                                int64_t chunk, const Documents& documents, bool tensor_cores) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    const auto [a, l] = Base2Features(map, p, x, causal_ops::PerRow(y, rows));
-    const auto values = v.contiguous();
+    const auto x32 = Fp32(x);
+    const auto [a, l] = Base2Features(map, p, x32, causal_ops::PerRow(Fp32(y), rows));
+    const auto values = Fp32(v).contiguous();
     const auto cut = ChunkingFor(chunk);
     torch::Tensor ids, resets;
     auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs, documents.ids_BL, ids, resets);
@@ -199,7 +199,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     launch.den = den.data_ptr<float>();
     Run(launch, a, Step::kForward);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout.
-    RecordDtype(ProbeField::kInputs, x);
+    RecordDtype(ProbeField::kInputs, x32);
     RecordDtype(ProbeField::kFeatures, a);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
@@ -218,7 +218,8 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                                  torch::autograd::variable_list grads) {
     NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
-    const auto &x = saved[0], &y = saved[1], &values = saved[2], &out = saved[3], &den = saved[4];
+    const auto x = Fp32(saved[0]), y = Fp32(saved[1]), values = Fp32(saved[2]).contiguous();
+    const auto &out = saved[3], &den = saved[4];
     const std::vector<torch::Tensor> p(saved.begin() + 5, saved.end());
     const FeatureMap& map =
         c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
@@ -233,8 +234,8 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                              resets);
     launch.tensor_cores = ctx->saved_data["tensor_cores"].toBool();
     const auto options = a.options();
-    // The states entering the chunks, recomputed (the forward's first two steps); what those steps
-    // use on the way is freed before the backward's own buffers are made.
+    // The states entering the chunks, recomputed (the forward's first two steps); their scratch is
+    // freed before the backward's own buffers are made.
     torch::Tensor states, refs;
     {
       const ForwardBuffers buffers(launch, options);
@@ -248,10 +249,9 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     // W blocks per row: as many as the scratch budget allows, at most a row's chunks.
     launch.backward_blocks = std::max<int64_t>(
         1, std::min(launch.Chunks(), backward_scratch_bytes / (launch.rows * launch.ScratchFloats(true) * 4)));
-    auto z_own = PerChunk(launch, true, options), z_out = PerChunk(launch, true, options);
+    auto z = PerChunk(launch, true, options);
     auto scratch = Scratch(launch, /*backward=*/true, options);
-    launch.z_own = z_own.data_ptr<float>();
-    launch.z_out = z_out.data_ptr<float>();
+    launch.z = z.data_ptr<float>();
     launch.out = out.data_ptr<float>();
     launch.den = den.data_ptr<float>();
     launch.states = states.data_ptr<float>();
@@ -265,6 +265,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, da, dl);
     RecordDtype(ProbeField::kGradients, features.dx);
+    // Autograd brings each gradient to its input's dtype.
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
                                              causal_ops::PerKvHead(dv_rows, values.size(1))};
     for (const auto& pg : features.params) result.push_back(pg);
@@ -295,12 +296,11 @@ torch::Tensor CudaCausalAttention(const torch::Tensor& x_BHLD, const torch::Tens
   DF_CHECK(x_BHLD.dim() == 4 && y_BKLD.dim() == 4 && v_BKLD.dim() == 4 && x_BHLD.size(1) % y_BKLD.size(1) == 0 &&
                v_BKLD.size(1) == y_BKLD.size(1) && y_BKLD.size(2) == x_BHLD.size(2) && v_BKLD.size(2) == x_BHLD.size(2),
            "op: cuda: shapes do not match: x " << x_BHLD.sizes() << ", y " << y_BKLD.sizes() << ", v " << v_BKLD.sizes());
-  const auto x = x_BHLD.to(torch::kFloat32), y = y_BKLD.to(torch::kFloat32), v = v_BKLD.to(torch::kFloat32);
-  const int64_t heads = x.size(1), kv_heads = y.size(1);
+  const int64_t heads = x_BHLD.size(1), kv_heads = y_BKLD.size(1);
   // Keys once per KV head, or per query head where the map's parameters are.
   const int64_t rows = map.keys_per_query_head ? heads : kv_heads;
-  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, x.size(2)));
-  return CudaScanFunction::apply(x, y, v, at::TensorList(map.params), map, rows, chunk,
+  const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, x_BHLD.size(2)));
+  return CudaScanFunction::apply(x_BHLD, y_BKLD, v_BKLD, at::TensorList(map.params), map, rows, chunk,
                                  CudaScanFunction::Documents{document_ids_BL}, TensorCores(map));
 }
 

@@ -26,32 +26,33 @@ __device__ Block ThisBlock() {
 // The forward's three steps (cuda_scan_body.h): one block per chunk of every row, then one per
 // row, then one per chunk again.
 __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
-  const int64_t row = blockIdx.x / x.Chunks(), n = blockIdx.x % x.Chunks(), mv = x.features * (x.value_dim + 1);
+  const int64_t row = blockIdx.x / x.Chunks(), n = blockIdx.x % x.Chunks();
   if (n + 1 == x.Chunks()) return;  // the last chunk's own state enters no chunk
-  ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row) + n * mv, x.OwnRefOf(row) + n * x.features,
-                x.resets + blockIdx.x, x.ScratchOf(blockIdx.x, false));
+  ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.resets + blockIdx.x,
+                x.ScratchOf(blockIdx.x, false));
 }
 
 // Blocks (row, slice of features) for the scans over chunks.
 __global__ void __launch_bounds__(kThreads) EnteringStatesKernel(Launch x) {
   const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
-  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row),
-                 x.OwnRefOf(row), x.ForwardOf(row), x.ScratchOf(blockIdx.x, false));
+  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
+                 x.ScratchOf(blockIdx.x, false));
 }
 
-// A prefill's steps: every chunk's own state, the last's too; then each row's states and the one
-// after it.
-__global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x) {
+// A prefill's steps: every chunk's own state, the last's too (into the row's final state); then
+// each row's states and the one after it.
+__global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x, float* final_states, float* final_refs) {
   const int64_t row = blockIdx.x / x.Chunks(), n = blockIdx.x % x.Chunks(), mv = x.features * (x.value_dim + 1);
-  ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row) + n * mv, x.OwnRefOf(row) + n * x.features,
-                x.resets + blockIdx.x, x.ScratchOf(blockIdx.x, false));
+  const bool last = n + 1 == x.Chunks();
+  ChunkOwnState(ThisBlock(), x.RowOf(row), n, last ? final_states + row * mv : x.OwnStateOf(row, n),
+                last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + blockIdx.x,
+                x.ScratchOf(blockIdx.x, false));
 }
 
 __global__ void __launch_bounds__(kThreads) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
   const int64_t mv = x.features * (x.value_dim + 1), row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
-  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row),
-                 x.OwnRefOf(row), x.ForwardOf(row), x.ScratchOf(blockIdx.x, false), final_states + row * mv,
-                 final_refs + row * x.features);
+  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
+                 x.ScratchOf(blockIdx.x, false), final_states + row * mv, final_refs + row * x.features);
 }
 
 __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
@@ -62,25 +63,24 @@ __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
 // The backward's three steps: blocks (row, w) take chunks w, w + W, ... of their row, then one
 // block per row, then (row, w) again.
 __global__ void __launch_bounds__(kThreads) ChunkReverseShareKernel(Launch x) {
-  const int64_t w = x.backward_blocks, mv = x.features * (x.value_dim + 1), row = blockIdx.x / w;
+  const int64_t w = x.backward_blocks, row = blockIdx.x / w;
   for (int64_t n = blockIdx.x % w; n < x.Chunks(); n += w) {
     if (n == 0) continue;  // chunk 0's own share reaches no earlier chunk
-    ChunkBackward(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, nullptr, false, x.ZOwnOf(row) + n * mv,
+    ChunkBackward(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, nullptr, false, x.ZOwnOf(row, n),
                   x.ScratchOf(blockIdx.x, true));
   }
 }
 
 __global__ void __launch_bounds__(kThreads) ReverseStatesKernel(Launch x) {
   const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
-  ReverseStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOwnOf(row),
-                x.ZOutOf(row));
+  ReverseStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOf(row));
 }
 
 __global__ void __launch_bounds__(kThreads) ChunkBackwardKernel(Launch x) {
   const int64_t w = x.backward_blocks, mv = x.features * (x.value_dim + 1), row = blockIdx.x / w;
   const int64_t chunks = x.Chunks();
   for (int64_t n = blockIdx.x % w; n < chunks; n += w) {
-    ChunkBackward(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, n + 1 < chunks ? x.ZOutOf(row) + n * mv : nullptr,
+    ChunkBackward(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, n + 1 < chunks ? x.ZOf(row) + n * mv : nullptr,
                   true, nullptr, x.ScratchOf(blockIdx.x, true));
   }
 }
@@ -114,7 +114,7 @@ void ForwardOnDevice(const Launch& x, void* stream) {
 void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
-  PrefillOwnStateKernel<<<static_cast<unsigned>(x.chunk_count), kThreads, 0, on>>>(x);
+  PrefillOwnStateKernel<<<static_cast<unsigned>(x.chunk_count), kThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (chunks' own states)");
   PrefillStatesKernel<<<static_cast<unsigned>(x.rows * x.Slices()), kThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (states)");

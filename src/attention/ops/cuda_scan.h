@@ -11,12 +11,12 @@ namespace darkformer::cuda_scan {
 
 // The states entering every chunk and their references (states, refs), from the keys and values
 // alone: the forward's first two steps, which the backward reruns instead of saving them. Needs
-// own_states, own_refs, resets and the forward's scratch.
+// resets and the forward's scratch.
 void StatesOnHost(const Launch& launch);
 void ForwardOnHost(const Launch& launch);
 // The state after each segment and its reference (segment_count x m x (Dv + 1), x m), from the
 // keys and values alone: a prefill for the recurrent step (recurrent_step.h). Needs states, refs,
-// own_states, own_refs and the forward's scratch.
+// resets and the forward's scratch.
 void PrefillOnHost(const Launch& launch, float* final_states, float* final_refs);
 void BackwardOnHost(const Launch& launch);
 

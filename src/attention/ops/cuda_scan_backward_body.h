@@ -6,6 +6,88 @@
 
 namespace darkformer::cuda_scan {
 
+// h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t] for the G sl queries at pos, into c.h.
+DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
+                             const Scratch& c) {
+  const int64_t v = r.value_dim + 1, dv = r.value_dim;
+  ParallelFor(b, r.group * sl * v, [&](int64_t idx) {
+    const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
+    const float* gt = io.g + h * io.g_head_stride + (pos + t) * dv;
+    const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
+    if (kk < dv) {
+      c.h[idx] = gt[kk] * inv;
+    } else {
+      const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
+      float dot = 0.0f;
+      for (int64_t q = 0; q < dv; ++q) dot += gt[q] * out[q];
+      c.h[idx] = -dot * inv;
+    }
+  });
+}
+
+// The backward's terms of sub-chunk [pos, pos + sl) that read its entering `state` (at `ref`;
+// has: one exists) or only its own keys: da_t in full, and the first terms of dl_j and dv_j (the
+// reverse pass adds the later queries' share). c.rrows and c.starts are left as Maxima's, for the
+// fold that follows.
+DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
+                                     const float* state, const float* ref, bool has, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
+  const float* l = r.l + pos * m;
+  const float* a = r.a + pos * m;
+  LoadValues(b, r, pos, sl, c);
+  Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
+  Cotangents(b, r, io, pos, sl, c);
+  // Per pair (j <= t): pw = h_t . [v_j, 1] and w = sum_i e_tj,i.
+  ParallelFor(b, g * sl * sl, [&](int64_t idx) {
+    const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
+    float pw = 0.0f, w = 0.0f;
+    if (FirstKey(c, t) <= j && j <= t) {
+      for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
+      const float* q = a + h * r.a_head_stride + t * m;
+      for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
+    }
+    c.pw[idx] = pw;
+    c.w[idx] = w;
+  });
+  // The sub-chunk's own pairs into da (per query) and dl (per key), and dv.
+  ParallelFor(b, g * sl * m, [&](int64_t idx) {
+    const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
+    const float q = a[h * r.a_head_stride + t * m + i];
+    float acc = 0.0f;
+    for (int64_t j = FirstKey(c, t); j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
+    c.da[idx] = acc;
+  });
+  ParallelFor(b, sl * m, [&](int64_t idx) {
+    const int64_t j = idx / m, i = idx % m;
+    float acc = 0.0f;
+    for (int64_t h = 0; h < g; ++h) {
+      for (int64_t t = j; t < sl; ++t) {
+        const int64_t ht = h * sl + t;
+        if (FirstKey(c, t) > j) continue;  // t's document starts after key j
+        acc += c.pw[ht * sl + j] * DF_EXP2((a[h * r.a_head_stride + t * m + i] + l[idx]) - c.s2[ht]);
+      }
+    }
+    io.dl[pos * m + idx] = acc;
+  });
+  // dv_j = sum_t w_tj h_t (w is 0 but for t's own pairs).
+  MatMul(
+      b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
+      [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
+      [&](int64_t j, int64_t kk, float sum) { io.dv[(pos + j) * dv + kk] = sum; });
+  if (has) {  // da_t += qc_t * (S h_t); qc is 0 for queries whose document starts here
+    StateReadFactors(b, r, pos, sl, ref, c);
+    MatMul(
+        b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
+        [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
+        [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += c.qc[ht * m + i] * sum; });
+  }
+  // The exponentials are the same numbers in base e, so the sums are the natural-log gradients.
+  ParallelFor(b, g * sl * m, [&](int64_t idx) {
+    const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
+    io.da[h * io.da_head_stride + (pos + t) * m + i] = c.da[idx];
+  });
+}
+
 // The backward of chunk n (raw_cpu_kernel.cpp's RunPositiveRowBackward, step for step): for query
 // t and key j of a sub-chunk, h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t],
 //   dL/da_t = qc_t * (S(e') h_t) + sum_{j <= t} e_tj (h_t . [v_j, 1])
@@ -13,172 +95,104 @@ namespace darkformer::cuda_scan {
 //   dL/d[v_j, 1] = 2^(l_j - R(f)) Z + sum_{t >= j} w_tj h_t
 // with e_tj = 2^((a_t + l_j) - s_t) per feature and Z the reverse state at R(f): the later
 // queries' sums T = sum_t 2^((a_t + R(e')) - s_t) h_t^T, each brought to R(f) (Z_prev = T +
-// 2^(R(e') - R(f)) Z). The chunk refolds its sub-chunks' entering states from its checkpoint,
-// then runs them in reverse from z_in (the later chunks' Z at the chunk's end; nullptr: none).
+// 2^(R(e') - R(f)) Z). Documents as in cuda_scan_body.h: a pair, a state read or a key's share of Z
+// across a document start is skipped (a select), and Z does not pass back over a sub-chunk that
+// holds a start.
+//
+// Two passes over the chunk's sub-chunks, so a block never holds more than one state:
+// - forward, from the checkpoint: each sub-chunk's entering reference (kept, m floats each) and,
+//   with `gradients`, the terms that read the entering state S(e') (folded as it goes) and the
+//   sub-chunk's own pairs, written to da, and to dl and dv as their first terms;
+// - reverse, from z_in (the later chunks' Z at the chunk's end; nullptr: none): the terms that
+//   read Z, added to dl and dv, and Z itself, which needs only the references.
 // Without `gradients` it computes only Z, from z_in = nullptr: the chunk's own share of the
-// reverse state at its entering reference, into z_out (step 1 of three; ReverseStates is step 2).
-// Documents as in cuda_scan_body.h:
-// a pair, a state read or a key's share of Z across a document start is skipped (a select), and Z
-// does not pass back over a sub-chunk that holds a start.
+// reverse state at its entering reference, into z_out (step 1 of three; ReverseStates is step 2);
+// its forward pass then only takes the references, with no state.
 DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const float* z_in,
                                 bool gradients, float* z_out, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
   const int64_t first = n * r.group_subs, end = ChunkEnd(r, n);
+  float* state = c.work;  // the forward pass's; the reverse pass's Z takes its place
+  if (gradients) ParallelFor(b, mv, [&](int64_t idx) { state[idx] = io.states[n * mv + idx]; });
+  ParallelFor(b, m, [&](int64_t i) { c.group_refs[i] = io.refs[n * m + i]; });
   bool has = n > 0;
-  ParallelFor(b, mv, [&](int64_t idx) { c.state[idx] = io.states[n * mv + idx]; });
-  ParallelFor(b, m, [&](int64_t i) { c.ref[i] = io.refs[n * m + i]; });
-  for (int64_t k = first; k < end; ++k) {  // refold: each sub-chunk's entering state
+  for (int64_t k = first; k < end; ++k) {
     const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-    float* states = c.group_states + slot * mv;
-    float* refs = c.group_refs + slot * m;
-    ParallelFor(b, mv, [&](int64_t idx) { states[idx] = c.state[idx]; });
-    ParallelFor(b, m, [&](int64_t i) { refs[i] = c.ref[i]; });
+    float* ref = c.group_refs + slot * m;
     ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
-    if (k + 1 < end) {
-      LoadValues(b, r, pos, sl, c);
-      Maxima(b, r, pos, sl, /*queries=*/false, c.ref, has, c);
-      Fold(b, r, r.l + pos * m, sl, c.state, c.ref, has, c);
-      has = true;
+    if (gradients) {
+      QuerySideGradients(b, r, io, pos, sl, state, ref, has, c);
+    } else {
+      Maxima(b, r, pos, sl, /*queries=*/false, ref, has, c);
     }
+    if (k + 1 == end) break;
+    float* next_ref = ref + m;  // the next sub-chunk's entering reference: R at this one's end
+    ParallelFor(b, m, [&](int64_t i) { next_ref[i] = ref[i]; });
+    if (gradients) {
+      Fold(b, r, r.l + pos * m, sl, state, next_ref, has, c);
+    } else {
+      ParallelFor(b, m, [&](int64_t i) { next_ref[i] = c.rrows[(sl - 1) * m + i]; });
+    }
+    has = true;
   }
+  float* z = c.work;
   bool has_z = z_in != nullptr;
-  if (has_z) ParallelFor(b, mv, [&](int64_t idx) { c.z[idx] = z_in[idx]; });
+  if (has_z) ParallelFor(b, mv, [&](int64_t idx) { z[idx] = z_in[idx]; });
   for (int64_t k = end - 1; k >= first; --k) {
     const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
     const float* l = r.l + pos * m;
-    const float* a = r.a + pos * m;
     const float* ref = c.group_refs + slot * m;
-    const float* state = c.group_states + slot * mv;
     const bool has_in = c.group_has[slot] != 0.0f;
     if (gradients) LoadValues(b, r, pos, sl, c);
     Maxima(b, r, pos, sl, /*queries=*/true, ref, has_in, c);
     const bool holds_start = HoldsStart(c, sl);  // the same for every thread after the barrier
-    // h_t.
-    ParallelFor(b, g * sl * v, [&](int64_t idx) {
-      const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-      const float* gt = io.g + h * io.g_head_stride + (pos + t) * dv;
-      const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
-      if (kk < dv) {
-        c.h[idx] = gt[kk] * inv;
-      } else {
-        const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
-        float dot = 0.0f;
-        for (int64_t q = 0; q < dv; ++q) dot += gt[q] * out[q];
-        c.h[idx] = -dot * inv;
-      }
-    });
-    if (gradients) {
-      // Per pair (j <= t): pw = h_t . [v_j, 1] and w = sum_i e_tj,i.
-      ParallelFor(b, g * sl * sl, [&](int64_t idx) {
-        const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
-        float pw = 0.0f, w = 0.0f;
-        if (FirstKey(c, t) <= j && j <= t) {
-          for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
-          const float* q = a + h * r.a_head_stride + t * m;
-          for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
-        }
-        c.pw[idx] = pw;
-        c.w[idx] = w;
-      });
-      // The sub-chunk's own pairs into da (per query) and dl (per key), and dvh.
-      ParallelFor(b, g * sl * m, [&](int64_t idx) {
-        const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
-        const float q = a[h * r.a_head_stride + t * m + i];
-        float acc = 0.0f;
-        for (int64_t j = FirstKey(c, t); j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
-        c.da[idx] = acc;
-      });
-      ParallelFor(b, sl * m, [&](int64_t idx) {
-        const int64_t j = idx / m, i = idx % m;
-        float acc = 0.0f;
-        for (int64_t h = 0; h < g; ++h) {
-          for (int64_t t = j; t < sl; ++t) {
-            const int64_t ht = h * sl + t;
-            if (FirstKey(c, t) > j) continue;  // t's document starts after key j
-            acc += c.pw[ht * sl + j] * DF_EXP2((a[h * r.a_head_stride + t * m + i] + l[idx]) - c.s2[ht]);
-          }
-        }
-        c.dl[idx] = acc;
-      });
-      // dvh_j = sum_t w_tj h_t (w is 0 but for t's own pairs).
-      MatMul(
-          b, r.tensor_cores, sl, v, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
-          [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
-          [&](int64_t j, int64_t kk, float sum) { c.dvh[j * v + kk] = sum; });
-    }
-    // Queries against the entering state; the sub-chunk's share T of the reverse state.
-    if (has_in) {
-      StateReadFactors(b, r, pos, sl, ref, c);  // 0 for queries whose document starts here
-      if (gradients) {  // da_t += qc_t * (S h_t)
-        MatMul(
-            b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
-            [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
-            [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += c.qc[ht * m + i] * sum; });
-      }
-      // T = sum_t qc_t h_t^T.
-      MatMul(
-          b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.qc[ht * m + i]; },
-          [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
-          [&](int64_t i, int64_t kk, float sum) { c.t[i * v + kk] = sum; });
-    }
     // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
     if (gradients && has_z) {
       KeysAtEnd(b, r, l, sl, c);
-      // dl_j += kk_j * (Z [v_j, 1]); dvh_j += kk_j Z.
+      // dl_j += kk_j * (Z [v_j, 1]); dv_j += kk_j Z.
       MatMul(
           b, r.tensor_cores, sl, m, v, [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
-          [&](int64_t kk, int64_t i) { return c.z[i * v + kk]; },
-          [&](int64_t j, int64_t i, float sum) { c.dl[j * m + i] += c.kk[j * m + i] * sum; });
+          [&](int64_t kk, int64_t i) { return z[i * v + kk]; },
+          [&](int64_t j, int64_t i, float sum) { io.dl[(pos + j) * m + i] += c.kk[j * m + i] * sum; });
       MatMul(
-          b, r.tensor_cores, sl, v, m, [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
-          [&](int64_t i, int64_t kk) { return c.z[i * v + kk]; },
-          [&](int64_t j, int64_t kk, float sum) { c.dvh[j * v + kk] += sum; });
-    }
-    if (gradients) {
-      // Out: the exponentials are the same numbers in base e, so the sums are the natural-log
-      // gradients.
-      ParallelFor(b, g * sl * m, [&](int64_t idx) {
-        const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
-        io.da[h * io.da_head_stride + (pos + t) * m + i] = c.da[idx];
-      });
-      ParallelFor(b, sl * m, [&](int64_t idx) { io.dl[pos * m + idx] = c.dl[idx]; });
-      ParallelFor(b, sl * dv, [&](int64_t idx) { io.dv[pos * dv + idx] = c.dvh[(idx / dv) * v + idx % dv]; });
+          b, r.tensor_cores, sl, dv, m, [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
+          [&](int64_t i, int64_t kk) { return z[i * v + kk]; },
+          [&](int64_t j, int64_t kk, float sum) { io.dv[(pos + j) * dv + kk] += sum; });
     }
     if (!has_in) break;  // the row's first sub-chunk
-    // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z; T alone where a document
-    // starts in this sub-chunk (no later query sees an earlier key).
+    // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z with T = sum_t qc_t h_t^T; T
+    // alone where a document starts in this sub-chunk (no later query sees an earlier key).
+    Cotangents(b, r, io, pos, sl, c);
+    StateReadFactors(b, r, pos, sl, ref, c);  // 0 for queries whose document starts here
     const float* end_r = c.rrows + (sl - 1) * m;
     const bool had_z = has_z && !holds_start;
-    ParallelFor(b, mv, [&](int64_t idx) {
-      const int64_t i = idx / v;
-      c.z[idx] = had_z ? c.t[idx] + DF_EXP2(ref[i] - end_r[i]) * c.z[idx] : c.t[idx];
-    });
+    MatMul(
+        b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.qc[ht * m + i]; },
+        [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
+        [&](int64_t i, int64_t kk, float sum) {
+          z[i * v + kk] = had_z ? sum + DF_EXP2(ref[i] - end_r[i]) * z[i * v + kk] : sum;
+        });
     has_z = true;
   }
-  if (z_out != nullptr) ParallelFor(b, mv, [&](int64_t idx) { z_out[idx] = c.z[idx]; });
+  if (z_out != nullptr) ParallelFor(b, mv, [&](int64_t idx) { z_out[idx] = z[idx]; });
 }
 
-// Step 2 of the backward, per row: the reverse state entering each chunk from the later ones,
-// Z_out(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z_out(n) per feature (the sub-chunks' decays of
+// Step 2 of the backward, per row, in place: the reverse state at each chunk's end from the later
+// chunks, Z(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z(n) per feature (the sub-chunks' decays of
 // chunk n telescope; the factor is <= 1), or Z_own(n) alone where a document starts in chunk n
-// (io.resets, from the forward's first step), Z_out(N - 1) none, from the chunks' own shares z_own
-// (step 1) and the checkpoints' references. z_out (N x m x V) holds Z_out(0 .. N - 2).
-// Features [f0, f1) of the row (each feature's rows are scanned alone; Launch::Slices).
-DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io,
-                                const float* z_own, float* z_out) {
+// (io.resets, from the forward's first step); Z(N - 2) = Z_own(N - 1). Slot n - 1 of z (N x m x V)
+// holds Z_own(n), chunk n's own share (step 1), and becomes Z(n - 1); the references are the
+// checkpoints'. Each element is completed alone, so a block takes features [f0, f1) of the row
+// (Launch::Slices).
+DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io, float* z) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  if (chunks < 2) return;
   const int64_t span = (f1 - f0) * v;
-  ParallelFor(b, span, [&](int64_t e) {
-    const int64_t idx = f0 * v + e;
-    z_out[(chunks - 2) * mv + idx] = z_own[(chunks - 1) * mv + idx];
-  });
   for (int64_t n = chunks - 2; n >= 1; --n) {
-    const bool reset = io.resets[n] != 0.0f;
+    if (io.resets[n] != 0.0f) continue;  // Z(n - 1) = Z_own(n), already in its slot
     ParallelFor(b, span, [&](int64_t e) {
       const int64_t idx = f0 * v + e, i = idx / v;
       const float decay = DF_EXP2(io.refs[n * m + i] - io.refs[(n + 1) * m + i]);
-      z_out[(n - 1) * mv + idx] = reset ? z_own[n * mv + idx] : z_own[n * mv + idx] + decay * z_out[n * mv + idx];
+      z[(n - 1) * mv + idx] += decay * z[n * mv + idx];
     });
   }
 }

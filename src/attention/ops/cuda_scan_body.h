@@ -82,16 +82,19 @@ DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_
 
 // A row's working memory, carved from one buffer of ScratchFloats floats.
 struct Scratch {
-  // starts: per query of the sub-chunk, its document's first position there (-1: before it).
-  float *state, *ref, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
-  float *group_states = nullptr, *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr,
-        *dl = nullptr, *dvh = nullptr, *z = nullptr, *t = nullptr;
+  // starts: per query of the sub-chunk, its document's first position there (-1: before it). The
+  // state a block folds into lives outside: in the call's per-chunk buffer (forward) or in
+  // group_states (backward).
+  float *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
+  // The backward's: each sub-chunk's entering reference and whether a state enters it; h_t; da;
+  // and one state (the forward pass's, then the reverse pass's Z; cuda_scan_backward_body.h).
+  float *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr, *work = nullptr;
 
   // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
   DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
     const int64_t v = dv + 1, mv = m * v, gs = g * s;
-    const int64_t forward = mv + m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
-    return forward + (backward ? group_subs * (mv + m + 1) + gs * v + gs * m + s * m + s * v + 2 * mv : 0);
+    const int64_t forward = s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
+    return forward + (backward ? group_subs * (m + 1) + gs * v + gs * m + mv : 0);
   }
   DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
     const int64_t v = dv + 1, mv = m * v, gs = g * s;
@@ -101,8 +104,6 @@ struct Scratch {
       p += n;
       return q;
     };
-    c.state = take(mv);
-    c.ref = take(m);
     c.rrows = take(s * m);
     c.s2 = take(gs);
     c.qc = take(gs * m);
@@ -114,15 +115,11 @@ struct Scratch {
     c.vh = take(s * v);
     c.starts = take(s);
     if (!backward) return c;
-    c.group_states = take(group_subs * mv);
     c.group_refs = take(group_subs * m);
     c.group_has = take(group_subs);
     c.h = take(gs * v);
     c.da = take(gs * m);
-    c.dl = take(s * m);
-    c.dvh = take(s * v);
-    c.z = take(mv);
-    c.t = take(mv);
+    c.work = take(mv);
     return c;
   }
 };
@@ -223,15 +220,15 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
   ParallelFor(b, m, [&](int64_t i) { ref[i] = end[i]; });
 }
 
-// Sub-chunk [pos, pos + sl) against the state in c (has: one exists): its outputs and
-// normalisers; then, with `fold`, the sub-chunk folded into the state.
-DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t pos, int64_t sl, bool has,
-                                  bool fold, const Scratch& c) {
+// Sub-chunk [pos, pos + sl) against `state` and its `ref` (has: one exists): its outputs and
+// normalisers; then, with `fold`, the sub-chunk folded into them.
+DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t pos, int64_t sl,
+                                  float* state, float* ref, bool has, bool fold, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
   const float* a = r.a + pos * m;
   const float* l = r.l + pos * m;
   LoadValues(b, r, pos, sl, c);
-  Maxima(b, r, pos, sl, /*queries=*/true, c.ref, has, c);
+  Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
   // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t.
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
     const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
@@ -242,7 +239,7 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
     }
     c.w[idx] = w;
   });
-  if (has) StateReadFactors(b, r, pos, sl, c.ref, c);
+  if (has) StateReadFactors(b, r, pos, sl, ref, c);
   // n_t = sum_j w_tj [v_j, 1] (w is 0 but for t's own pairs), then + sum_i qc_ti S_i (qc is 0 for
   // queries that do not read the state).
   MatMul(
@@ -252,7 +249,7 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
   if (has) {
     MatMul(
         b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return c.qc[ht * m + i]; },
-        [&](int64_t i, int64_t kk) { return c.state[i * v + kk]; },
+        [&](int64_t i, int64_t kk) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });
   }
   ParallelFor(b, g * sl * v, [&](int64_t idx) {
@@ -264,7 +261,7 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
       o.den[h * o.den_head_stride + pos + t] = den;
     }
   });
-  if (fold) Fold(b, r, l, sl, c.state, c.ref, has, c);
+  if (fold) Fold(b, r, l, sl, state, ref, has, c);
 }
 
 // The forward runs in three steps, the first and last with one block per (row, chunk): a chunk is
@@ -292,49 +289,52 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
   ParallelFor(b, 1, [&](int64_t) { *reset = starts ? 1.0f : 0.0f; });
 }
 
-// 2. A row's checkpoints, the states entering its chunks: S_0 = 0 (reference -inf), and
-// S_{n+1} = 2^(R_n - R) S_n + 2^(R'_n - R) S'_n with R = max(R_n, R'_n) per feature, S'_n chunk n's
-// own state (step 1). Both factors <= 1 and the larger side's is exactly 1, so the key that
-// attains a feature's max keeps its exact 1 in the normaliser. Where a document starts in chunk n
-// (o.resets, step 1), S_{n+1} = S'_n at R'_n. With `final_state` (a prefill: step 1 ran for the
-// last chunk too) also S_N, the state after the whole row, and its reference.
-// Each feature's rows merge alone, so a block takes features [f0, f1) of the row (Launch::Slices).
-DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const float* own_states,
-                                 const float* own_refs, const ForwardOut& o, const Scratch& c,
-                                 float* final_state = nullptr, float* final_ref = nullptr) {
+// 2. A row's checkpoints, the states entering its chunks, in place: slot n + 1 of o.states holds
+// chunk n's own state S'_n (step 1 wrote it there), and becomes S_{n+1} = 2^(R_n - R) S_n +
+// 2^(R'_n - R) S'_n with R = max(R_n, R'_n) per feature; slot 0 becomes S_0 = 0 (reference -inf).
+// Both factors <= 1 and the larger side's is exactly 1, so the key that attains a feature's max
+// keeps its exact 1 in the normaliser. Where a document starts in chunk n (o.resets, step 1),
+// S_{n+1} = S'_n at R'_n. With `final_state` (a prefill: step 1 wrote the last chunk's own state
+// there) that becomes S_N, the state after the whole row, with its reference.
+// Each element merges alone (each feature's rows, each in place), so a block takes features
+// [f0, f1) of the row (Launch::Slices).
+DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const ForwardOut& o,
+                                 const Scratch& c, float* final_state = nullptr, float* final_ref = nullptr) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
   const int64_t span = (f1 - f0) * v;  // the block's elements of a state, from f0 * v on
+  float* own_factor = c.kk;            // m floats of the sub-chunk buffers, unused by this step
   ParallelFor(b, span, [&](int64_t e) { o.states[f0 * v + e] = 0.0f; });
   ParallelFor(b, f1 - f0, [&](int64_t e) { o.refs[f0 + e] = kNegInf; });
   for (int64_t n = 0; n + 1 < chunks || (final_state != nullptr && n < chunks); ++n) {
-    const float *in = o.states + n * mv, *in_ref = o.refs + n * m, *own = own_states + n * mv, *own_ref = own_refs + n * m;
+    const float *in = o.states + n * mv, *in_ref = o.refs + n * m;
     const bool last = n + 1 == chunks;
-    float* next = last ? final_state : o.states + (n + 1) * mv;
+    float* next = last ? final_state : o.states + (n + 1) * mv;  // holds S'_n, becomes S_{n+1}
     float* next_ref = last ? final_ref : o.refs + (n + 1) * m;
     const bool reset = o.resets[n] != 0.0f;
     ParallelFor(b, f1 - f0, [&](int64_t e) {
       const int64_t i = f0 + e;
-      const float top = reset ? own_ref[i] : Max(in_ref[i], own_ref[i]);
+      const float own_ref = next_ref[i], top = reset ? own_ref : Max(in_ref[i], own_ref);
       c.decay[i] = DF_EXP2(in_ref[i] - top);  // 0 for the empty S_0
-      c.ref[i] = DF_EXP2(own_ref[i] - top);
+      own_factor[i] = DF_EXP2(own_ref - top);
       next_ref[i] = top;
     });
     ParallelFor(b, span, [&](int64_t e) {
       const int64_t idx = f0 * v + e, i = idx / v;
-      next[idx] = reset ? own[idx] : c.decay[i] * in[idx] + c.ref[i] * own[idx];
+      next[idx] = reset ? next[idx] : c.decay[i] * in[idx] + own_factor[i] * next[idx];
     });
   }
 }
 
-// 3. Chunk n's outputs, from its checkpoint.
+// 3. Chunk n's outputs, from its checkpoint, folding its sub-chunks into it in place (nothing
+// reads a checkpoint after the forward's last step).
 DF_HD inline void ChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t n, const Scratch& c) {
   const int64_t m = r.features, mv = m * (r.value_dim + 1);
-  ParallelFor(b, mv, [&](int64_t idx) { c.state[idx] = o.states[n * mv + idx]; });
-  ParallelFor(b, m, [&](int64_t i) { c.ref[i] = o.refs[n * m + i]; });
+  float* state = o.states + n * mv;
+  float* ref = o.refs + n * m;
   const int64_t end = ChunkEnd(r, n);
   for (int64_t k = n * r.group_subs; k < end; ++k) {
     const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-    SubChunkForward(b, r, o, pos, sl, /*has=*/n > 0 || k > n * r.group_subs, /*fold=*/k + 1 < end, c);
+    SubChunkForward(b, r, o, pos, sl, state, ref, /*has=*/n > 0 || k > n * r.group_subs, /*fold=*/k + 1 < end, c);
   }
 }
 

@@ -7,17 +7,17 @@
 namespace darkformer::cuda_scan {
 
 void StatesOnHost(const Launch& x) {
-  const int64_t mv = x.features * (x.value_dim + 1), chunks = x.Chunks();
+  const int64_t chunks = x.Chunks();
   for (int64_t c = 0; c < x.chunk_count; ++c) {
     const int64_t row = c / chunks, n = c % chunks;
     if (n + 1 == chunks) continue;  // the last chunk's own state enters no chunk
-    ChunkOwnState(Block{}, x.RowOf(row), n, x.OwnStateOf(row) + n * mv, x.OwnRefOf(row) + n * x.features,
-                  x.resets + c, x.ScratchOf(c, false));
+    ChunkOwnState(Block{}, x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.resets + c,
+                  x.ScratchOf(c, false));
   }
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
     const int64_t row = block / x.Slices(), slice = block % x.Slices();
-    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row), x.OwnRefOf(row),
-                   x.ForwardOf(row), x.ScratchOf(block, false));
+    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
+                   x.ScratchOf(block, false));
   }
 }
 
@@ -33,13 +33,14 @@ void PrefillOnHost(const Launch& x, float* final_states, float* final_refs) {
   const int64_t mv = x.features * (x.value_dim + 1), chunks = x.Chunks();
   for (int64_t c = 0; c < x.chunk_count; ++c) {
     const int64_t row = c / chunks, n = c % chunks;
-    ChunkOwnState(Block{}, x.RowOf(row), n, x.OwnStateOf(row) + n * mv, x.OwnRefOf(row) + n * x.features,
-                  x.resets + c, x.ScratchOf(c, false));
+    const bool last = n + 1 == chunks;  // its own state goes to the row's final state
+    ChunkOwnState(Block{}, x.RowOf(row), n, last ? final_states + row * mv : x.OwnStateOf(row, n),
+                  last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + c, x.ScratchOf(c, false));
   }
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
     const int64_t row = block / x.Slices(), slice = block % x.Slices();
-    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.OwnStateOf(row), x.OwnRefOf(row),
-                   x.ForwardOf(row), x.ScratchOf(block, false), final_states + row * mv, final_refs + row * x.features);
+    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
+                   x.ScratchOf(block, false), final_states + row * mv, final_refs + row * x.features);
   }
 }
 
@@ -47,18 +48,17 @@ void BackwardOnHost(const Launch& x) {
   const int64_t mv = x.features * (x.value_dim + 1), w = x.backward_blocks, chunks = x.Chunks();
   for (int64_t row = 0; row < x.rows; ++row) {
     for (int64_t n = 1; n < chunks; ++n) {  // chunk 0's own share reaches no earlier chunk
-      ChunkBackward(Block{}, x.RowOf(row), x.BackwardOf(row), n, nullptr, /*gradients=*/false, x.ZOwnOf(row) + n * mv,
+      ChunkBackward(Block{}, x.RowOf(row), x.BackwardOf(row), n, nullptr, /*gradients=*/false, x.ZOwnOf(row, n),
                     x.ScratchOf(row * w + n % w, true));
     }
   }
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
     const int64_t row = block / x.Slices(), slice = block % x.Slices();
-    ReverseStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOwnOf(row),
-                  x.ZOutOf(row));
+    ReverseStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOf(row));
   }
   for (int64_t row = 0; row < x.rows; ++row) {
     for (int64_t n = 0; n < chunks; ++n) {
-      ChunkBackward(Block{}, x.RowOf(row), x.BackwardOf(row), n, n + 1 < chunks ? x.ZOutOf(row) + n * mv : nullptr,
+      ChunkBackward(Block{}, x.RowOf(row), x.BackwardOf(row), n, n + 1 < chunks ? x.ZOf(row) + n * mv : nullptr,
                     /*gradients=*/true, nullptr, x.ScratchOf(row * w + n % w, true));
     }
   }

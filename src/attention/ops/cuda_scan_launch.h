@@ -27,17 +27,18 @@ struct Launch {
   // Forward.
   float* out = nullptr;         // rows x G x L x Dv
   float* den = nullptr;         // rows x G x L
-  float* states = nullptr;      // chunk_count x m x (Dv + 1): the state entering each chunk
-  float* refs = nullptr;        // chunk_count x m
-  float* own_states = nullptr;  // chunk_count x m x (Dv + 1): each chunk's own state
-  float* own_refs = nullptr;    // chunk_count x m
+  // chunk_count x m x (Dv + 1), x m: the state entering each chunk and its reference; before the
+  // forward's step 2, slot n + 1 of a row holds its chunk n's own state (OwnStateOf).
+  float* states = nullptr;
+  float* refs = nullptr;
   // Backward (reads out, den, states, refs too).
   const float* g = nullptr;  // dL/dout, rows x G x L x Dv
   float* da = nullptr;       // rows x G x L x m, d/d(natural-log a)
   float* dl = nullptr;       // rows x L x m
   float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
-  float* z_own = nullptr;    // chunk_count x m x (Dv + 1): each chunk's own share of the reverse state
-  float* z_out = nullptr;    // chunk_count x m x (Dv + 1): the reverse state at each chunk's end
+  // chunk_count x m x (Dv + 1): slot n of a row holds the reverse state at its chunk n's end (after
+  // the backward's step 2; before it, chunk n + 1's own share of it: ZOwnOf).
+  float* z = nullptr;
   // The backward's blocks per row (each takes every W-th chunk): its scratch, W blocks' worth per
   // row, stays bounded however long the sequence.
   int64_t backward_blocks = 1;
@@ -80,10 +81,17 @@ struct Launch {
             den + row * group * length, length, g + row * group * ld, ld, da + row * group * lm, lm,
             dl + row * lm, dv + row * ld, resets + first};
   }
-  DF_HD float* OwnStateOf(int64_t row) const { return own_states + row * Chunks() * features * (value_dim + 1); }
-  DF_HD float* OwnRefOf(int64_t row) const { return own_refs + row * Chunks() * features; }
-  DF_HD float* ZOwnOf(int64_t row) const { return z_own + row * Chunks() * features * (value_dim + 1); }
-  DF_HD float* ZOutOf(int64_t row) const { return z_out + row * Chunks() * features * (value_dim + 1); }
+  // Where step 1 of the forward puts chunk n < Chunks() - 1's own state and reference: the slot
+  // of the state entering chunk n + 1, which step 2 merges in place (EnteringStates). The last
+  // chunk's enters no chunk: a prefill gives it its own place.
+  DF_HD float* OwnStateOf(int64_t row, int64_t n) const {
+    return states + (row * Chunks() + n + 1) * features * (value_dim + 1);
+  }
+  DF_HD float* OwnRefOf(int64_t row, int64_t n) const { return refs + (row * Chunks() + n + 1) * features; }
+  // Row `row`'s reverse states (slot n: at chunk n's end), and where step 1 of the backward puts
+  // chunk n >= 1's own share of them: slot n - 1, which step 2 completes in place (ReverseStates).
+  DF_HD float* ZOf(int64_t row) const { return z + row * Chunks() * features * (value_dim + 1); }
+  DF_HD float* ZOwnOf(int64_t row, int64_t n) const { return ZOf(row) + (n - 1) * features * (value_dim + 1); }
 };
 
 }  // namespace darkformer::cuda_scan
