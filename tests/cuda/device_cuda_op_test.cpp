@@ -161,15 +161,15 @@ TEST(DeviceCudaOpTest, PackedDocumentsEachAlone) {
 // sub-chunk): a later document's features lie ~450 below or above the earlier one's, so a running
 // max, a pair, a state or a reverse state carried across a start would be off by 2^450 or
 // overflow. The ids live on the test device, where the kernels read them. Then the same with one
-// backward block per row, and sharp rows with the packed documents above.
+// block taking every chunk in turn, and sharp rows with the packed documents above.
 TEST(DeviceCudaOpTest, DocumentsStartAroundTheJumps) {
   std::vector<int64_t> ids(kLength, 3);
   for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
   const auto around = torch::tensor(ids).view({1, kLength});
   for (const std::string name : {"performer", "darkformer"}) ExpectMatches(name, "jump", 900.0, around);
-  LimitCudaOpBackwardScratchForTesting(1);
+  LimitCudaOpBlocksForTesting(1);
   ExpectMatches("darkformer", "jump", 900.0, around);
-  LimitCudaOpBackwardScratchForTesting(0);
+  LimitCudaOpBlocksForTesting(0);
   const auto packed = torch::tensor(std::vector<int64_t>{0, 0, 0, 0, 0, 1, 2, 2, 2, 2, 2, 2, 2, 2, 2, 2, 3, 3, 3, 3,
                                                          3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 4, 4, 4, 4, 4})
                           .view({1, kLength});
@@ -278,12 +278,12 @@ TEST(DeviceCudaOpTest, OneSubChunkPerBlockAndSeveralFeatureSlices) {
   ExpectMatches("performer", "ordinary", 0, torch::tensor(ids).view({1, kLength}), true, 8, 40);
 }
 
-// With a backward scratch of one byte each row gets one block, which takes its chunks in turn,
-// reusing its buffers: the same numbers.
-TEST(DeviceCudaOpTest, OneBackwardBlockPerRowTakesEveryChunk) {
-  LimitCudaOpBackwardScratchForTesting(1);
+// As if one block ran at a time: the forward's one block takes every chunk of every row in turn,
+// the backward's one per row its row's, each reusing its buffers: the same numbers.
+TEST(DeviceCudaOpTest, OneBlockTakesEveryChunkInTurn) {
+  LimitCudaOpBlocksForTesting(1);
   for (const std::string pattern : {"ordinary", "jump"}) ExpectMatches("darkformer", pattern, pattern == "jump" ? 900.0 : 0);
-  LimitCudaOpBackwardScratchForTesting(0);
+  LimitCudaOpBlocksForTesting(0);
 }
 
 }  // namespace

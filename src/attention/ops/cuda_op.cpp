@@ -1,7 +1,9 @@
 // op: cuda (see cuda_op.h).
 #include "attention/ops/cuda_op.h"
 
+#include <algorithm>
 #include <atomic>
+#include <limits>
 
 #include "attention/document_mask.h"
 #include "attention/ops/chunk_common.h"
@@ -39,6 +41,20 @@ Chunking ChunkingFor(int64_t chunk) {
   return {sub, std::max<int64_t>(1, chunk / sub)};
 }
 
+// The per-chunk launches' blocks: as many as run at once on the device (more add only scratch),
+// each taking several chunks in turn; the host emulation has no such limit unless a test sets one.
+std::atomic<int64_t> blocks_for_testing{0};
+int64_t ResidentBlocks(const torch::Tensor& on, bool backward) {
+  if (blocks_for_testing > 0) return blocks_for_testing;
+  if (on.is_cpu()) return std::numeric_limits<int64_t>::max();
+#ifdef DARKFORMER_CUDA_OP
+  const c10::cuda::CUDAGuard guard(on.device());
+  return cuda_scan::ResidentBlocks(backward);
+#else
+  return 1;  // unreachable: CheckWhere refuses CUDA inputs in a build without the kernels
+#endif
+}
+
 // The scan's Launch for base-2 features a (B x H x L x m), l (B x R x L x m) and v (B x K x L x Dv),
 // with the document ids (B x L; undefined: none) that the kernels read on the device: `ids` holds
 // them there as int64 and must outlive the launch, as must `resets` (one float per chunk).
@@ -58,6 +74,7 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   x.l = l.data_ptr<float>();
   x.v = v.data_ptr<float>();
   x.chunk_count = x.rows * x.Chunks();
+  x.forward_blocks = std::max<int64_t>(1, std::min(x.chunk_count, ResidentBlocks(a, /*backward=*/false)));
   resets = torch::empty({x.chunk_count}, a.options());
   x.resets = resets.data_ptr<float>();
   if (!document_ids_BL.defined()) return x;
@@ -69,16 +86,22 @@ cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, con
   return x;
 }
 
-// The backward's scratch (each block refolds a chunk's entering states: chunk / S states of
-// m x (Dv + 1)) is held to this many bytes by giving each row fewer blocks, each taking several
-// chunks.
+// The backward's scratch (one state of m x (Dv + 1) per block and the sub-chunks' buffers) is
+// also held to this many bytes by giving each row fewer blocks.
 constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;
-std::atomic<int64_t> backward_scratch_bytes{kBackwardScratchBytes};
+
+// W blocks per row for the backward (each takes every W-th chunk of its row).
+int64_t BackwardBlocks(const cuda_scan::Launch& x, const torch::Tensor& on) {
+  const int64_t resident = ResidentBlocks(on, /*backward=*/true);
+  const int64_t per_row = resident / x.rows + (resident % x.rows != 0 ? 1 : 0);
+  const int64_t budget = kBackwardScratchBytes / (x.rows * x.ScratchFloats(true) * 4);
+  return std::max<int64_t>(1, std::min({x.Chunks(), per_row, budget}));
+}
 
 // The forward's blocks are chunks, or (row, slice of features) in its scan over chunks; the
 // backward's (row, w) for w < W.
 torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({backward ? x.rows * x.backward_blocks : std::max(x.chunk_count, x.rows * x.Slices()),
+  return torch::empty({backward ? x.rows * x.backward_blocks : std::max(x.forward_blocks, x.rows * x.Slices()),
                        x.ScratchFloats(backward)},
                       options);
 }
@@ -118,19 +141,21 @@ void Dispatch(const torch::Tensor& on, Host host, Device device) {
 #endif
 }
 
-enum class Step { kForward, kStates, kBackward };
+enum class Step { kForward, kStates, kQuerySide, kKeySide };
 void Run(const cuda_scan::Launch& x, const torch::Tensor& on, Step step) {
   Dispatch(
       on,
       [&] {
         if (step == Step::kForward) cuda_scan::ForwardOnHost(x);
         if (step == Step::kStates) cuda_scan::StatesOnHost(x);
-        if (step == Step::kBackward) cuda_scan::BackwardOnHost(x);
+        if (step == Step::kQuerySide) cuda_scan::QuerySideOnHost(x);
+        if (step == Step::kKeySide) cuda_scan::KeySideOnHost(x);
       },
       [&](void* stream) {
         if (step == Step::kForward) cuda_scan::ForwardOnDevice(x, stream);
         if (step == Step::kStates) cuda_scan::StatesOnDevice(x, stream);
-        if (step == Step::kBackward) cuda_scan::BackwardOnDevice(x, stream);
+        if (step == Step::kQuerySide) cuda_scan::QuerySideOnDevice(x, stream);
+        if (step == Step::kKeySide) cuda_scan::KeySideOnDevice(x, stream);
       });
 }
 
@@ -161,6 +186,55 @@ std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, con
   torch::NoGradGuard no_grad;
   auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y_rows);
   return {lq.mul_(causal_ops::kLog2E).contiguous(), lk.mul_(causal_ops::kLog2E).contiguous()};
+}
+
+// The scan's backward: d/d(natural-log) of the query and key features and dL/dv per key row. The
+// features, the recomputed states, Z and the scratch live only here, so they are freed before
+// the features' own backward runs.
+struct ScanGradients {
+  torch::Tensor da, dl, dv_rows;
+};
+ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
+                           const torch::Tensor& y_rows, const torch::Tensor& values, const torch::Tensor& out,
+                           const torch::Tensor& den, const torch::Tensor& grad, int64_t chunk,
+                           const torch::Tensor& document_ids_BL, bool tensor_cores) {
+  const auto [a, l] = Base2Features(map, p, x, y_rows);
+  torch::Tensor ids, resets;
+  const auto cut = ChunkingFor(chunk);
+  auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
+  launch.tensor_cores = tensor_cores;
+  const auto options = a.options();
+  // The states entering the chunks, recomputed (the forward's first two steps); their scratch is
+  // freed before the backward's own is made.
+  torch::Tensor states, refs;
+  {
+    const ForwardBuffers buffers(launch, options);
+    Run(launch, a, Step::kStates);
+    states = buffers.states;
+    refs = buffers.refs;
+  }
+  const auto g = grad.to(torch::kFloat32).contiguous();
+  ScanGradients result{torch::empty_like(a), torch::empty_like(l),
+                       torch::empty({a.size(0), y_rows.size(1), launch.length, launch.value_dim}, options)};
+  launch.backward_blocks = BackwardBlocks(launch, a);
+  const auto scratch = Scratch(launch, /*backward=*/true, options);
+  launch.scratch = scratch.data_ptr<float>();
+  launch.out = out.data_ptr<float>();
+  launch.den = den.data_ptr<float>();
+  launch.refs = refs.data_ptr<float>();
+  launch.g = g.data_ptr<float>();
+  launch.da = result.da.data_ptr<float>();
+  launch.dl = result.dl.data_ptr<float>();
+  launch.dv = result.dv_rows.data_ptr<float>();
+  launch.states = states.data_ptr<float>();
+  Run(launch, a, Step::kQuerySide);
+  // The query side consumed the states (the key side never reads them); the reverse states take
+  // their place.
+  states = torch::Tensor();
+  const auto z = PerChunk(launch, true, options);
+  launch.z = z.data_ptr<float>();
+  Run(launch, a, Step::kKeySide);
+  return result;
 }
 
 // Saves x, y and v as given (O(L D); bf16 ones are the caller's own tensors, not fp32 copies), the
@@ -218,56 +292,23 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                                  torch::autograd::variable_list grads) {
     NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
-    const auto x = Fp32(saved[0]), y = Fp32(saved[1]), values = Fp32(saved[2]).contiguous();
-    const auto &out = saved[3], &den = saved[4];
+    const auto x = Fp32(saved[0]), y = Fp32(saved[1]);
     const std::vector<torch::Tensor> p(saved.begin() + 5, saved.end());
     const FeatureMap& map =
         c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
     const int64_t rows = ctx->saved_data["rows"].toInt();
     const auto y_rows = causal_ops::PerRow(y, rows);
-    const auto [a, l] = Base2Features(map, p, x, y_rows);
     const auto documents = ctx->saved_data.find("documents");
-    torch::Tensor ids, resets;
-    const auto cut = ChunkingFor(ctx->saved_data["chunk"].toInt());
-    auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs,
-                             documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(), ids,
-                             resets);
-    launch.tensor_cores = ctx->saved_data["tensor_cores"].toBool();
-    const auto options = a.options();
-    // The states entering the chunks, recomputed (the forward's first two steps); their scratch is
-    // freed before the backward's own buffers are made.
-    torch::Tensor states, refs;
-    {
-      const ForwardBuffers buffers(launch, options);
-      Run(launch, a, Step::kStates);
-      states = buffers.states;
-      refs = buffers.refs;
-    }
-    const auto g = grads[0].to(torch::kFloat32).contiguous();
-    auto da = torch::empty_like(a), dl = torch::empty_like(l);
-    auto dv_rows = torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options);
-    // W blocks per row: as many as the scratch budget allows, at most a row's chunks.
-    launch.backward_blocks = std::max<int64_t>(
-        1, std::min(launch.Chunks(), backward_scratch_bytes / (launch.rows * launch.ScratchFloats(true) * 4)));
-    auto z = PerChunk(launch, true, options);
-    auto scratch = Scratch(launch, /*backward=*/true, options);
-    launch.z = z.data_ptr<float>();
-    launch.out = out.data_ptr<float>();
-    launch.den = den.data_ptr<float>();
-    launch.states = states.data_ptr<float>();
-    launch.refs = refs.data_ptr<float>();
-    launch.g = g.data_ptr<float>();
-    launch.da = da.data_ptr<float>();
-    launch.dl = dl.data_ptr<float>();
-    launch.dv = dv_rows.data_ptr<float>();
-    launch.scratch = scratch.data_ptr<float>();
-    Run(launch, a, Step::kBackward);
+    const auto scan = ScanBackward(map, p, x, y_rows, Fp32(saved[2]).contiguous(), saved[3], saved[4], grads[0],
+                                   ctx->saved_data["chunk"].toInt(),
+                                   documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(),
+                                   ctx->saved_data["tensor_cores"].toBool());
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
-    const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, da, dl);
+    const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, scan.da, scan.dl);
     RecordDtype(ProbeField::kGradients, features.dx);
     // Autograd brings each gradient to its input's dtype.
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
-                                             causal_ops::PerKvHead(dv_rows, values.size(1))};
+                                             causal_ops::PerKvHead(scan.dv_rows, saved[2].size(1))};
     for (const auto& pg : features.params) result.push_back(pg);
     result.push_back({});  // map
     result.push_back({});  // rows
@@ -282,7 +323,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
 
 void EmulateCudaOpOnHostForTesting(bool emulate) { emulate_on_host = emulate; }
 
-void LimitCudaOpBackwardScratchForTesting(int64_t bytes) { backward_scratch_bytes = bytes > 0 ? bytes : kBackwardScratchBytes; }
+void LimitCudaOpBlocksForTesting(int64_t blocks) { blocks_for_testing = blocks; }
 
 bool CudaOpBuilt() { return cuda_scan::DeviceKernelsBuilt(); }
 

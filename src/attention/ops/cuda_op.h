@@ -43,8 +43,9 @@ bool CudaOpBuilt();
 // Tests: true runs the same scan emulated on the host for CPU inputs (cuda_scan_host.cpp), so the
 // CPU suite checks the device's arithmetic; op: cuda is refused on a CPU otherwise.
 void EmulateCudaOpOnHostForTesting(bool emulate);
-// Tests: the backward's scratch budget (0: the default, 256 MiB); a small one gives each row one
-// block that takes all its chunks in turn.
-void LimitCudaOpBackwardScratchForTesting(int64_t bytes);
+// Tests: as if `blocks` blocks of the per-chunk kernels ran at once on the device (0: the device's
+// own count; the host emulation then has no limit). 1 gives the forward one block that takes every
+// chunk in turn, and the backward one per row.
+void LimitCudaOpBlocksForTesting(int64_t blocks);
 
 }  // namespace darkformer

@@ -4,6 +4,7 @@
 // tests.
 #include <cuda_runtime.h>
 
+#include <atomic>
 #include <stdexcept>
 #include <string>
 
@@ -23,13 +24,15 @@ __device__ Block ThisBlock() {
 }
 
 // At most kThreads threads: the compiler keeps each thread within the registers a full block may use.
-// The forward's three steps (cuda_scan_body.h): one block per chunk of every row, then one per
-// row, then one per chunk again.
+// The forward's three steps (cuda_scan_body.h): blocks that take the call's chunks b, b + F, ...
+// (F = forward_blocks), then one block per (row, slice of features), then chunks again.
 __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
-  const int64_t row = blockIdx.x / x.Chunks(), n = blockIdx.x % x.Chunks();
-  if (n + 1 == x.Chunks()) return;  // the last chunk's own state enters no chunk
-  ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.resets + blockIdx.x,
-                x.ScratchOf(blockIdx.x, false));
+  for (int64_t c = blockIdx.x; c < x.chunk_count; c += gridDim.x) {
+    const int64_t row = c / x.Chunks(), n = c % x.Chunks();
+    if (n + 1 == x.Chunks()) continue;  // the last chunk's own state enters no chunk
+    ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.resets + c,
+                  x.ScratchOf(blockIdx.x, false));
+  }
 }
 
 // Blocks (row, slice of features) for the scans over chunks.
@@ -42,11 +45,14 @@ __global__ void __launch_bounds__(kThreads) EnteringStatesKernel(Launch x) {
 // A prefill's steps: every chunk's own state, the last's too (into the row's final state); then
 // each row's states and the one after it.
 __global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x, float* final_states, float* final_refs) {
-  const int64_t row = blockIdx.x / x.Chunks(), n = blockIdx.x % x.Chunks(), mv = x.features * (x.value_dim + 1);
-  const bool last = n + 1 == x.Chunks();
-  ChunkOwnState(ThisBlock(), x.RowOf(row), n, last ? final_states + row * mv : x.OwnStateOf(row, n),
-                last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + blockIdx.x,
-                x.ScratchOf(blockIdx.x, false));
+  const int64_t mv = x.features * (x.value_dim + 1);
+  for (int64_t c = blockIdx.x; c < x.chunk_count; c += gridDim.x) {
+    const int64_t row = c / x.Chunks(), n = c % x.Chunks();
+    const bool last = n + 1 == x.Chunks();
+    ChunkOwnState(ThisBlock(), x.RowOf(row), n, last ? final_states + row * mv : x.OwnStateOf(row, n),
+                  last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + c,
+                  x.ScratchOf(blockIdx.x, false));
+  }
 }
 
 __global__ void __launch_bounds__(kThreads) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
@@ -56,18 +62,28 @@ __global__ void __launch_bounds__(kThreads) PrefillStatesKernel(Launch x, float*
 }
 
 __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
-  const int64_t row = blockIdx.x / x.Chunks();
-  ChunkForward(ThisBlock(), x.RowOf(row), x.ForwardOf(row), blockIdx.x % x.Chunks(), x.ScratchOf(blockIdx.x, false));
+  for (int64_t c = blockIdx.x; c < x.chunk_count; c += gridDim.x) {
+    const int64_t row = c / x.Chunks();
+    ChunkForward(ThisBlock(), x.RowOf(row), x.ForwardOf(row), c % x.Chunks(), x.ScratchOf(blockIdx.x, false));
+  }
 }
 
-// The backward's three steps: blocks (row, w) take chunks w, w + W, ... of their row, then one
-// block per row, then (row, w) again.
-__global__ void __launch_bounds__(kThreads) ChunkReverseShareKernel(Launch x) {
+// The backward's launches: the query side, blocks (row, w) taking chunks w, w + W, ... of their
+// row; then the key side's three steps: (row, w) again, one block per (row, slice of features),
+// (row, w) again.
+__global__ void __launch_bounds__(kThreads) QuerySideKernel(Launch x) {
+  const int64_t w = x.backward_blocks, row = blockIdx.x / w;
+  for (int64_t n = blockIdx.x % w; n < x.Chunks(); n += w) {
+    ChunkQuerySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ScratchOf(blockIdx.x, true));
+  }
+}
+
+__global__ void __launch_bounds__(kThreads) ReverseShareKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
   for (int64_t n = blockIdx.x % w; n < x.Chunks(); n += w) {
     if (n == 0) continue;  // chunk 0's own share reaches no earlier chunk
-    ChunkBackward(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, nullptr, false, x.ZOwnOf(row, n),
-                  x.ScratchOf(blockIdx.x, true));
+    ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZOwnOf(row, n), /*has_z=*/false,
+                 /*gradients=*/false, x.ScratchOf(blockIdx.x, true));
   }
 }
 
@@ -76,12 +92,12 @@ __global__ void __launch_bounds__(kThreads) ReverseStatesKernel(Launch x) {
   ReverseStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOf(row));
 }
 
-__global__ void __launch_bounds__(kThreads) ChunkBackwardKernel(Launch x) {
+__global__ void __launch_bounds__(kThreads) KeySideKernel(Launch x) {
   const int64_t w = x.backward_blocks, mv = x.features * (x.value_dim + 1), row = blockIdx.x / w;
   const int64_t chunks = x.Chunks();
   for (int64_t n = blockIdx.x % w; n < chunks; n += w) {
-    ChunkBackward(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, n + 1 < chunks ? x.ZOf(row) + n * mv : nullptr,
-                  true, nullptr, x.ScratchOf(blockIdx.x, true));
+    ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZOf(row) + n * mv, /*has_z=*/n + 1 < chunks,
+                 /*gradients=*/true, x.ScratchOf(blockIdx.x, true));
   }
 }
 
@@ -93,10 +109,28 @@ void Check(cudaError_t error, const char* what) {
 
 bool DeviceKernelsBuilt() { return true; }
 
+int64_t ResidentBlocks(bool backward) {
+  constexpr int kDevices = 64;
+  static std::atomic<int64_t> known[2][kDevices] = {};  // 0: not asked yet
+  int device = 0;
+  Check(cudaGetDevice(&device), "device");
+  auto& slot = known[backward ? 1 : 0][device % kDevices];
+  if (const int64_t n = slot.load(); n > 0 && device < kDevices) return n;
+  int sms = 0, per_sm = 0;
+  Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+  // The forward's heaviest per-chunk kernel, or the backward's.
+  const void* kernel = backward ? reinterpret_cast<const void*>(KeySideKernel)
+                                : reinterpret_cast<const void*>(ChunkForwardKernel);
+  Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0), "occupancy");
+  const int64_t n = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  if (device < kDevices) slot.store(n);
+  return n;
+}
+
 void StatesOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
-  const auto blocks = static_cast<unsigned>(x.chunk_count), slices = static_cast<unsigned>(x.rows * x.Slices());
+  const auto blocks = static_cast<unsigned>(x.forward_blocks), slices = static_cast<unsigned>(x.rows * x.Slices());
   ChunkOwnStateKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks' own states)");
   EnteringStatesKernel<<<slices, kThreads, 0, on>>>(x);
@@ -107,30 +141,36 @@ void ForwardOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   StatesOnDevice(x, stream);
   const auto on = static_cast<cudaStream_t>(stream);
-  ChunkForwardKernel<<<static_cast<unsigned>(x.chunk_count), kThreads, 0, on>>>(x);
+  ChunkForwardKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks)");
 }
 
 void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
-  PrefillOwnStateKernel<<<static_cast<unsigned>(x.chunk_count), kThreads, 0, on>>>(x, final_states, final_refs);
+  PrefillOwnStateKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (chunks' own states)");
   PrefillStatesKernel<<<static_cast<unsigned>(x.rows * x.Slices()), kThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (states)");
 }
 
-void BackwardOnDevice(const Launch& x, void* stream) {
+void QuerySideOnDevice(const Launch& x, void* stream) {
+  if (x.rows == 0 || x.length == 0) return;
+  QuerySideKernel<<<static_cast<unsigned>(x.rows * x.backward_blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x);
+  Check(cudaGetLastError(), "backward launch (query side)");
+}
+
+void KeySideOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(x.rows * x.backward_blocks),
              slices = static_cast<unsigned>(x.rows * x.Slices());
-  ChunkReverseShareKernel<<<blocks, kThreads, 0, on>>>(x);
+  ReverseShareKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (chunks' own reverse states)");
   ReverseStatesKernel<<<slices, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (reverse states)");
-  ChunkBackwardKernel<<<blocks, kThreads, 0, on>>>(x);
-  Check(cudaGetLastError(), "backward launch (chunks)");
+  KeySideKernel<<<blocks, kThreads, 0, on>>>(x);
+  Check(cudaGetLastError(), "backward launch (key side)");
 }
 
 }  // namespace darkformer::cuda_scan

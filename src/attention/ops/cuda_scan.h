@@ -18,14 +18,23 @@ void ForwardOnHost(const Launch& launch);
 // keys and values alone: a prefill for the recurrent step (recurrent_step.h). Needs states, refs,
 // resets and the forward's scratch.
 void PrefillOnHost(const Launch& launch, float* final_states, float* final_refs);
-void BackwardOnHost(const Launch& launch);
+// The backward in two parts, so the caller frees the states entering the chunks between them: the
+// query side (da, and the first terms of dl and dv; consumes states, needs refs), then the key
+// side (the reverse states in z, and the rest of dl and dv; needs refs).
+void QuerySideOnHost(const Launch& launch);
+void KeySideOnHost(const Launch& launch);
 
 // Whether this build compiled the device kernels (CMake found nvcc: DARKFORMER_CUDA_OP).
 bool DeviceKernelsBuilt();
+// How many blocks of the per-chunk kernels (the backward's, or the forward's) run at once on the
+// current CUDA device: its SMs times the kernel's occupancy. More blocks add no parallelism, only
+// scratch: the launches give each block several chunks in turn instead.
+int64_t ResidentBlocks(bool backward);
 // On `stream` (a cudaStream_t), asynchronously; they throw where the kernels are not built.
 void StatesOnDevice(const Launch& launch, void* stream);
 void ForwardOnDevice(const Launch& launch, void* stream);
 void PrefillOnDevice(const Launch& launch, float* final_states, float* final_refs, void* stream);
-void BackwardOnDevice(const Launch& launch, void* stream);
+void QuerySideOnDevice(const Launch& launch, void* stream);
+void KeySideOnDevice(const Launch& launch, void* stream);
 
 }  // namespace darkformer::cuda_scan

@@ -27,8 +27,8 @@ DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io,
 
 // The backward's terms of sub-chunk [pos, pos + sl) that read its entering `state` (at `ref`;
 // has: one exists) or only its own keys: da_t in full, and the first terms of dl_j and dv_j (the
-// reverse pass adds the later queries' share). c.rrows and c.starts are left as Maxima's, for the
-// fold that follows.
+// key side adds the later queries' share). c.rrows and c.starts are left as Maxima's, for the fold
+// that follows.
 DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
                                      const float* state, const float* ref, bool has, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
@@ -88,8 +88,8 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   });
 }
 
-// The backward of chunk n (raw_cpu_kernel.cpp's RunPositiveRowBackward, step for step): for query
-// t and key j of a sub-chunk, h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t],
+// The backward of a chunk (raw_cpu_kernel.cpp's RunPositiveRowBackward): for query t and key j
+// of a sub-chunk, h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t],
 //   dL/da_t = qc_t * (S(e') h_t) + sum_{j <= t} e_tj (h_t . [v_j, 1])
 //   dL/dl_j = 2^(l_j - R(f)) * (Z [v_j, 1]) + sum_{t >= j} e_tj (h_t . [v_j, 1])
 //   dL/d[v_j, 1] = 2^(l_j - R(f)) Z + sum_{t >= j} w_tj h_t
@@ -99,45 +99,54 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
 // across a document start is skipped (a select), and Z does not pass back over a sub-chunk that
 // holds a start.
 //
-// Two passes over the chunk's sub-chunks, so a block never holds more than one state:
-// - forward, from the checkpoint: each sub-chunk's entering reference (kept, m floats each) and,
-//   with `gradients`, the terms that read the entering state S(e') (folded as it goes) and the
-//   sub-chunk's own pairs, written to da, and to dl and dv as their first terms;
-// - reverse, from z_in (the later chunks' Z at the chunk's end; nullptr: none): the terms that
-//   read Z, added to dl and dv, and Z itself, which needs only the references.
-// Without `gradients` it computes only Z, from z_in = nullptr: the chunk's own share of the
-// reverse state at its entering reference, into z_out (step 1 of three; ReverseStates is step 2);
-// its forward pass then only takes the references, with no state.
-DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const float* z_in,
-                                bool gradients, float* z_out, const Scratch& c) {
-  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group, mv = m * v;
-  const int64_t first = n * r.group_subs, end = ChunkEnd(r, n);
-  float* state = c.work;  // the forward pass's; the reverse pass's Z takes its place
-  if (gradients) ParallelFor(b, mv, [&](int64_t idx) { state[idx] = io.states[n * mv + idx]; });
+// Two passes, each its own launch, so the states entering the chunks and the reverse states are
+// never held at once:
+// - the query side, forward from the chunk's checkpoint, folding its sub-chunks into it in place:
+//   the terms that read the entering state S(e') and the sub-chunks' own pairs: da in full, and
+//   the first terms of dl and dv;
+// - the key side, in reverse from Z at the chunk's end: the terms that read Z, added to dl and dv,
+//   and Z itself, which needs only the sub-chunks' references, not their states.
+
+// Each sub-chunk's entering reference into c.group_refs (m floats per slot k - first) and whether
+// a state enters it into c.group_has, from chunk n's checkpoint reference.
+DF_HD inline void SubChunkReferences(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const Scratch& c) {
+  const int64_t m = r.features, first = n * r.group_subs, end = ChunkEnd(r, n);
   ParallelFor(b, m, [&](int64_t i) { c.group_refs[i] = io.refs[n * m + i]; });
-  bool has = n > 0;
   for (int64_t k = first; k < end; ++k) {
     const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-    float* ref = c.group_refs + slot * m;
+    const bool has = n > 0 || slot > 0;
     ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
-    if (gradients) {
-      QuerySideGradients(b, r, io, pos, sl, state, ref, has, c);
-    } else {
-      Maxima(b, r, pos, sl, /*queries=*/false, ref, has, c);
-    }
     if (k + 1 == end) break;
-    float* next_ref = ref + m;  // the next sub-chunk's entering reference: R at this one's end
-    ParallelFor(b, m, [&](int64_t i) { next_ref[i] = ref[i]; });
-    if (gradients) {
-      Fold(b, r, r.l + pos * m, sl, state, next_ref, has, c);
-    } else {
-      ParallelFor(b, m, [&](int64_t i) { next_ref[i] = c.rrows[(sl - 1) * m + i]; });
-    }
-    has = true;
+    Maxima(b, r, pos, sl, /*queries=*/false, c.group_refs + slot * m, has, c);
+    float* next = c.group_refs + (slot + 1) * m;  // R at this sub-chunk's end
+    ParallelFor(b, m, [&](int64_t i) { next[i] = c.rrows[(sl - 1) * m + i]; });
   }
-  float* z = c.work;
-  bool has_z = z_in != nullptr;
-  if (has_z) ParallelFor(b, mv, [&](int64_t idx) { z[idx] = z_in[idx]; });
+}
+
+// The query side of chunk n: its checkpoint (io.states, consumed: folded in place) read by each
+// sub-chunk's queries, and each sub-chunk's own pairs.
+DF_HD inline void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const Scratch& c) {
+  const int64_t m = r.features, mv = m * (r.value_dim + 1), first = n * r.group_subs, end = ChunkEnd(r, n);
+  float* state = io.states + n * mv;
+  float* ref = c.group_refs;  // the current sub-chunk's entering reference (the checkpoint's is kept)
+  ParallelFor(b, m, [&](int64_t i) { ref[i] = io.refs[n * m + i]; });
+  for (int64_t k = first; k < end; ++k) {
+    const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+    const bool has = n > 0 || k > first;
+    QuerySideGradients(b, r, io, pos, sl, state, ref, has, c);
+    if (k + 1 < end) Fold(b, r, r.l + pos * m, sl, state, ref, has, c);
+  }
+}
+
+// The key side of chunk n, from `z`: the reverse state at the chunk's end (has_z; else none),
+// updated in place to the chunk's own start. With `gradients`, the terms of dl and dv that read it
+// are added; without, z ends as the chunk's own share of the reverse state at its entering
+// reference (step 1 of the reverse scan; ReverseStates is step 2).
+DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, float* z, bool has_z,
+                               bool gradients, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
+  const int64_t first = n * r.group_subs, end = ChunkEnd(r, n);
+  SubChunkReferences(b, r, io, n, c);
   for (int64_t k = end - 1; k >= first; --k) {
     const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
     const float* l = r.l + pos * m;
@@ -174,7 +183,6 @@ DF_HD inline void ChunkBackward(const Block& b, const Row& r, const BackwardIo& 
         });
     has_z = true;
   }
-  if (z_out != nullptr) ParallelFor(b, mv, [&](int64_t idx) { z_out[idx] = z[idx]; });
 }
 
 // Step 2 of the backward, per row, in place: the reverse state at each chunk's end from the later

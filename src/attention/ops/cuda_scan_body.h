@@ -60,7 +60,7 @@ struct ForwardOut {
 };
 
 struct BackwardIo {
-  const float* states;
+  float* states;  // the query side folds each chunk's in place
   const float* refs;
   const float* out;
   int64_t out_head_stride;
@@ -86,18 +86,18 @@ struct Scratch {
   // state a block folds into lives outside: in the call's per-chunk buffer (forward) or in
   // group_states (backward).
   float *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
-  // The backward's: each sub-chunk's entering reference and whether a state enters it; h_t; da;
-  // and one state (the forward pass's, then the reverse pass's Z; cuda_scan_backward_body.h).
-  float *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr, *work = nullptr;
+  // The backward's: each sub-chunk's entering reference and whether a state enters it; h_t; da.
+  // The states it folds live in the call's per-chunk buffers (cuda_scan_backward_body.h).
+  float *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr;
 
   // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
   DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
-    const int64_t v = dv + 1, mv = m * v, gs = g * s;
+    const int64_t v = dv + 1, gs = g * s;
     const int64_t forward = s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
-    return forward + (backward ? group_subs * (m + 1) + gs * v + gs * m + mv : 0);
+    return forward + (backward ? group_subs * (m + 1) + gs * v + gs * m : 0);
   }
   DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
-    const int64_t v = dv + 1, mv = m * v, gs = g * s;
+    const int64_t v = dv + 1, gs = g * s;
     Scratch c;
     auto take = [&p](int64_t n) {
       float* q = p;
@@ -119,7 +119,6 @@ struct Scratch {
     c.group_has = take(group_subs);
     c.h = take(gs * v);
     c.da = take(gs * m);
-    c.work = take(mv);
     return c;
   }
 };

@@ -12,7 +12,7 @@ void StatesOnHost(const Launch& x) {
     const int64_t row = c / chunks, n = c % chunks;
     if (n + 1 == chunks) continue;  // the last chunk's own state enters no chunk
     ChunkOwnState(Block{}, x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.resets + c,
-                  x.ScratchOf(c, false));
+                  x.ScratchOf(c % x.forward_blocks, false));
   }
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
     const int64_t row = block / x.Slices(), slice = block % x.Slices();
@@ -25,7 +25,8 @@ void ForwardOnHost(const Launch& x) {
   StatesOnHost(x);
   const int64_t chunks = x.Chunks();
   for (int64_t c = 0; c < x.chunk_count; ++c) {
-    ChunkForward(Block{}, x.RowOf(c / chunks), x.ForwardOf(c / chunks), c % chunks, x.ScratchOf(c, false));
+    ChunkForward(Block{}, x.RowOf(c / chunks), x.ForwardOf(c / chunks), c % chunks,
+                 x.ScratchOf(c % x.forward_blocks, false));
   }
 }
 
@@ -35,7 +36,8 @@ void PrefillOnHost(const Launch& x, float* final_states, float* final_refs) {
     const int64_t row = c / chunks, n = c % chunks;
     const bool last = n + 1 == chunks;  // its own state goes to the row's final state
     ChunkOwnState(Block{}, x.RowOf(row), n, last ? final_states + row * mv : x.OwnStateOf(row, n),
-                  last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + c, x.ScratchOf(c, false));
+                  last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + c,
+                  x.ScratchOf(c % x.forward_blocks, false));
   }
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
     const int64_t row = block / x.Slices(), slice = block % x.Slices();
@@ -44,12 +46,21 @@ void PrefillOnHost(const Launch& x, float* final_states, float* final_refs) {
   }
 }
 
-void BackwardOnHost(const Launch& x) {
+void QuerySideOnHost(const Launch& x) {
+  const int64_t w = x.backward_blocks, chunks = x.Chunks();
+  for (int64_t row = 0; row < x.rows; ++row) {
+    for (int64_t n = 0; n < chunks; ++n) {
+      ChunkQuerySide(Block{}, x.RowOf(row), x.BackwardOf(row), n, x.ScratchOf(row * w + n % w, true));
+    }
+  }
+}
+
+void KeySideOnHost(const Launch& x) {
   const int64_t mv = x.features * (x.value_dim + 1), w = x.backward_blocks, chunks = x.Chunks();
   for (int64_t row = 0; row < x.rows; ++row) {
     for (int64_t n = 1; n < chunks; ++n) {  // chunk 0's own share reaches no earlier chunk
-      ChunkBackward(Block{}, x.RowOf(row), x.BackwardOf(row), n, nullptr, /*gradients=*/false, x.ZOwnOf(row, n),
-                    x.ScratchOf(row * w + n % w, true));
+      ChunkKeySide(Block{}, x.RowOf(row), x.BackwardOf(row), n, x.ZOwnOf(row, n), /*has_z=*/false,
+                   /*gradients=*/false, x.ScratchOf(row * w + n % w, true));
     }
   }
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
@@ -58,20 +69,22 @@ void BackwardOnHost(const Launch& x) {
   }
   for (int64_t row = 0; row < x.rows; ++row) {
     for (int64_t n = 0; n < chunks; ++n) {
-      ChunkBackward(Block{}, x.RowOf(row), x.BackwardOf(row), n, n + 1 < chunks ? x.ZOf(row) + n * mv : nullptr,
-                    /*gradients=*/true, nullptr, x.ScratchOf(row * w + n % w, true));
+      ChunkKeySide(Block{}, x.RowOf(row), x.BackwardOf(row), n, x.ZOf(row) + n * mv, /*has_z=*/n + 1 < chunks,
+                   /*gradients=*/true, x.ScratchOf(row * w + n % w, true));
     }
   }
 }
 
 #ifndef DARKFORMER_CUDA_OP
 bool DeviceKernelsBuilt() { return false; }
+int64_t ResidentBlocks(bool) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 void StatesOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 void ForwardOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 void PrefillOnDevice(const Launch&, float*, float*, void*) {
   throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)");
 }
-void BackwardOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
+void QuerySideOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
+void KeySideOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 #endif
 
 }  // namespace darkformer::cuda_scan

@@ -39,10 +39,11 @@ struct Launch {
   // chunk_count x m x (Dv + 1): slot n of a row holds the reverse state at its chunk n's end (after
   // the backward's step 2; before it, chunk n + 1's own share of it: ZOwnOf).
   float* z = nullptr;
-  // The backward's blocks per row (each takes every W-th chunk): its scratch, W blocks' worth per
-  // row, stays bounded however long the sequence.
-  int64_t backward_blocks = 1;
-  // Forward: max(chunk_count, rows x Slices()) x ScratchFloats(false), one per block of the
+  // The blocks of the forward's per-chunk launches (block b takes chunks b, b + F, ... of the call)
+  // and the backward's per row (each takes every W-th chunk of its row): their scratch stays
+  // bounded however long the sequence.
+  int64_t forward_blocks = 1, backward_blocks = 1;
+  // Forward: max(forward_blocks, rows x Slices()) x ScratchFloats(false), one per block of the
   // forward's launches; backward: rows x backward_blocks x ScratchFloats(true).
   float* scratch = nullptr;
 

@@ -28,8 +28,9 @@ FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Ten
   if (map.positive_features) {
     // log phi = x W^T - |x|^2/2 - log(m)/2 (FeatureMap::positive_features).
     const auto w_MD = p.at(0).detach().to(x.scalar_type());
-    g.dx = torch::matmul(dlq_BHLM, w_MD).sub_(x * dlq_BHLM.sum(-1, /*keepdim=*/true));
-    g.dy = torch::matmul(dlk_BRLM, w_MD).sub_(y * dlk_BRLM.sum(-1, /*keepdim=*/true));
+    // In place: no second L x D temporary beside the gradient.
+    g.dx = torch::matmul(dlq_BHLM, w_MD).addcmul_(x, dlq_BHLM.sum(-1, /*keepdim=*/true), -1);
+    g.dy = torch::matmul(dlk_BRLM, w_MD).addcmul_(y, dlk_BRLM.sum(-1, /*keepdim=*/true), -1);
     if (p[0].requires_grad()) {
       const int64_t m = w_MD.size(0), d = w_MD.size(1);
       g.params[0] = torch::matmul(dlq_BHLM.reshape({-1, m}).t(), x.reshape({-1, d}))
