@@ -62,35 +62,28 @@ torch::Tensor LogFeatureKernel::forward(const torch::Tensor& q_BHLD, const torch
 torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& form, const torch::Tensor& q_BHLD,
                                                       const torch::Tensor& k_BKLD, const torch::Tensor& v_BKLD,
                                                       double root_scale, const torch::Tensor& document_ids_BL) const {
-  const auto dtype = FeatureDtype(q_BHLD.scalar_type());
-  torch::Tensor x, y, v = v_BKLD.to(dtype);
-  if (!form.input_map_NRD.defined()) {
-    x = q_BHLD.to(dtype) * root_scale;
-    y = k_BKLD.to(dtype) * root_scale;
-  } else {
-    // x = sqrt(s) M q as one product with sqrt(s) M: autograd then keeps q and k (alive anyway)
-    // for M's gradient instead of scaled copies of them.
-    const auto a_1NDR = (form.input_map_NRD.to(dtype) * root_scale).transpose(-1, -2).unsqueeze(0);
-    x = torch::matmul(q_BHLD.to(dtype), a_1NDR);
-    y = k_BKLD.to(dtype);
-    if (form.input_map_NRD.size(0) > 1) {
-      // M per query head makes keys per query head: the operator then sees H KV heads.
-      const int64_t heads = q_BHLD.size(1);
-      y = RepeatKvHeads(y, heads);
-      v = RepeatKvHeads(v, heads);
-    }
-    y = torch::matmul(y, a_1NDR);
-  }
   FeatureMap map;
   map.log_features = [](const torch::Tensor& in, const std::vector<torch::Tensor>& params, bool /*is_query*/) {
     return LogPositiveFeatures(in, params.at(0));
   };
   map.params = {form.w_MR};
   map.positive_features = true;
+  if (!form.input_map_NRD.defined()) {
+    map.input_scale = root_scale;
+  } else {
+    // x = sqrt(s) M q as one product with sqrt(s) M. M per query head makes keys per query head.
+    const auto dtype = FeatureDtype(q_BHLD.scalar_type());
+    map.params.push_back((form.input_map_NRD.to(dtype) * root_scale).transpose(-1, -2).unsqueeze(0));
+    map.input_map = true;
+    map.keys_per_query_head = form.input_map_NRD.size(0) > 1;
+  }
   map.op = options_.op;
   map.num_features = form.w_MR.size(0);
   map.input_dtype = q_BHLD.scalar_type();
-  return FusedCausalLinearAttention(x, y, v, map, options_.chunk_size, document_ids_BL).to(v_BKLD.scalar_type());
+  // q, k and v as given: the operator maps them (op: cuda inside, so autograd keeps them as they
+  // are; the other forms up front, in fp32).
+  return FusedCausalLinearAttention(q_BHLD, k_BKLD, v_BKLD, map, options_.chunk_size, document_ids_BL)
+      .to(v_BKLD.scalar_type());
 }
 
 namespace {

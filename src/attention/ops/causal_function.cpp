@@ -15,6 +15,7 @@
 #include "attention/ops/chunk_parallel.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/cuda_op.h"
+#include "attention/ops/feature_gradients.h"
 #include "attention/ops/raw_cpu.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/ops/saved_bytes.h"
@@ -327,6 +328,15 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   // op: cuda takes the inputs as given: it saves them so (a bf16 input is the caller's tensor, not
   // an fp32 copy) and computes in fp32.
   if (form == CausalForm::kCuda) return CudaCausalAttention(x_BHLD, y_BKLD, v_BKLD, map, chunk_size, document_ids_BL);
+  if (causal_ops::MapsInputs(map)) {
+    // The other forms read the mapped inputs, mapped here under autograd; keys per query head
+    // (A per head) take H KV heads, values with them.
+    const int64_t rows = map.keys_per_query_head ? x.size(1) : y.size(1);
+    const auto [xm, ym] = causal_ops::MappedInputs(map, map.params, x, causal_ops::PerRow(y, rows));
+    auto plain = causal_ops::WithoutInputMap(map);
+    plain.keys_per_query_head = false;
+    return FusedCausalLinearAttention(xm, ym, causal_ops::PerRow(v, rows), plain, chunk_size, document_ids_BL);
+  }
   if (documents && form == CausalForm::kChunkLoop) {
     return PerDocument(x, y, v, document_ids_BL, [&](const torch::Tensor& xd, const torch::Tensor& yd, const torch::Tensor& vd) {
       return FusedCausalLinearAttention(xd, yd, vd, map, chunk_size);

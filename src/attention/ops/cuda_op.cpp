@@ -180,11 +180,12 @@ bool TensorCores(const FeatureMap& map) {
 
 torch::Tensor Fp32(const torch::Tensor& t) { return t.to(torch::kFloat32); }
 
-// Base-2 log-features of queries and key rows, contiguous, no autograd.
+// Base-2 log-features of queries x and the key rows of y (as given: their fp32 copies and mapped
+// inputs are freed on return), contiguous, no autograd.
 std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, const std::vector<torch::Tensor>& p,
-                                                      const torch::Tensor& x, const torch::Tensor& y_rows) {
+                                                      const torch::Tensor& x, const torch::Tensor& y, int64_t rows) {
   torch::NoGradGuard no_grad;
-  auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y_rows);
+  auto [lq, lk] = causal_ops::LogFeatures(map, p, Fp32(x), causal_ops::PerRow(Fp32(y), rows));
   return {lq.mul_(causal_ops::kLog2E).contiguous(), lk.mul_(causal_ops::kLog2E).contiguous()};
 }
 
@@ -195,10 +196,11 @@ struct ScanGradients {
   torch::Tensor da, dl, dv_rows;
 };
 ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
-                           const torch::Tensor& y_rows, const torch::Tensor& values, const torch::Tensor& out,
+                           const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& out,
                            const torch::Tensor& den, const torch::Tensor& grad, int64_t chunk,
                            const torch::Tensor& document_ids_BL, bool tensor_cores) {
-  const auto [a, l] = Base2Features(map, p, x, y_rows);
+  const auto [a, l] = Base2Features(map, p, x, y, rows);
+  const auto values = Fp32(v).contiguous();
   torch::Tensor ids, resets;
   const auto cut = ChunkingFor(chunk);
   auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
@@ -215,7 +217,7 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   }
   const auto g = grad.to(torch::kFloat32).contiguous();
   ScanGradients result{torch::empty_like(a), torch::empty_like(l),
-                       torch::empty({a.size(0), y_rows.size(1), launch.length, launch.value_dim}, options)};
+                       torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options)};
   launch.backward_blocks = BackwardBlocks(launch, a);
   const auto scratch = Scratch(launch, /*backward=*/true, options);
   launch.scratch = scratch.data_ptr<float>();
@@ -258,8 +260,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
                                int64_t chunk, const Documents& documents, bool tensor_cores) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    const auto x32 = Fp32(x);
-    const auto [a, l] = Base2Features(map, p, x32, causal_ops::PerRow(Fp32(y), rows));
+    const auto [a, l] = Base2Features(map, p, x, y, rows);
     const auto values = Fp32(v).contiguous();
     const auto cut = ChunkingFor(chunk);
     torch::Tensor ids, resets;
@@ -273,7 +274,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     launch.den = den.data_ptr<float>();
     Run(launch, a, Step::kForward);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout.
-    RecordDtype(ProbeField::kInputs, x32);
+    RecordDtype(ProbeField::kInputs, values);
     RecordDtype(ProbeField::kFeatures, a);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
@@ -292,23 +293,23 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                                  torch::autograd::variable_list grads) {
     NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
-    const auto x = Fp32(saved[0]), y = Fp32(saved[1]);
+    const auto &x = saved[0], &y = saved[1], &v = saved[2];
     const std::vector<torch::Tensor> p(saved.begin() + 5, saved.end());
     const FeatureMap& map =
         c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
     const int64_t rows = ctx->saved_data["rows"].toInt();
-    const auto y_rows = causal_ops::PerRow(y, rows);
     const auto documents = ctx->saved_data.find("documents");
-    const auto scan = ScanBackward(map, p, x, y_rows, Fp32(saved[2]).contiguous(), saved[3], saved[4], grads[0],
+    const auto scan = ScanBackward(map, p, x, y, rows, v, saved[3], saved[4], grads[0],
                                    ctx->saved_data["chunk"].toInt(),
                                    documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(),
                                    ctx->saved_data["tensor_cores"].toBool());
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
-    const auto features = causal_ops::FeatureBackward(map, p, x, y_rows, scan.da, scan.dl);
+    grads.clear();  // the incoming gradient (as fp32) is not needed beyond the scan
+    const auto features = causal_ops::FeatureBackward(map, p, x, causal_ops::PerRow(y, rows), scan.da, scan.dl);
     RecordDtype(ProbeField::kGradients, features.dx);
     // Autograd brings each gradient to its input's dtype.
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
-                                             causal_ops::PerKvHead(scan.dv_rows, saved[2].size(1))};
+                                             causal_ops::PerKvHead(scan.dv_rows, v.size(1))};
     for (const auto& pg : features.params) result.push_back(pg);
     result.push_back({});  // map
     result.push_back({});  // rows

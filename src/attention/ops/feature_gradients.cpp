@@ -1,6 +1,8 @@
 // The features' side of the whole-sequence forms (see feature_gradients.h).
 #include "attention/ops/feature_gradients.h"
 
+#include "util/error.h"
+
 namespace darkformer::causal_ops {
 
 torch::Tensor PerRow(const torch::Tensor& t_BKLX, int64_t rows) {
@@ -12,8 +14,30 @@ torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads) {
   return t_BRLX.reshape({t_BRLX.size(0), kv_heads, t_BRLX.size(1) / kv_heads, t_BRLX.size(2), t_BRLX.size(3)}).sum(2);
 }
 
+bool MapsInputs(const FeatureMap& map) { return map.input_map || map.input_scale != 1.0; }
+
+std::pair<torch::Tensor, torch::Tensor> MappedInputs(const FeatureMap& map, const std::vector<torch::Tensor>& p,
+                                                     const torch::Tensor& x, const torch::Tensor& y) {
+  if (map.input_map) {
+    const auto a_1NDR = p.at(1).to(x.scalar_type());
+    return {torch::matmul(x, a_1NDR), torch::matmul(y, a_1NDR)};
+  }
+  if (map.input_scale != 1.0) return {x * map.input_scale, y * map.input_scale};
+  return {x, y};
+}
+
+FeatureMap WithoutInputMap(const FeatureMap& map) {
+  FeatureMap plain = map;
+  if (map.input_map) plain.params = {map.params.at(0)};
+  plain.input_map = false;
+  plain.input_scale = 1.0;
+  return plain;
+}
+
 std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
-                                                    const torch::Tensor& x, const torch::Tensor& y) {
+                                                    const torch::Tensor& x_in, const torch::Tensor& y_in) {
+  DF_CHECK(map.positive_features || !MapsInputs(map), "an input map needs positive features");
+  const auto [x, y] = MappedInputs(map, p, x_in, y_in);
   if (!map.positive_features) return {map.log_features(x, p, /*is_query=*/true), map.log_features(y, p, /*is_query=*/false)};
   const auto w_DM = p.at(0).detach().to(x.scalar_type()).t();
   auto lk = torch::matmul(y, w_DM);
@@ -22,7 +46,56 @@ std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const
 }
 
 FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
-                             const torch::Tensor& y, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM) {
+                             const torch::Tensor& y, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM);
+
+namespace {
+
+// FeatureBackward of a map that maps its inputs: the features' backward at the mapped inputs
+// (recomputed), then through the map: dx = dx' A^T, dA = sum x^T dx' + y^T dy' over the batch (and
+// the heads where A is shared); or dx = s dx'.
+FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
+                                  const torch::Tensor& y_in, const torch::Tensor& dlq_BHLM,
+                                  const torch::Tensor& dlk_BRLM) {
+  torch::NoGradGuard no_grad;
+  const auto dtype = dlq_BHLM.scalar_type();
+  if (!map.input_map) {
+    // Scaled copies in the gradients' dtype (one tensor each, whatever the inputs' dtype).
+    auto scaled = [&](const torch::Tensor& t) {
+      return t.to(dtype, /*non_blocking=*/false, /*copy=*/true).mul_(map.input_scale);
+    };
+    auto g = FeatureBackward(WithoutInputMap(map), {p.at(0)}, scaled(x_in), scaled(y_in), dlq_BHLM, dlk_BRLM);
+    g.dx.mul_(map.input_scale);
+    g.dy.mul_(map.input_scale);
+    return g;
+  }
+  const auto x = x_in.to(dtype), y = y_in.to(dtype);
+  auto g = [&] {
+    const auto [xm, ym] = MappedInputs(map, p, x, y);
+    return FeatureBackward(WithoutInputMap(map), {p.at(0)}, xm, ym, dlq_BHLM, dlk_BRLM);
+  }();
+  const auto a_1NDR = p.at(1).detach().to(dtype);
+  if (p[1].requires_grad()) {
+    const bool shared = a_1NDR.size(1) == 1;
+    auto summed = [&](const torch::Tensor& in, const torch::Tensor& d) {
+      const auto t = torch::matmul(in.transpose(-1, -2), d);
+      return shared ? t.sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true) : t.sum(0, /*keepdim=*/true);
+    };
+    g.params.push_back(summed(x, g.dx).add_(summed(y, g.dy)).to(p[1].scalar_type()));
+  } else {
+    g.params.push_back({});
+  }
+  const auto a_1NRD = a_1NDR.transpose(-1, -2);
+  g.dx = torch::matmul(g.dx, a_1NRD);
+  g.dy = torch::matmul(g.dy, a_1NRD);
+  return g;
+}
+
+}  // namespace
+
+FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
+                             const torch::Tensor& y_in, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM) {
+  if (MapsInputs(map)) return MappedInputsBackward(map, p, x_in, y_in, dlq_BHLM, dlk_BRLM);
+  const auto x = x_in.to(dlq_BHLM.scalar_type()), y = y_in.to(dlq_BHLM.scalar_type());
   FeatureGrads g;
   g.params.resize(p.size());
   if (map.positive_features) {

@@ -17,15 +17,27 @@ torch::Tensor PerRow(const torch::Tensor& t_BKLX, int64_t rows);
 // A gradient per key row back to the K heads it was repeated from: each KV head's is its group's sum.
 torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads);
 
-// log phi of queries x (B x H x L x D) and key rows y (B x R x L x D), up to what cancels. Positive
+// Whether the features read mapped inputs (FeatureMap::input_map, input_scale).
+bool MapsInputs(const FeatureMap& map);
+// The inputs the features read: x A and y A, or input_scale x and input_scale y (FeatureMap), of
+// queries x (B x H x L x D) and key rows y; x and y where the map maps nothing. Under autograd when
+// grad mode is on.
+std::pair<torch::Tensor, torch::Tensor> MappedInputs(const FeatureMap& map, const std::vector<torch::Tensor>& p,
+                                                     const torch::Tensor& x, const torch::Tensor& y);
+// The map that reads the mapped inputs themselves: params[0] only, nothing mapped.
+FeatureMap WithoutInputMap(const FeatureMap& map);
+
+// log phi of queries x (B x H x L x D) and key rows y (B x R x L x D), up to what cancels, the
+// inputs mapped first (MappedInputs). Positive
 // features (x W^T - |x|^2/2 - log(m)/2) skip the query's -|x|^2/2 (a shift of all of a query's
 // arguments, s_t's included) and everyone's -log(m)/2 (every key's: R and s shift with it).
 std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                     const torch::Tensor& x, const torch::Tensor& y);
 
-// dL/dx, dL/dy and the parameter gradients through the features, given d log phi of every query
-// and key position: in closed form for positive features, else the map's own backward over the
-// whole sequence.
+// dL/dx, dL/dy and the parameter gradients through the features (and the inputs' map), given
+// d log phi of every query and key position: in closed form for positive features, else the map's
+// own backward over the whole sequence. x and y may come in another dtype than the gradients
+// (op: cuda passes the bf16 inputs it saved): they are converted to it.
 struct FeatureGrads {
   torch::Tensor dx, dy;
   std::vector<torch::Tensor> params;

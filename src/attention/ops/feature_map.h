@@ -51,6 +51,14 @@ struct FeatureMap {
   //   d log phi = dphi * phi,   dx = (d log phi) W - x sum_m (d log phi),   dW = (d log phi)^T x,
   // with no autograd graph (other maps recompute their features under autograd).
   bool positive_features = false;
+  // Positive features of inputs mapped linearly first (LogFeatureKernel's PositiveFeatureForm):
+  // with input_map, params[1] is A (1 x N x D x R; N = H: per query head, keys then per query head;
+  // N = 1: shared) and the features read x A and y A; without it they read input_scale x and
+  // input_scale y. op: cuda maps inside and again in its backward, so autograd keeps the inputs as
+  // given (no fp32 copy, no copy per query head); FusedCausalLinearAttention maps them up front,
+  // under autograd, for the other forms.
+  bool input_map = false;
+  double input_scale = 1.0;
   CausalOp op = CausalOp::kAuto;
   // m, the features per head (0: not said).
   int64_t num_features = 0;
