@@ -299,13 +299,14 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
         c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
     const int64_t rows = ctx->saved_data["rows"].toInt();
     const auto documents = ctx->saved_data.find("documents");
-    const auto scan = ScanBackward(map, p, x, y, rows, v, saved[3], saved[4], grads[0],
+    auto scan = ScanBackward(map, p, x, y, rows, v, saved[3], saved[4], grads[0],
                                    ctx->saved_data["chunk"].toInt(),
                                    documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(),
                                    ctx->saved_data["tensor_cores"].toBool());
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     grads.clear();  // the incoming gradient (as fp32) is not needed beyond the scan
-    const auto features = causal_ops::FeatureBackward(map, p, x, causal_ops::PerRow(y, rows), scan.da, scan.dl);
+    const auto features =
+        causal_ops::FeatureBackward(map, p, x, causal_ops::PerRow(y, rows), std::move(scan.da), std::move(scan.dl));
     RecordDtype(ProbeField::kGradients, features.dx);
     // Autograd brings each gradient to its input's dtype.
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),

@@ -16,14 +16,14 @@ torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads) {
 
 bool MapsInputs(const FeatureMap& map) { return map.input_map || map.input_scale != 1.0; }
 
+torch::Tensor MappedInput(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x) {
+  if (map.input_map) return torch::matmul(x, p.at(1).to(x.scalar_type()));
+  return map.input_scale != 1.0 ? x * map.input_scale : x;
+}
+
 std::pair<torch::Tensor, torch::Tensor> MappedInputs(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                      const torch::Tensor& x, const torch::Tensor& y) {
-  if (map.input_map) {
-    const auto a_1NDR = p.at(1).to(x.scalar_type());
-    return {torch::matmul(x, a_1NDR), torch::matmul(y, a_1NDR)};
-  }
-  if (map.input_scale != 1.0) return {x * map.input_scale, y * map.input_scale};
-  return {x, y};
+  return {MappedInput(map, p, x), MappedInput(map, p, y)};
 }
 
 FeatureMap WithoutInputMap(const FeatureMap& map) {
@@ -37,79 +37,88 @@ FeatureMap WithoutInputMap(const FeatureMap& map) {
 std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                     const torch::Tensor& x_in, const torch::Tensor& y_in) {
   DF_CHECK(map.positive_features || !MapsInputs(map), "an input map needs positive features");
-  const auto [x, y] = MappedInputs(map, p, x_in, y_in);
-  if (!map.positive_features) return {map.log_features(x, p, /*is_query=*/true), map.log_features(y, p, /*is_query=*/false)};
-  const auto w_DM = p.at(0).detach().to(x.scalar_type()).t();
+  if (!map.positive_features) return {map.log_features(x_in, p, /*is_query=*/true), map.log_features(y_in, p, /*is_query=*/false)};
+  const auto w_DM = p.at(0).detach().to(x_in.scalar_type()).t();
+  // One side at a time: a side's mapped inputs are freed before the other's are made.
+  auto lq = torch::matmul(MappedInput(map, p, x_in), w_DM);
+  const auto y = MappedInput(map, p, y_in);
   auto lk = torch::matmul(y, w_DM);
   lk.sub_((y * y).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
-  return {torch::matmul(x, w_DM), lk};
+  return {lq, lk};
 }
-
-FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
-                             const torch::Tensor& y, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM);
 
 namespace {
 
-// FeatureBackward of a map that maps its inputs: the features' backward at the mapped inputs
-// (recomputed), then through the map: dx = dx' A^T, dA = sum x^T dx' + y^T dy' over the batch (and
-// the heads where A is shared); or dx = s dx'.
+// One side (queries or keys) of the positive features' closed form (FeatureMap::positive_features):
+// d in = (d log phi) W - in sum_m (d log phi), in place (no second temporary of its size), and
+// dW += (d log phi)^T in where dw is given (undefined: this side makes it).
+torch::Tensor PositiveSideBackward(const torch::Tensor& w_MD, const torch::Tensor& in, const torch::Tensor& dl,
+                                   torch::Tensor* dw) {
+  auto d_in = torch::matmul(dl, w_MD).addcmul_(in, dl.sum(-1, /*keepdim=*/true), -1);
+  if (dw != nullptr) {
+    const int64_t m = w_MD.size(0), d = w_MD.size(1);
+    const auto dl_m = dl.reshape({-1, m}).t(), in_d = in.reshape({-1, d});
+    *dw = dw->defined() ? dw->addmm_(dl_m, in_d) : torch::matmul(dl_m, in_d);
+  }
+  return d_in;
+}
+
+// FeatureBackward of positive features whose inputs are mapped (FeatureMap::input_map,
+// input_scale), one side after the other, each mapped again from the inputs as given and released
+// with its feature gradients, so no more than one side's L x D tensors live at once: the closed
+// form at the mapped inputs, then through the map: d in = d in' A^T and dA = sum in^T d in' over
+// the batch (and the heads where A is shared), or d in = s d in'.
 FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
-                                  const torch::Tensor& y_in, const torch::Tensor& dlq_BHLM,
-                                  const torch::Tensor& dlk_BRLM) {
+                                  const torch::Tensor& y_in, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM) {
   torch::NoGradGuard no_grad;
   const auto dtype = dlq_BHLM.scalar_type();
-  if (!map.input_map) {
-    // Scaled copies in the gradients' dtype (one tensor each, whatever the inputs' dtype).
-    auto scaled = [&](const torch::Tensor& t) {
-      return t.to(dtype, /*non_blocking=*/false, /*copy=*/true).mul_(map.input_scale);
-    };
-    auto g = FeatureBackward(WithoutInputMap(map), {p.at(0)}, scaled(x_in), scaled(y_in), dlq_BHLM, dlk_BRLM);
-    g.dx.mul_(map.input_scale);
-    g.dy.mul_(map.input_scale);
-    return g;
-  }
-  const auto x = x_in.to(dtype), y = y_in.to(dtype);
-  auto g = [&] {
-    const auto [xm, ym] = MappedInputs(map, p, x, y);
-    return FeatureBackward(WithoutInputMap(map), {p.at(0)}, xm, ym, dlq_BHLM, dlk_BRLM);
-  }();
-  const auto a_1NDR = p.at(1).detach().to(dtype);
-  if (p[1].requires_grad()) {
-    const bool shared = a_1NDR.size(1) == 1;
-    auto summed = [&](const torch::Tensor& in, const torch::Tensor& d) {
-      const auto t = torch::matmul(in.transpose(-1, -2), d);
-      return shared ? t.sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true) : t.sum(0, /*keepdim=*/true);
-    };
-    g.params.push_back(summed(x, g.dx).add_(summed(y, g.dy)).to(p[1].scalar_type()));
-  } else {
-    g.params.push_back({});
-  }
-  const auto a_1NRD = a_1NDR.transpose(-1, -2);
-  g.dx = torch::matmul(g.dx, a_1NRD);
-  g.dy = torch::matmul(g.dy, a_1NRD);
+  const auto w_MD = p.at(0).detach().to(dtype);
+  const auto a_1NDR = map.input_map ? p.at(1).detach().to(dtype) : torch::Tensor();
+  const bool want_w = p[0].requires_grad(), want_a = map.input_map && p[1].requires_grad();
+  torch::Tensor dw, da;
+  auto side = [&](const torch::Tensor& in_as_given, torch::Tensor& dl) {
+    if (!map.input_map) {
+      // A scaled copy in the gradients' dtype: one tensor, whatever the inputs' dtype.
+      const auto mapped = in_as_given.to(dtype, /*non_blocking=*/false, /*copy=*/true).mul_(map.input_scale);
+      auto d_in = PositiveSideBackward(w_MD, mapped, dl, want_w ? &dw : nullptr).mul_(map.input_scale);
+      dl = torch::Tensor();
+      return d_in;
+    }
+    const auto in = in_as_given.to(dtype);
+    const auto d_mapped = PositiveSideBackward(w_MD, torch::matmul(in, a_1NDR), dl, want_w ? &dw : nullptr);
+    dl = torch::Tensor();
+    if (want_a) {
+      const auto t = torch::matmul(in.transpose(-1, -2), d_mapped);
+      const auto part = a_1NDR.size(1) == 1 ? t.sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true)
+                                            : t.sum(0, /*keepdim=*/true);
+      da = da.defined() ? da.add_(part) : part;
+    }
+    return torch::matmul(d_mapped, a_1NDR.transpose(-1, -2));
+  };
+  FeatureGrads g;
+  g.dx = side(x_in, dlq_BHLM);
+  g.dy = side(y_in, dlk_BRLM);
+  g.params = {want_w ? dw.to(p[0].scalar_type()) : torch::Tensor()};
+  if (map.input_map) g.params.push_back(want_a ? da.to(p[1].scalar_type()) : torch::Tensor());
   return g;
 }
 
 }  // namespace
 
 FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
-                             const torch::Tensor& y_in, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM) {
-  if (MapsInputs(map)) return MappedInputsBackward(map, p, x_in, y_in, dlq_BHLM, dlk_BRLM);
+                             const torch::Tensor& y_in, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM) {
+  if (MapsInputs(map)) return MappedInputsBackward(map, p, x_in, y_in, std::move(dlq_BHLM), std::move(dlk_BRLM));
   const auto x = x_in.to(dlq_BHLM.scalar_type()), y = y_in.to(dlq_BHLM.scalar_type());
   FeatureGrads g;
   g.params.resize(p.size());
   if (map.positive_features) {
     // log phi = x W^T - |x|^2/2 - log(m)/2 (FeatureMap::positive_features).
     const auto w_MD = p.at(0).detach().to(x.scalar_type());
-    // In place: no second L x D temporary beside the gradient.
-    g.dx = torch::matmul(dlq_BHLM, w_MD).addcmul_(x, dlq_BHLM.sum(-1, /*keepdim=*/true), -1);
-    g.dy = torch::matmul(dlk_BRLM, w_MD).addcmul_(y, dlk_BRLM.sum(-1, /*keepdim=*/true), -1);
-    if (p[0].requires_grad()) {
-      const int64_t m = w_MD.size(0), d = w_MD.size(1);
-      g.params[0] = torch::matmul(dlq_BHLM.reshape({-1, m}).t(), x.reshape({-1, d}))
-                        .addmm_(dlk_BRLM.reshape({-1, m}).t(), y.reshape({-1, d}))
-                        .to(p[0].scalar_type());
-    }
+    torch::Tensor dw;
+    torch::Tensor* want_w = p[0].requires_grad() ? &dw : nullptr;
+    g.dx = PositiveSideBackward(w_MD, x, dlq_BHLM, want_w);
+    g.dy = PositiveSideBackward(w_MD, y, dlk_BRLM, want_w);
+    if (want_w != nullptr) g.params[0] = dw.to(p[0].scalar_type());
     return g;
   }
   // Any other map: its own backward, once over the whole sequence.

@@ -42,7 +42,9 @@ struct FeatureGrads {
   torch::Tensor dx, dy;
   std::vector<torch::Tensor> params;
 };
+// The feature gradients come by value: a caller that moves them in has them freed as soon as
+// they are used.
 FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
-                             const torch::Tensor& y, const torch::Tensor& dlq_BHLM, const torch::Tensor& dlk_BRLM);
+                             const torch::Tensor& y, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM);
 
 }  // namespace darkformer::causal_ops
