@@ -185,8 +185,11 @@ torch::Tensor Fp32(const torch::Tensor& t) { return t.to(torch::kFloat32); }
 std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                       const torch::Tensor& x, const torch::Tensor& y, int64_t rows) {
   torch::NoGradGuard no_grad;
-  auto [lq, lk] = causal_ops::LogFeatures(map, p, Fp32(x), causal_ops::PerRow(Fp32(y), rows));
-  return {lq.mul_(causal_ops::kLog2E).contiguous(), lk.mul_(causal_ops::kLog2E).contiguous()};
+  auto a = causal_ops::SideLogFeatures(map, p, x, torch::kFloat32, /*is_query=*/true).mul_(causal_ops::kLog2E).contiguous();
+  auto l = causal_ops::SideLogFeatures(map, p, causal_ops::PerRow(y, rows), torch::kFloat32, /*is_query=*/false)
+               .mul_(causal_ops::kLog2E)
+               .contiguous();
+  return {a, l};
 }
 
 // The scan's backward: d/d(natural-log) of the query and key features and dL/dv per key row. The

@@ -1,14 +1,15 @@
 // op: cuda, the CUDA operator (issue 53): the log-features of queries and keys from the map
-// (LibTorch ops), then the scan of cuda_scan.h over every key row and chunk at once, forward and
-// backward in three launches each (the chunks' own states, a short scan over chunks per row, the
-// chunks' outputs or gradients), with the per-feature stabiliser inside (normaliser >= 1 at any
-// scale; no guard, no host sync). fp32 state and sums; the matrix products on tensor cores in
-// 3xTF32 when the queries arrived in bf16 or fp16 (or fp32 where LibTorch allows TF32), else fp32
-// on CUDA cores (cuda_scan_matmul.h). Deterministic (fixed orders, no atomics). GQA: key features
-// once per KV head, or per query head where the map's parameters are (darkformer's per-head M).
-// Autograd saves x, y, v, the output and its normaliser: O(L D); the backward recomputes the
-// features (one whole-sequence pass) and the states entering the chunks (the forward's first two
-// launches).
+// (LibTorch ops), then the scan of cuda_scan.h over every key row and chunk at once: the forward in
+// three launches (the chunks' own states, a short scan over chunks per row, the chunks' outputs),
+// the backward in a query side and a key side (cuda_scan_backward_body.h), with the per-feature
+// stabiliser inside (normaliser >= 1 at any scale; no guard, no host sync). fp32 state and sums; the
+// matrix products on tensor cores in 3xTF32 when the queries arrived in bf16 or fp16 (or fp32 where
+// LibTorch allows TF32), else fp32 on CUDA cores (cuda_scan_matmul.h). Deterministic (fixed orders,
+// no atomics). GQA: key features once per KV head, or per query head where the map's parameters are
+// (darkformer's per-head M). The map's own input map (FeatureMap::input_map, input_scale) is applied
+// here, so autograd saves q, k and v as given, the fp32 output and its normaliser: O(L D), nothing
+// copied; the backward recomputes the features and the states entering the chunks (the forward's
+// first two launches).
 // Not yet: features inside the kernel (held whole while a call runs), operands resident in shared
 // memory (the scan's scratch is global memory, its tiles staged per product).
 #pragma once
@@ -19,8 +20,9 @@
 
 namespace darkformer {
 
-// out_BHLD as FusedCausalLinearAttention's (causal_function.h), on a CUDA device. Refused on
-// other devices, for fp64 inputs and in a build without the CUDA kernels.
+// out_BHLD as FusedCausalLinearAttention's (causal_function.h), on a CUDA device, from the inputs
+// as given (fp32 or 16-bit; computed in fp32). Refused on other devices, for fp64 inputs and in a
+// build without the CUDA kernels.
 // With document_ids_BL (document_mask.h) every running quantity restarts where a row's id changes,
 // as if each document ran alone. The kernels read the ids on the device, so a call never waits
 // for the host; that is also why increasing ids are not checked here, as the CPU forms check them

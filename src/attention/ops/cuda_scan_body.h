@@ -11,9 +11,9 @@
 // sub-chunks of S positions; the state S_i = sum_j 2^(l_ji - R_i) [v_j, 1] per feature relative to
 // its running max R_i; a query reads it with 2^((a_ti + R_i(e')) - s_t) <= 1, its own sub-chunk's
 // keys pair by pair with 2^((a_ti + l_ji) - s_t), s_t = max_i (a_ti + R_i(t)), so the pair attaining
-// s_t gives an exact 1 and the normaliser is >= 1. The backward is one reverse scan from
-// checkpoints of the state every `group_subs` sub-chunks (a chunk: the states entering the chunks,
-// which the backward recomputes), as the CPU kernel's (cuda_scan_backward_body.h).
+// s_t gives an exact 1 and the normaliser is >= 1. The backward (cuda_scan_backward_body.h) reads
+// the states entering the chunks of `group_subs` sub-chunks, which it recomputes, and a reverse
+// scan of its own.
 //
 // Packed documents (document_mask.h) are read here, on the device: a document starts where a row's
 // id changes. Every running quantity restarts there, as if each document ran alone: the running

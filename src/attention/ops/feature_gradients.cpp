@@ -16,14 +16,18 @@ torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads) {
 
 bool MapsInputs(const FeatureMap& map) { return map.input_map || map.input_scale != 1.0; }
 
-torch::Tensor MappedInput(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x) {
-  if (map.input_map) return torch::matmul(x, p.at(1).to(x.scalar_type()));
-  return map.input_scale != 1.0 ? x * map.input_scale : x;
+torch::Tensor MappedInput(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
+                          torch::ScalarType dtype) {
+  if (map.input_map) return torch::matmul(x.to(dtype), p.at(1).to(dtype));
+  if (map.input_scale == 1.0) return x.to(dtype);
+  // Converted and scaled in one fresh tensor (outside autograd, in place).
+  if (!torch::GradMode::is_enabled()) return x.to(dtype, /*non_blocking=*/false, /*copy=*/true).mul_(map.input_scale);
+  return x.to(dtype) * map.input_scale;
 }
 
 std::pair<torch::Tensor, torch::Tensor> MappedInputs(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                      const torch::Tensor& x, const torch::Tensor& y) {
-  return {MappedInput(map, p, x), MappedInput(map, p, y)};
+  return {MappedInput(map, p, x, x.scalar_type()), MappedInput(map, p, y, y.scalar_type())};
 }
 
 FeatureMap WithoutInputMap(const FeatureMap& map) {
@@ -34,17 +38,21 @@ FeatureMap WithoutInputMap(const FeatureMap& map) {
   return plain;
 }
 
-std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
-                                                    const torch::Tensor& x_in, const torch::Tensor& y_in) {
+torch::Tensor SideLogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& in,
+                              torch::ScalarType dtype, bool is_query) {
   DF_CHECK(map.positive_features || !MapsInputs(map), "an input map needs positive features");
-  if (!map.positive_features) return {map.log_features(x_in, p, /*is_query=*/true), map.log_features(y_in, p, /*is_query=*/false)};
-  const auto w_DM = p.at(0).detach().to(x_in.scalar_type()).t();
-  // One side at a time: a side's mapped inputs are freed before the other's are made.
-  auto lq = torch::matmul(MappedInput(map, p, x_in), w_DM);
-  const auto y = MappedInput(map, p, y_in);
-  auto lk = torch::matmul(y, w_DM);
-  lk.sub_((y * y).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
-  return {lq, lk};
+  if (!map.positive_features) return map.log_features(in.to(dtype), p, is_query);
+  const auto w_DM = p.at(0).detach().to(dtype).t();
+  const auto mapped = MappedInput(map, p, in, dtype);
+  auto features = torch::matmul(mapped, w_DM);
+  if (!is_query) features.sub_((mapped * mapped).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
+  return features;
+}
+
+std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
+                                                    const torch::Tensor& x, const torch::Tensor& y) {
+  return {SideLogFeatures(map, p, x, x.scalar_type(), /*is_query=*/true),
+          SideLogFeatures(map, p, y, y.scalar_type(), /*is_query=*/false)};
 }
 
 namespace {

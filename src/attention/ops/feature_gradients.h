@@ -19,20 +19,26 @@ torch::Tensor PerKvHead(const torch::Tensor& t_BRLX, int64_t kv_heads);
 
 // Whether the features read mapped inputs (FeatureMap::input_map, input_scale).
 bool MapsInputs(const FeatureMap& map);
-// The inputs the features read: x A and y A, or input_scale x and input_scale y (FeatureMap), of
-// queries x (B x H x L x D) and key rows y; x and y where the map maps nothing. Under autograd when
-// grad mode is on.
+// The input the features read, in `dtype`: x A, or input_scale x (FeatureMap); x where the map maps
+// nothing. Under autograd when grad mode is on.
+torch::Tensor MappedInput(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
+                          torch::ScalarType dtype);
+// Both sides, queries x (B x H x L x D) and key rows y, each in its own dtype.
 std::pair<torch::Tensor, torch::Tensor> MappedInputs(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                      const torch::Tensor& x, const torch::Tensor& y);
 // The map that reads the mapped inputs themselves: params[0] only, nothing mapped.
 FeatureMap WithoutInputMap(const FeatureMap& map);
 
 // log phi of queries x (B x H x L x D) and key rows y (B x R x L x D), up to what cancels, the
-// inputs mapped first (MappedInputs). Positive
-// features (x W^T - |x|^2/2 - log(m)/2) skip the query's -|x|^2/2 (a shift of all of a query's
-// arguments, s_t's included) and everyone's -log(m)/2 (every key's: R and s shift with it).
+// inputs mapped first (MappedInput). Positive features (x W^T - |x|^2/2 - log(m)/2) skip the
+// query's -|x|^2/2 (a shift of all of a query's arguments, s_t's included) and everyone's
+// -log(m)/2 (every key's: R and s shift with it).
 std::pair<torch::Tensor, torch::Tensor> LogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                                     const torch::Tensor& x, const torch::Tensor& y);
+// One side of it (queries or key rows), computed in `dtype` from the input as given: its converted
+// and mapped copies are freed on return.
+torch::Tensor SideLogFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& in,
+                              torch::ScalarType dtype, bool is_query);
 
 // dL/dx, dL/dy and the parameter gradients through the features (and the inputs' map), given
 // d log phi of every query and key position: in closed form for positive features, else the map's
