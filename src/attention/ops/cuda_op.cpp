@@ -281,7 +281,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     RecordDtype(ProbeField::kFeatures, a);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
-    std::vector<torch::Tensor> saved = {x, y, values, out, den};
+    std::vector<torch::Tensor> saved = {x, y, v, out, den};  // the inputs as given
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows"] = rows;
