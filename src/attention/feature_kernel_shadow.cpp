@@ -6,6 +6,7 @@
 #include "attention/feature_kernel_base.h"
 #include "attention/log_feature_kernel.h"
 #include "attention/ops/causal_form.h"
+#include "attention/ops/cuda_scan_launch.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/ops/sub_chunk.h"
 
@@ -19,6 +20,30 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
                                        const FeatureKernelOptions& options, bool parameters_train) {
   const int64_t B = c.batch, L = c.length, T = B * L, H = c.heads, K = c.key_heads, D = c.head_dim;
   const bool rg = q.rg || key.rg || v.rg || parameters_train;
+  // The raw kernel takes positive features in fp32 on a CPU (the training path's case).
+  const bool raw_runs = c.cpu && form.positive;
+  const auto resolved = ResolveCausalForm(options.op, c.cpu, raw_runs, c.documents);
+  const int64_t chunk = std::max<int64_t>(1, std::min(options.chunk_size, L));
+  if (form.causal_operator && form.positive && resolved == CausalForm::kCuda) {
+    // The CUDA operator (ops/cuda_op.h) maps the inputs itself: it saves q, k and v as given, its
+    // fp32 output and normaliser. Its backward's working set (cuda_op_memory_test.cpp): the
+    // incoming gradient, the values, the features and their gradients in fp32, and per chunk and
+    // key row one state of m (D + 1) floats with its references and, at most, a block's scratch.
+    const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
+    const int64_t sub = causal_ops::SubChunk(chunk);
+    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, sub, std::max<int64_t>(1, chunk / sub), true);
+    const Shadow out = tape.New(T * H * D, kF32, rg);
+    if (rg) {
+      for (const auto& given : {q, key, v, out}) tape.Save(given);
+      tape.Save(tape.New(T * H, kF32, true));  // normaliser
+    }
+    ShadowAttention r;
+    r.out = tape.To(out, v.esz);
+    r.backward_bytes = (T * H * D + T * K * D + 2 * (T * H * m + T * rows * m) + T * rows * D +
+                        B * rows * chunks * (m * (D + 1) + m + 1 + scratch)) *
+                       kF32;
+    return r;
+  }
   const bool mapped = form.positive && form.map_heads > 0;
   const int64_t width = mapped && form.rank > 0 ? form.rank : D;
   Shadow x, y, vf = tape.To(v, kF32);
@@ -47,7 +72,6 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   }
   if (K > 1 && key_heads == K) vf = tape.New(vf.numel, kF32, vf.rg);  // folding copies v's layout
   const Shadow out = tape.New(T * H * D, kF32, rg);
-  const int64_t chunk = std::max<int64_t>(1, std::min(options.chunk_size, L));
   if (rg) {
     tape.Save(x);
     tape.Save(y);
@@ -62,23 +86,14 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   ShadowAttention r;
   r.out = tape.To(out, v.esz);
   r.backward_bytes = 4 * T * H * D * kF32;
-  // The raw kernel takes positive features in fp32 on a CPU (the training path's case).
-  const bool raw_runs = c.cpu && form.positive;
-  const auto resolved = ResolveCausalForm(options.op, c.cpu, raw_runs, c.documents);
   if (form.causal_operator && resolved == CausalForm::kCuda) {
-    // The CUDA operator (ops/cuda_op.h) saves the base-2 log-features of queries and keys and its
-    // checkpoints; its backward adds their gradients and each key row's scratch (the entering
-    // states of a checkpoint's sub-chunks dominate: ceil(m / S) m (D+1) floats).
-    const int64_t m = form.features, rows = form.map_heads > 1 ? H : K;
-    const int64_t sub = causal_ops::SubChunk(chunk), group_subs = (m + sub - 1) / sub;
-    const int64_t count = ((L + sub - 1) / sub + group_subs - 1) / group_subs;
-    if (rg) {
-      tape.Save(tape.New(T * H * m, kF32, true));
-      tape.Save(tape.New(T * rows * m, kF32, true));
-      tape.Save(tape.New(B * rows * count * m * (D + 2), kF32, true));
-    }
-    r.backward_bytes =
-        std::max(r.backward_bytes, (T * H * m + T * rows * m + B * rows * (group_subs + 3) * m * (D + 2)) * kF32);
+    // The CUDA operator on another log-form map (x, y, v in fp32 as above): its backward's working
+    // set as for positive features, per chunk one state and at most a block's scratch.
+    const int64_t m = form.features, chunks = (L + chunk - 1) / chunk, sub = causal_ops::SubChunk(chunk);
+    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / K, sub, std::max<int64_t>(1, chunk / sub), true);
+    r.backward_bytes = std::max(r.backward_bytes, (2 * (T * H * m + T * K * m) + T * K * D +
+                                                   B * K * chunks * (m * (D + 1) + m + 1 + scratch)) *
+                                                      kF32);
   }
   if (form.causal_operator && resolved == CausalForm::kChunkParallel) {
     // Its backward holds whole-sequence terms at once (ops/per_feature_chunks.h): per query

@@ -9,6 +9,8 @@
 //   - At the peak (the backward's query side), at most that plus its working set: the incoming
 //     gradient, the values, the features and their gradients, and per chunk one state (the entering
 //     and the reverse states are never held at once) and the scratch.
+//   - The memory estimate's shadow of the same call (train/memory_estimate.h, fit-check) saves
+//     what the operator keeps and allows its working set.
 #include <c10/util/ThreadLocalDebugInfo.h>
 #include <gtest/gtest.h>
 #include <torch/torch.h>
@@ -22,6 +24,7 @@
 #include "cuda_op_emulated.h"
 #include "util/mixed_precision.h"
 #include "util/peak_memory.h"
+#include "util/shadow_tape.h"
 
 namespace darkformer {
 namespace {
@@ -29,15 +32,36 @@ namespace {
 constexpr int64_t kHeads = 4, kKvHeads = 1, kDim = 16, kFeatures = 32, kChunk = 16;
 
 struct Bytes {
-  int64_t held = 0, peak = 0;
+  int64_t held = 0, peak = 0;     // measured
+  int64_t saved = 0, working = 0;  // the shadow's: saved for the backward, and the backward's widest extra
 };
 
-// One bf16 forward + backward under autocast, as a user's step runs it.
-Bytes Measure(const std::string& name, int64_t length, torch::Device device) {
+AttentionKernel Make(const std::string& name) {
   KernelShape shape{kHeads, kDim};
   const std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk) +
                            ", op: cuda}";
-  auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
+  return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
+}
+
+// The shadow of a bf16 call on a GPU run (q, k and v are Linear outputs under autocast).
+void ShadowOf(AttentionKernel& kernel, int64_t length, Bytes& bytes) {
+  shadow::Tape tape(/*bf16=*/true);
+  ShadowAttentionCall call;
+  call.length = length;
+  call.heads = kHeads;
+  call.key_heads = kKvHeads;
+  call.head_dim = kDim;
+  call.cpu = false;
+  const auto q = tape.New(length * kHeads * kDim, shadow::kBf16, true);
+  const auto k = tape.New(length * kKvHeads * kDim, shadow::kBf16, true);
+  const auto v = tape.New(length * kKvHeads * kDim, shadow::kBf16, true);
+  bytes.working = kernel->ShadowForward(tape, call, q, k, v).backward_bytes;
+  bytes.saved = tape.SavedBytes();
+}
+
+// One bf16 forward + backward under autocast, as a user's step runs it.
+Bytes Measure(const std::string& name, int64_t length, torch::Device device) {
+  auto kernel = Make(name);
   kernel->to(device);
   torch::manual_seed(3);
   auto info = std::make_shared<PeakMemory>(device.type());
@@ -59,6 +83,7 @@ Bytes Measure(const std::string& name, int64_t length, torch::Device device) {
     out.sum().backward();
     bytes.peak = info->peak();
   }
+  ShadowOf(kernel, length, bytes);
   return bytes;
 }
 
@@ -91,6 +116,15 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
               << peak << " (bound " << kept + working << ")\n";
     EXPECT_LE(held, kept + rounding) << name;
     EXPECT_LE(peak, kept + working + rounding) << name;
+    // The shadow saves the inputs as given, the fp32 output and the normaliser (the caller's bf16
+    // output is the layer's, not the operator's), and its backward's widest extra covers what the
+    // peak adds to what is held.
+    const double shadow_saved = static_cast<double>(at_2l.saved - at_l.saved) / length;
+    const double shadow_working = static_cast<double>(at_2l.working - at_l.working) / length;
+    std::cout << "[cuda op bytes per position] " << name << " shadow: saved " << shadow_saved << ", working "
+              << shadow_working << "\n";
+    EXPECT_EQ(shadow_saved, kept - 2.0 * h * dv) << name;
+    EXPECT_GE(shadow_working + rounding, peak - held) << name;
   }
 }
 
