@@ -27,7 +27,7 @@ namespace {
 std::atomic<bool> emulate_on_host{false};
 
 // How a call is cut (chunk: the kernel's chunk_size, in positions): sub-chunks of S, and chunks of
-// chunk / S of them, one block each, in the forward and the backward alike. The states entering the
+// chunk / S of them, in the forward and the backward alike. The states entering the
 // chunks are not kept for the backward, which recomputes them (the forward's first two steps), so
 // autograd holds O(L D) whatever m and chunk, and short rows still spread over many blocks (2k
 // positions at chunk 64: 32 blocks per row, not the 8 of a checkpoint every ceil(m / S) = 32
