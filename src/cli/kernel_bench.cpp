@@ -230,6 +230,11 @@ void RunKernelBench(const KernelBenchOptions& o) {
   auto fused_options = YAML::Load(o.options);
   DF_CHECK(!fused_options["op"] && !fused_options["fused"],
            "--options: give the operator's form with --op, not as op/fused in the kernel options");
+  // Sizes first: nothing is allocated for a call that cannot fit (the probe below builds the kernel).
+  for (const int64_t d : o.lengths.empty() ? std::vector<int64_t>{} : o.head_dims) {
+    CheckKernelOptionsFit(o.kernel, fused_options, d, o.batch, o.heads, *std::max_element(o.lengths.begin(), o.lengths.end()),
+                          bench_device);
+  }
   // Log-form kernels take the operator's form; signed ones have their composite path only.
   const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, fused_options, o.heads, 8).ptr()) != nullptr;
   DF_CHECK(!o.ops.empty(), "--op: give at least one form");
@@ -244,10 +249,6 @@ void RunKernelBench(const KernelBenchOptions& o) {
   if (log_form) naive_options["op"] = "naive";
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
-  for (const int64_t d : o.lengths.empty() ? std::vector<int64_t>{} : o.head_dims) {
-    CheckKernelOptionsFit(o.kernel, fused_options, d, o.batch, o.heads, *std::max_element(o.lengths.begin(), o.lengths.end()),
-                          bench_device);
-  }
   std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
                            o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,

@@ -320,41 +320,56 @@ void AddKernelCheckCommand(CLI::App& app) {
   cmd->add_option("--norm", args.norm, "row norm of x = sqrt(s) q and y = sqrt(s) k")->capture_default_str();
   cmd->add_option("--draws", args.draws, "independent draws for the estimator check")->capture_default_str();
   cmd->add_option("--seed", args.seed, "seed of the synthetic inputs")->capture_default_str();
-  cmd->add_flag("--bench", args.bench, "time forward+backward, peak memory and GFLOP/s against exact instead");
+  // The options after --bench time and measure only with it: given without it they would do
+  // nothing, so CLI11 refuses them (exit 2).
+  auto* bench = cmd->add_flag("--bench", args.bench, "time forward+backward, peak memory and GFLOP/s against exact instead");
   auto& b = args.bench_options;
-  cmd->add_option("--bench-lengths", b.lengths, "sequence lengths to time")->delimiter(',')->capture_default_str();
-  cmd->add_option("--bench-head-dims", b.head_dims, "head dims to time")->delimiter(',')->capture_default_str();
-  cmd->add_option("--bench-batch", b.batch, "--bench: sequences per call (B)")->capture_default_str();
-  cmd->add_option("--kv-heads", b.kv_heads, "--bench: key/value heads (0 = --heads; 1 = multi-query)")->capture_default_str();
+  cmd->add_option("--bench-lengths", b.lengths, "sequence lengths to time")->delimiter(',')->capture_default_str()
+      ->needs(bench);
+  cmd->add_option("--bench-head-dims", b.head_dims, "head dims to time")->delimiter(',')->capture_default_str()
+      ->needs(bench);
+  cmd->add_option("--bench-batch", b.batch, "--bench: sequences per call (B)")->capture_default_str()
+      ->needs(bench);
+  cmd->add_option("--kv-heads", b.kv_heads, "--bench: key/value heads (0 = --heads; 1 = multi-query)")->capture_default_str()
+      ->needs(bench);
   cmd->add_option("--repeats", b.repeats, "--bench: timed repeats per row, alternating implementations (median kept)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(bench);
   cmd->add_flag("--profile", b.profile,
                 "--bench: print each op's self time over one forward+backward per row, and the ops each implementation "
-                "dispatches per call (ops_forward, ops_backward in --json)");
+                "dispatches per call (ops_forward, ops_backward in --json)")
+      ->needs(bench);
   cmd->add_option("--op", b.ops, "--bench: the causal operator's forms to time, alternating (comma-separated)")
       ->delimiter(',')
       ->check(CLI::IsMember(OpChoices()))
-      ->capture_default_str();
-  cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str();
+      ->capture_default_str()
+      ->needs(bench);
+  cmd->add_option("--device", b.device, "--bench: cpu | cuda")->check(CLI::IsMember({"cpu", "cuda"}))->capture_default_str()
+      ->needs(bench);
   cmd->add_option("--dtype", b.dtype,
                   "--bench: fp32 | bf16, the dtype of q, k, v and the incoming gradient; bf16 runs each forward under "
                   "autocast, as a bf16 model's attention runs (SDPA in bf16, our operator in fp32 inside)")
       ->check(CLI::IsMember({"fp32", "bf16"}))
-      ->capture_default_str();
-  cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)");
+      ->capture_default_str()
+      ->needs(bench);
+  cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)")
+      ->needs(bench);
   cmd->add_option("--bench-norm", b.norm,
                   "--bench: > 0 times sharp, opposed attention (queries near u, keys near -u) with rows of this norm")
       ->check(CLI::Validator(
           [](std::string& value) { return std::stod(value) >= 0 ? std::string() : "must be >= 0, got " + value; },
           "NORM >= 0"))
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(bench);
   cmd->add_option("--bench-documents", b.document_mean,
                   "--bench: > 0 also times each implementation on packed documents of this mean length, masked "
                   "(data.document_masking), beside its unmasked time; exact also one call per document")
       ->check(CLI::NonNegativeNumber)
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(bench);
   cmd->add_option("--exact-max-length", b.exact_max_length, "--bench: skip exact attention above this length")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->needs(bench);
   cmd->add_flag("--estimators", args.estimators,
                 "(a) performer vs importance-sampled performer vs darkformer vs the FAVOR kernels on synthetic q, k ~ "
                 "N(0, Lambda); with --weights the FAVOR kernels on that checkpoint's own queries and keys");
