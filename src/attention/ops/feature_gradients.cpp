@@ -86,14 +86,14 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
   torch::Tensor dw, da;
   auto side = [&](const torch::Tensor& in_as_given, torch::Tensor& dl) {
     if (!map.input_map) {
-      // A scaled copy in the gradients' dtype: one tensor, whatever the inputs' dtype.
-      const auto mapped = in_as_given.to(dtype, /*non_blocking=*/false, /*copy=*/true).mul_(map.input_scale);
-      auto d_in = PositiveSideBackward(w_MD, mapped, dl, want_w ? &dw : nullptr).mul_(map.input_scale);
+      // MappedInput outside autograd: one scaled copy in the gradients' dtype.
+      auto d_in = PositiveSideBackward(w_MD, MappedInput(map, p, in_as_given, dtype), dl, want_w ? &dw : nullptr)
+                      .mul_(map.input_scale);
       dl = torch::Tensor();
       return d_in;
     }
     const auto in = in_as_given.to(dtype);
-    const auto d_mapped = PositiveSideBackward(w_MD, torch::matmul(in, a_1NDR), dl, want_w ? &dw : nullptr);
+    const auto d_mapped = PositiveSideBackward(w_MD, MappedInput(map, p, in, dtype), dl, want_w ? &dw : nullptr);
     dl = torch::Tensor();
     if (want_a) {
       const auto t = torch::matmul(in.transpose(-1, -2), d_mapped);
