@@ -50,6 +50,7 @@ struct FeatureShadowForm {
   int64_t features = 0;          // m
   int64_t rank = 0;              // width of the input map's output, M q (darkformer); 0: head_dim
   int64_t map_heads = 0;         // heads of the input map: H per head, 1 shared, 0 none
+  bool projection_trains = false;  // W takes a gradient (LFK): op: cuda then takes the queries' features whole
 };
 
 // What random-feature attention saves for its backward (x, y and v in fp32, the output, the

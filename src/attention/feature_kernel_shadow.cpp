@@ -26,10 +26,14 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   const int64_t chunk = std::max<int64_t>(1, std::min(options.chunk_size, L));
   if (form.causal_operator && form.positive && resolved == CausalForm::kCuda) {
     // The CUDA operator (ops/cuda_op.h) maps the inputs itself: it saves q, k and v as given, its
-    // fp32 output and normaliser. Its backward's working set (cuda_op_memory_test.cpp): the
-    // incoming gradient, the values, the features and their gradients in fp32, and per chunk and
-    // key row one state of m (D + 1) floats with its references and, at most, a block's scratch.
+    // fp32 output and normaliser, and gives its output in v's dtype. Its backward's working set
+    // (cuda_op_memory_test.cpp): the incoming gradient (v's dtype: bf16 as it comes), the values,
+    // the key features and their gradients in fp32, the queries' gradient at their mapped input
+    // (width R; where W trains, their features and their gradients, ops/cuda_scan_queries.h), and
+    // per chunk and key row one state of m (D + 1) floats with its references and, at most, a
+    // block's scratch. (A 16-bit input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
+    const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
     const int64_t sub = causal_ops::SubChunk(chunk);
     const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, sub, std::max<int64_t>(1, chunk / sub), true);
     const Shadow out = tape.New(T * H * D, kF32, rg);
@@ -39,9 +43,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     }
     ShadowAttention r;
     r.out = tape.To(out, v.esz);
-    r.backward_bytes = (T * H * D + T * K * D + 2 * (T * H * m + T * rows * m) + T * rows * D +
+    r.backward_bytes = T * H * D * std::min<int64_t>(v.esz, kF32) +
+                       (T * K * D + T * H * queries + 2 * T * rows * m + T * rows * D +
                         B * rows * chunks * (m * (D + 1) + m + 1 + scratch)) *
-                       kF32;
+                           kF32;
     return r;
   }
   const bool mapped = form.positive && form.map_heads > 0;
@@ -135,6 +140,7 @@ ShadowAttention LogFeatureKernel::ShadowForward(shadow::Tape& tape, const Shadow
   if (const auto positive = PositiveForm()) {
     form.positive = true;
     form.features = positive->w_MR.size(0);
+    form.projection_trains = positive->w_MR.requires_grad();
     if (positive->input_map_NRD.defined()) {
       form.map_heads = positive->input_map_NRD.size(0);
       form.rank = positive->input_map_NRD.size(1);

@@ -7,8 +7,9 @@
 //     caller's output, and the operator's fp32 output and normaliser; nothing else (no fp32 copy of
 //     the inputs, no keys or values per query head, no per-chunk buffer).
 //   - At the peak (the backward's query side), at most that plus its working set: the incoming
-//     gradient, the values, the features and their gradients, and per chunk one state (the entering
-//     and the reverse states are never held at once) and the scratch.
+//     gradient, the values, the key features and their gradients, the queries' gradient at their
+//     mapped input (the scan projects their features itself: no L x m tensor of them), and per
+//     chunk one state (the entering and the reverse states are never held at once) and the scratch.
 //   - The memory estimate's shadow of the same call (train/memory_estimate.h, fit-check) saves
 //     what the operator keeps and allows its working set.
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -98,9 +99,11 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
     const int64_t h = kHeads, kv = kKvHeads, d = kDim, m = kFeatures, dv = kDim;
     // bf16: the inputs as given and the caller's output; fp32: the operator's output and normaliser.
     const double kept = 2.0 * (h * d + 2 * kv * d) + 2.0 * h * dv + 4.0 * (h * dv + h);
-    // The backward's working set, in fp32: the incoming gradient, the values, the features and their
-    // gradients; per chunk and row, one state of m (Dv + 1) floats, its m references and its reset
-    // flag, and the host emulation's scratch (a block per chunk and row; the device's is capped).
+    // The backward's working set: the incoming gradient in bf16 (the operator's output is bf16, as
+    // v), then in fp32 the values, the key features and their gradients, the queries' gradient at
+    // their mapped input (width d: both maps keep it);
+    // per chunk and row, one state of m (Dv + 1) floats, its m references and its reset flag, and
+    // the host emulation's scratch (a block per chunk and row; the device's is capped).
     cuda_scan::Launch launch;
     launch.features = m;
     launch.value_dim = dv;
@@ -108,7 +111,7 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
     launch.sub = causal_ops::SubChunk(kChunk);
     launch.group_subs = kChunk / launch.sub;
     const double per_chunk = 4.0 * rows * (m * (dv + 1) + m + 1 + launch.ScratchFloats(/*backward=*/true));
-    const double working = 4.0 * (h * dv + kv * dv + 2 * (h * m + rows * m) + rows * dv) + per_chunk / kChunk;
+    const double working = 2.0 * h * dv + 4.0 * (kv * dv + h * d + 2 * rows * m + rows * dv) + per_chunk / kChunk;
     // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
     // tensor alive (about 20 at the peak), a few bytes per position at these lengths.
     const double rounding = device.is_cuda() ? 24.0 * 512 / length : 0.0;

@@ -278,6 +278,39 @@ TEST(DeviceCudaOpTest, OneSubChunkPerBlockAndSeveralFeatureSlices) {
   ExpectMatches("performer", "ordinary", 0, torch::tensor(ids).view({1, kLength}), true, 8, 40);
 }
 
+// The scan reads the queries where they lie (cuda_scan_queries.h): a batch of 2 whose queries are
+// a transposed view (B x L x H x D storage, as attention's projections give them) computes the very
+// numbers of the same queries made contiguous, fp32 and bf16, with performer's shared projection
+// and darkformer's per head (its keys then per query head: each row finds its own head). The
+// parameters are frozen: their gradients are LibTorch's products, whose order may follow strides.
+TEST(DeviceCudaOpTest, QueriesReadWhereTheyLie) {
+  const auto device = testing::TestDevice();
+  torch::manual_seed(8);
+  const auto q_BLHD = torch::randn({2, kLength, kHeads, kDim}), k = torch::randn({2, kKvHeads, kLength, kDim});
+  const auto v = torch::randn({2, kKvHeads, kLength, kDim}), weights = torch::randn({2, kHeads, kLength, kDim});
+  for (const std::string name : {"performer", "darkformer"}) {
+    for (const auto dtype : {torch::kFloat32, torch::kBFloat16}) {
+      auto kernel = Make(name, "cuda", 0);
+      kernel->to(device);
+      for (auto& p : kernel->parameters()) p.requires_grad_(false);
+      auto run = [&](bool strided) {
+        auto leaf = [&](const torch::Tensor& t) { return t.to(device, dtype).detach().clone().requires_grad_(); };
+        auto q = leaf(q_BLHD), kd = leaf(k), vd = leaf(v);
+        const auto view = q.transpose(1, 2);
+        AttentionCall call;
+        call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+        const auto out = kernel->forward(strided ? view : view.contiguous(), kd, vd, call);
+        (out.to(torch::kFloat32) * weights.to(device)).sum().backward();
+        return std::vector<torch::Tensor>{out.cpu(), q.grad().cpu(), kd.grad().cpu(), vd.grad().cpu()};
+      };
+      const auto strided = run(true), contiguous = run(false);
+      const std::string where = name + (dtype == torch::kBFloat16 ? " bf16" : " fp32") + " on " + device.str();
+      ASSERT_FALSE(q_BLHD.transpose(1, 2).is_contiguous());
+      for (size_t i = 0; i < strided.size(); ++i) EXPECT_TRUE(torch::equal(strided[i], contiguous[i])) << where << " " << i;
+    }
+  }
+}
+
 // As if one block ran at a time: the forward's one block takes every chunk of every row in turn,
 // the backward's one per row its row's, each reusing its buffers: the same numbers.
 TEST(DeviceCudaOpTest, OneBlockTakesEveryChunkInTurn) {

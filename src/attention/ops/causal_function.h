@@ -35,6 +35,8 @@ namespace darkformer {
 
 // out_BHLD[i] = sum_{j <= i} phi(x_i).phi(y_j) v_j / sum_{j <= i} phi(x_i).phi(y_j), in fp32 (fp64 for
 // fp64 x): bf16 inputs are converted, and autocast is excluded inside, its backward included.
+// op: cuda computes so too and returns it in bf16 where v is bf16 (cuda_op.h): callers convert the
+// output to v's dtype.
 // With document_ids_BL (document_mask.h) the sums run over j in i's own document: the
 // chunk-parallel form masks inside its operator (op count independent of L and of the number of
 // documents); the raw CPU kernel scans each document of a row alone inside one call (`auto` where

@@ -3,15 +3,13 @@
 
 #include <algorithm>
 #include <atomic>
-#include <limits>
 
-#include "attention/document_mask.h"
 #include "attention/ops/chunk_common.h"
+#include "attention/ops/cuda_op_launch.h"
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
 #include "attention/ops/saved_bytes.h"
-#include "attention/ops/sub_chunk.h"
 #include "util/error.h"
 #include "util/mixed_precision.h"
 
@@ -24,107 +22,17 @@ namespace darkformer {
 
 namespace {
 
+using cuda_op_launch::BackwardBlocks;
+using cuda_op_launch::ChunkingFor;
+using cuda_op_launch::ForwardBuffers;
+using cuda_op_launch::KeyFeatures;
+using cuda_op_launch::MakeLaunch;
+using cuda_op_launch::MakeQuerySide;
+using cuda_op_launch::PerChunk;
+using cuda_op_launch::PointQueries;
+using cuda_op_launch::Scratch;
+
 std::atomic<bool> emulate_on_host{false};
-
-// How a call is cut (chunk: the kernel's chunk_size, in positions): sub-chunks of S, and chunks of
-// chunk / S of them, in the forward and the backward alike. The states entering the
-// chunks are not kept for the backward, which recomputes them (the forward's first two steps), so
-// autograd holds O(L D) whatever m and chunk, and short rows still spread over many blocks (2k
-// positions at chunk 64: 32 blocks per row, not the 8 of a checkpoint every ceil(m / S) = 32
-// sub-chunks at m = 256). Their cost: while a call runs it holds m (Dv + 1) floats per chunk (the
-// chunks' own states, merged in place into the entering ones).
-struct Chunking {
-  int64_t sub, chunk_subs;
-};
-Chunking ChunkingFor(int64_t chunk) {
-  const int64_t sub = causal_ops::SubChunk(chunk);
-  return {sub, std::max<int64_t>(1, chunk / sub)};
-}
-
-// The per-chunk launches' blocks: as many as run at once on the device (more add only scratch),
-// each taking several chunks in turn; the host emulation has no such limit unless a test sets one.
-std::atomic<int64_t> blocks_for_testing{0};
-int64_t ResidentBlocks(const torch::Tensor& on, bool backward) {
-  if (blocks_for_testing > 0) return blocks_for_testing;
-  if (on.is_cpu()) return std::numeric_limits<int64_t>::max();
-#ifdef DARKFORMER_CUDA_OP
-  const c10::cuda::CUDAGuard guard(on.device());
-  return cuda_scan::ResidentBlocks(backward);
-#else
-  return 1;  // unreachable: CheckWhere refuses CUDA inputs in a build without the kernels
-#endif
-}
-
-// The scan's Launch for base-2 features a (B x H x L x m), l (B x R x L x m) and v (B x K x L x Dv),
-// with the document ids (B x L; undefined: none) that the kernels read on the device: `ids` holds
-// them there as int64 and must outlive the launch, as must `resets` (one float per chunk).
-cuda_scan::Launch MakeLaunch(const torch::Tensor& a, const torch::Tensor& l, const torch::Tensor& v, int64_t sub,
-                             int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
-                             torch::Tensor& resets) {
-  cuda_scan::Launch x;
-  x.rows = l.size(0) * l.size(1);
-  x.length = a.size(2);
-  x.features = a.size(3);
-  x.value_dim = v.size(3);
-  x.group = a.size(1) / l.size(1);
-  x.sub = sub;
-  x.group_subs = group_subs;
-  x.value_rows_per = l.size(1) / v.size(1);
-  x.a = a.data_ptr<float>();
-  x.l = l.data_ptr<float>();
-  x.v = v.data_ptr<float>();
-  x.chunk_count = x.rows * x.Chunks();
-  x.forward_blocks = std::max<int64_t>(1, std::min(x.chunk_count, ResidentBlocks(a, /*backward=*/false)));
-  resets = torch::empty({x.chunk_count}, a.options());
-  x.resets = resets.data_ptr<float>();
-  if (!document_ids_BL.defined()) return x;
-  CheckDocumentIds(document_ids_BL, l.size(0), x.length);
-  // No copy where the ids already live on the device as int64; never read on the host.
-  ids = document_ids_BL.to(a.device(), torch::kInt64).contiguous();
-  x.ids = ids.data_ptr<int64_t>();
-  x.rows_per_sequence = l.size(1);
-  return x;
-}
-
-// The backward's scratch (one state of m x (Dv + 1) per block and the sub-chunks' buffers) is
-// also held to this many bytes by giving each row fewer blocks.
-constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;
-
-// W blocks per row for the backward (each takes every W-th chunk of its row).
-int64_t BackwardBlocks(const cuda_scan::Launch& x, const torch::Tensor& on) {
-  const int64_t resident = ResidentBlocks(on, /*backward=*/true);
-  const int64_t per_row = resident / x.rows + (resident % x.rows != 0 ? 1 : 0);
-  const int64_t budget = kBackwardScratchBytes / (x.rows * x.ScratchFloats(true) * 4);
-  return std::max<int64_t>(1, std::min({x.Chunks(), per_row, budget}));
-}
-
-// The forward's blocks are chunks, or (row, slice of features) in its scan over chunks; the
-// backward's (row, w) for w < W.
-torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({backward ? x.rows * x.backward_blocks : std::max(x.forward_blocks, x.rows * x.Slices()),
-                       x.ScratchFloats(backward)},
-                      options);
-}
-
-// A state per chunk of the call: chunk_count x m x (Dv + 1) (or x m, `with_values` false).
-torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options) {
-  return with_values ? torch::empty({x.chunk_count, x.features, x.value_dim + 1}, options)
-                     : torch::empty({x.chunk_count, x.features}, options);
-}
-
-// The buffers of the forward's first two steps (the forward, the prefill, and the backward which
-// reruns them), pointed to by `x`: the entering states and the steps' scratch.
-struct ForwardBuffers {
-  torch::Tensor states, refs, scratch;
-  ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options)
-      : states(PerChunk(x, true, options)),
-        refs(PerChunk(x, false, options)),
-        scratch(Scratch(x, /*backward=*/false, options)) {
-    x.states = states.data_ptr<float>();
-    x.refs = refs.data_ptr<float>();
-    x.scratch = scratch.data_ptr<float>();
-  }
-};
 
 // `host(launch)` for CPU tensors (the emulation), else `device(launch, stream)` on `on`'s device.
 template <typename Host, typename Device>
@@ -180,65 +88,68 @@ bool TensorCores(const FeatureMap& map) {
 
 torch::Tensor Fp32(const torch::Tensor& t) { return t.to(torch::kFloat32); }
 
-// Base-2 log-features of queries x and the key rows of y (as given: their fp32 copies and mapped
-// inputs are freed on return), contiguous, no autograd.
-std::pair<torch::Tensor, torch::Tensor> Base2Features(const FeatureMap& map, const std::vector<torch::Tensor>& p,
-                                                      const torch::Tensor& x, const torch::Tensor& y, int64_t rows) {
-  torch::NoGradGuard no_grad;
-  auto a = causal_ops::SideLogFeatures(map, p, x, torch::kFloat32, /*is_query=*/true).mul_(causal_ops::kLog2E).contiguous();
-  auto l = causal_ops::SideLogFeatures(map, p, causal_ops::PerRow(y, rows), torch::kFloat32, /*is_query=*/false)
-               .mul_(causal_ops::kLog2E)
-               .contiguous();
-  return {a, l};
+// The output's dtype: bf16 values' (what the kernels convert it to: the scan rounds it as
+// LibTorch does, so the incoming gradient is bf16 too), else fp32.
+torch::ScalarType OutputDtype(const torch::Tensor& v) {
+  return v.scalar_type() == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
 }
 
-// The scan's backward: d/d(natural-log) of the query and key features and dL/dv per key row. The
-// features, the recomputed states, Z and the scratch live only here, so they are freed before
-// the features' own backward runs.
+
+// The scan's backward: the queries' QueryGradients (d/d(natural-log) of their features, or d x' at
+// their mapped input where the scan projects them), d/d(natural-log) of the key features and dL/dv
+// per key row. The features, the recomputed states, Z and the scratch live only here, so they are
+// freed before the features' own backward runs.
 struct ScanGradients {
-  torch::Tensor da, dl, dv_rows;
+  torch::Tensor dq, dl, dv_rows;
+  bool queries_mapped = false;
 };
 ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
                            const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& out,
                            const torch::Tensor& den, const torch::Tensor& grad, int64_t chunk,
                            const torch::Tensor& document_ids_BL, bool tensor_cores) {
-  const auto [a, l] = Base2Features(map, p, x, y, rows);
+  const auto queries = MakeQuerySide(map, p, x);
+  const auto l = KeyFeatures(map, p, y, rows);
   const auto values = Fp32(v).contiguous();
   torch::Tensor ids, resets;
   const auto cut = ChunkingFor(chunk);
-  auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
+  auto launch = MakeLaunch(x.size(1), l, values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
+  PointQueries(launch, queries);
   launch.tensor_cores = tensor_cores;
-  const auto options = a.options();
+  const auto options = l.options();
   // The states entering the chunks, recomputed (the forward's first two steps); their scratch is
   // freed before the backward's own is made.
   torch::Tensor states, refs;
   {
     const ForwardBuffers buffers(launch, options);
-    Run(launch, a, Step::kStates);
+    Run(launch, l, Step::kStates);
     states = buffers.states;
     refs = buffers.refs;
   }
-  const auto g = grad.to(torch::kFloat32).contiguous();
-  ScanGradients result{torch::empty_like(a), torch::empty_like(l),
-                       torch::empty({a.size(0), rows, launch.length, launch.value_dim}, options)};
-  launch.backward_blocks = BackwardBlocks(launch, a);
+  // bf16 as it comes (the output was bf16: OutputDtype), else fp32.
+  const auto g = (grad.scalar_type() == torch::kBFloat16 ? grad : grad.to(torch::kFloat32)).contiguous();
+  const int64_t per_query = queries.Inside() ? launch.mapped_dim : launch.features;
+  ScanGradients result{torch::empty({x.size(0), x.size(1), launch.length, per_query}, options), torch::empty_like(l),
+                       torch::empty({l.size(0), rows, launch.length, launch.value_dim}, options),
+                       queries.Inside()};
+  launch.backward_blocks = BackwardBlocks(launch, l);
   const auto scratch = Scratch(launch, /*backward=*/true, options);
   launch.scratch = scratch.data_ptr<float>();
   launch.out = out.data_ptr<float>();
   launch.den = den.data_ptr<float>();
   launch.refs = refs.data_ptr<float>();
-  launch.g = g.data_ptr<float>();
-  launch.da = result.da.data_ptr<float>();
+  launch.g = g.data_ptr();
+  launch.g_bf16 = g.scalar_type() == torch::kBFloat16;
+  launch.dq = result.dq.data_ptr<float>();
   launch.dl = result.dl.data_ptr<float>();
   launch.dv = result.dv_rows.data_ptr<float>();
   launch.states = states.data_ptr<float>();
-  Run(launch, a, Step::kQuerySide);
+  Run(launch, l, Step::kQuerySide);
   // The query side consumed the states (the key side never reads them); the reverse states take
   // their place.
   states = torch::Tensor();
   const auto z = PerChunk(launch, true, options);
   launch.z = z.data_ptr<float>();
-  Run(launch, a, Step::kKeySide);
+  Run(launch, l, Step::kKeySide);
   return result;
 }
 
@@ -263,22 +174,28 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
                                int64_t chunk, const Documents& documents, bool tensor_cores) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    const auto [a, l] = Base2Features(map, p, x, y, rows);
+    const auto queries = MakeQuerySide(map, p, x);
+    const auto l = KeyFeatures(map, p, y, rows);
     const auto values = Fp32(v).contiguous();
     const auto cut = ChunkingFor(chunk);
     torch::Tensor ids, resets;
-    auto launch = MakeLaunch(a, l, values, cut.sub, cut.chunk_subs, documents.ids_BL, ids, resets);
+    auto launch = MakeLaunch(x.size(1), l, values, cut.sub, cut.chunk_subs, documents.ids_BL, ids, resets);
+    PointQueries(launch, queries);
     launch.tensor_cores = tensor_cores;
-    const auto options = a.options();
-    auto out = torch::empty({a.size(0), a.size(1), launch.length, launch.value_dim}, options);
-    auto den = torch::empty({a.size(0), a.size(1), launch.length}, options);
+    const auto options = l.options();
+    auto out = torch::empty({x.size(0), x.size(1), launch.length, launch.value_dim}, options);
+    auto den = torch::empty({x.size(0), x.size(1), launch.length}, options);
+    // The caller's bf16 output too, written beside the fp32 one (which the backward reads).
+    const auto given = OutputDtype(v) == torch::kBFloat16 ? torch::empty_like(out, torch::kBFloat16) : out;
     const ForwardBuffers buffers(launch, options);
     launch.out = out.data_ptr<float>();
+    launch.out16 = given.scalar_type() == torch::kBFloat16 ? static_cast<uint16_t*>(given.data_ptr()) : nullptr;
     launch.den = den.data_ptr<float>();
-    Run(launch, a, Step::kForward);
-    // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout.
+    Run(launch, l, Step::kForward);
+    // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout (the
+    // features inside the scan: its fp32 scratch).
     RecordDtype(ProbeField::kInputs, values);
-    RecordDtype(ProbeField::kFeatures, a);
+    RecordDtype(ProbeField::kFeatures, l);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
     std::vector<torch::Tensor> saved = {x, y, v, out, den};  // the inputs as given
@@ -289,7 +206,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     ctx->saved_data["tensor_cores"] = tensor_cores;
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
     if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
-    return out;
+    return given;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -309,7 +226,10 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     grads.clear();  // the incoming gradient (as fp32) is not needed beyond the scan
     const auto features =
-        causal_ops::FeatureBackward(map, p, x, causal_ops::PerRow(y, rows), std::move(scan.da), std::move(scan.dl));
+        scan.queries_mapped
+            ? causal_ops::FeatureBackwardFromMappedQueries(map, p, x, causal_ops::PerRow(y, rows), std::move(scan.dq),
+                                                           std::move(scan.dl))
+            : causal_ops::FeatureBackward(map, p, x, causal_ops::PerRow(y, rows), std::move(scan.dq), std::move(scan.dl));
     RecordDtype(ProbeField::kGradients, features.dx);
     // Autograd brings each gradient to its input's dtype.
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
@@ -327,8 +247,6 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
 }  // namespace
 
 void EmulateCudaOpOnHostForTesting(bool emulate) { emulate_on_host = emulate; }
-
-void LimitCudaOpBlocksForTesting(int64_t blocks) { blocks_for_testing = blocks; }
 
 bool CudaOpBuilt() { return cuda_scan::DeviceKernelsBuilt(); }
 
@@ -366,7 +284,8 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
   torch::Tensor ids, resets;
   const auto cut = ChunkingFor(chunk);
-  auto launch = MakeLaunch(l, l, v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets);
+  auto launch = MakeLaunch(rows, l, v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets);
+  launch.a = l.data_ptr<float>();  // never read: a prefill folds keys only
   launch.tensor_cores = TensorCores(map);
   const auto options = l.options();
   const ForwardBuffers buffers(launch, options);

@@ -1,5 +1,7 @@
-// op: cuda, the CUDA operator (issue 53): the log-features of queries and keys from the map
-// (LibTorch ops), then the scan of cuda_scan.h over every key row and chunk at once: the forward in
+// op: cuda, the CUDA operator (issue 53): the log-features of the keys from the map (LibTorch ops),
+// those of the queries projected inside the scan from the queries as given where the map is
+// positive and its W takes no gradient (performer, darkformer; else from the map too:
+// cuda_scan_queries.h), then the scan of cuda_scan.h over every key row and chunk at once: the forward in
 // three launches (the chunks' own states, a short scan over chunks per row, the chunks' outputs),
 // the backward in a query side and a key side (cuda_scan_backward_body.h), with the per-feature
 // stabiliser inside (normaliser >= 1 at any scale; no guard, no host sync). fp32 state and sums; the
@@ -10,8 +12,9 @@
 // here, so autograd saves q, k and v as given, the fp32 output and its normaliser: O(L D), nothing
 // copied; the backward recomputes the features and the states entering the chunks (the forward's
 // first two launches).
-// Not yet: features inside the kernel (held whole while a call runs), operands resident in shared
-// memory (the scan's scratch is global memory, its tiles staged per product).
+// Not yet: the keys' features inside the kernel (held whole while a call runs: L x m per key row),
+// operands resident in shared memory (the scan's scratch is global memory, its tiles staged per
+// product).
 #pragma once
 
 #include <torch/torch.h>
@@ -21,7 +24,8 @@
 namespace darkformer {
 
 // out_BHLD as FusedCausalLinearAttention's (causal_function.h), on a CUDA device, from the inputs
-// as given (fp32 or 16-bit; computed in fp32). Refused on other devices, for fp64 inputs and in a
+// as given (fp32 or 16-bit; computed in fp32), in bf16 where v is (the output rounded as LibTorch
+// rounds, the fp32 one kept for the backward), else fp32. Refused on other devices, for fp64 inputs and in a
 // build without the CUDA kernels.
 // With document_ids_BL (document_mask.h) every running quantity restarts where a row's id changes,
 // as if each document ran alone. The kernels read the ids on the device, so a call never waits

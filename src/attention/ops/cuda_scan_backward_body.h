@@ -12,14 +12,14 @@ DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io,
   const int64_t v = r.value_dim + 1, dv = r.value_dim;
   ParallelFor(b, r.group * sl * v, [&](int64_t idx) {
     const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-    const float* gt = io.g + h * io.g_head_stride + (pos + t) * dv;
+    const int64_t gt = h * io.g_head_stride + (pos + t) * dv;
     const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
     if (kk < dv) {
-      c.h[idx] = gt[kk] * inv;
+      c.h[idx] = LoadAsFloat(io.g, io.g_bf16, gt + kk) * inv;
     } else {
       const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
       float dot = 0.0f;
-      for (int64_t q = 0; q < dv; ++q) dot += gt[q] * out[q];
+      for (int64_t q = 0; q < dv; ++q) dot += LoadAsFloat(io.g, io.g_bf16, gt + q) * out[q];
       c.h[idx] = -dot * inv;
     }
   });
@@ -33,17 +33,16 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
                                      const float* state, const float* ref, bool has, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
   const float* l = r.l + pos * m;
-  const float* a = r.a + pos * m;
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
   Cotangents(b, r, io, pos, sl, c);
   // Per pair (j <= t): pw = h_t . [v_j, 1] and w = sum_i e_tj,i.
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
-    const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
+    const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
     float pw = 0.0f, w = 0.0f;
     if (FirstKey(c, t) <= j && j <= t) {
       for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
-      const float* q = a + h * r.a_head_stride + t * m;
+      const float* q = c.qa + ht * m;
       for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
     }
     c.pw[idx] = pw;
@@ -51,8 +50,8 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   });
   // The sub-chunk's own pairs into da (per query) and dl (per key), and dv.
   ParallelFor(b, g * sl * m, [&](int64_t idx) {
-    const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
-    const float q = a[h * r.a_head_stride + t * m + i];
+    const int64_t ht = idx / m, i = idx % m, t = ht % sl;
+    const float q = c.qa[idx];
     float acc = 0.0f;
     for (int64_t j = FirstKey(c, t); j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
     c.da[idx] = acc;
@@ -64,7 +63,7 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
       for (int64_t t = j; t < sl; ++t) {
         const int64_t ht = h * sl + t;
         if (FirstKey(c, t) > j) continue;  // t's document starts after key j
-        acc += c.pw[ht * sl + j] * DF_EXP2((a[h * r.a_head_stride + t * m + i] + l[idx]) - c.s2[ht]);
+        acc += c.pw[ht * sl + j] * DF_EXP2((c.qa[ht * m + i] + l[idx]) - c.s2[ht]);
       }
     }
     io.dl[pos * m + idx] = acc;
@@ -75,17 +74,14 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
       [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
       [&](int64_t j, int64_t kk, float sum) { io.dv[(pos + j) * dv + kk] = sum; });
   if (has) {  // da_t += qc_t * (S h_t); qc is 0 for queries whose document starts here
-    StateReadFactors(b, r, pos, sl, ref, c);
+    StateReadFactors(b, r, sl, ref, c);
     MatMul(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += c.qc[ht * m + i] * sum; });
   }
   // The exponentials are the same numbers in base e, so the sums are the natural-log gradients.
-  ParallelFor(b, g * sl * m, [&](int64_t idx) {
-    const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
-    io.da[h * io.da_head_stride + (pos + t) * m + i] = c.da[idx];
-  });
+  QueryGradients(b, r.queries, r.tensor_cores, m, g, pos, sl, c.da, io.dq, io.dq_head_stride);
 }
 
 // The backward of a chunk (raw_cpu_kernel.cpp's RunPositiveRowBackward): for query t and key j
@@ -172,7 +168,7 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z with T = sum_t qc_t h_t^T; T
     // alone where a document starts in this sub-chunk (no later query sees an earlier key).
     Cotangents(b, r, io, pos, sl, c);
-    StateReadFactors(b, r, pos, sl, ref, c);  // 0 for queries whose document starts here
+    StateReadFactors(b, r, sl, ref, c);  // 0 for queries whose document starts here
     const float* end_r = c.rrows + (sl - 1) * m;
     const bool had_z = has_z && !holds_start;
     MatMul(

@@ -7,7 +7,8 @@
 // what the block computes. Each sum runs in a fixed order: results are the same from run to run.
 //
 // The algorithm is the raw CPU kernel's (raw_cpu_kernel.h, per_feature_chunks.h) on base-2
-// log-features computed outside (a_t for the G query heads that read a key row, l_j for its keys):
+// log-features: a_t for the G query heads that read a key row, given or projected here one
+// sub-chunk at a time (cuda_scan_queries.h), and l_j for its keys, computed outside:
 // sub-chunks of S positions; the state S_i = sum_j 2^(l_ji - R_i) [v_j, 1] per feature relative to
 // its running max R_i; a query reads it with 2^((a_ti + R_i(e')) - s_t) <= 1, its own sub-chunk's
 // keys pair by pair with 2^((a_ti + l_ji) - s_t), s_t = max_i (a_ti + R_i(t)), so the pair attaining
@@ -28,18 +29,18 @@
 
 #include "attention/ops/cuda_scan_block.h"
 #include "attention/ops/cuda_scan_matmul.h"
+#include "attention/ops/cuda_scan_queries.h"
 
 namespace darkformer::cuda_scan {
 
 DF_HD inline float Max(float a, float b) { return a < b ? b : a; }
 constexpr float kNegInf = -__builtin_huge_valf();
 
-// One key row: its G query heads' a (head h at h * a_head_stride, L x m each), its keys' l (L x m)
-// and values (L x Dv). Outputs and the backward's inputs per head likewise.
+// One key row: its G query heads (cuda_scan_queries.h), its keys' l (L x m) and values (L x Dv).
+// Outputs and the backward's inputs per head at their head strides, L rows each.
 struct Row {
   int64_t length, features, value_dim, group, sub, group_subs;  // L, m, Dv, G, S, sub-chunks per checkpoint
-  const float* a;
-  int64_t a_head_stride;
+  Queries queries;
   const float* l;
   const float* v;
   const int64_t* ids;  // the row's document ids (L); nullptr: one document
@@ -51,6 +52,7 @@ struct Row {
 
 struct ForwardOut {
   float* out;  // G x L x Dv
+  uint16_t* out16;  // the same in bf16 (FloatToBf16), where the caller asked; else nullptr
   int64_t out_head_stride;
   float* den;  // G x L, >= 1
   int64_t den_head_stride;
@@ -66,10 +68,11 @@ struct BackwardIo {
   int64_t out_head_stride;
   const float* den;
   int64_t den_head_stride;
-  const float* g;  // dL/dout, G x L x Dv
+  const void* g;  // dL/dout, G x L x Dv, fp32 or bf16 (g_bf16)
+  bool g_bf16;
   int64_t g_head_stride;
-  float* da;  // dL/d(natural-log a), G x L x m
-  int64_t da_head_stride;
+  float* dq;  // QueryGradients: d log phi (natural log, G x L x m), or d x' (G x L x R) inside
+  int64_t dq_head_stride;
   float* dl;  // L x m
   float* dv;  // L x Dv
   const float* resets;  // checkpoints: the forward's step 1 wrote them (the backward reruns it)
@@ -82,10 +85,10 @@ DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_
 
 // A row's working memory, carved from one buffer of ScratchFloats floats.
 struct Scratch {
-  // starts: per query of the sub-chunk, its document's first position there (-1: before it). The
-  // state a block folds into lives outside: in the call's per-chunk buffer (forward) or in
-  // group_states (backward).
-  float *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
+  // qa: the sub-chunk's query features (QueryFeatures, head-major, G S x m). starts: per query of
+  // the sub-chunk, its document's first position there (-1: before it). The state a block folds
+  // into lives outside: in the call's per-chunk buffer (forward) or in group_states (backward).
+  float *qa, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
   // The backward's: each sub-chunk's entering reference and whether a state enters it; h_t; da.
   // The states it folds live in the call's per-chunk buffers (cuda_scan_backward_body.h).
   float *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr;
@@ -93,7 +96,7 @@ struct Scratch {
   // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
   DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
     const int64_t v = dv + 1, gs = g * s;
-    const int64_t forward = s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
+    const int64_t forward = gs * m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
     return forward + (backward ? group_subs * (m + 1) + gs * v + gs * m : 0);
   }
   DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
@@ -104,6 +107,7 @@ struct Scratch {
       p += n;
       return q;
     };
+    c.qa = take(gs * m);
     c.rrows = take(s * m);
     c.s2 = take(gs);
     c.qc = take(gs * m);
@@ -155,7 +159,8 @@ DF_HD inline bool HoldsStart(const Scratch& c, int64_t sl) { return c.starts[sl 
 
 // c.starts for the sub-chunk [pos, pos + sl), then R at each of its positions (c.rrows, sl x m) from
 // the entering reference (has: a state exists; R restarts at a document start) and the keys; with
-// queries (their shifts s_t = max_i (a_ti + R_i(t)) into c.s2, head-major, G x sl).
+// queries, their features into c.qa and their shifts s_t = max_i (a_ti + R_i(t)) into c.s2
+// (head-major, G x sl).
 DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, bool queries, const float* ref, bool has,
                          const Scratch& c) {
   const int64_t m = r.features;
@@ -170,10 +175,10 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
     }
   });
   if (!queries) return;
-  const float* a = r.a + pos * m;
+  QueryFeatures(b, r.queries, r.tensor_cores, m, r.group, pos, sl, c.qa);
   ParallelFor(b, r.group * sl, [&](int64_t ht) {
-    const int64_t h = ht / sl, t = ht % sl;
-    const float* q = a + h * r.a_head_stride + t * m;
+    const int64_t t = ht % sl;
+    const float* q = c.qa + ht * m;
     const float* rt = c.rrows + t * m;
     float best = kNegInf;
     for (int64_t i = 0; i < m; ++i) best = Max(best, q[i] + rt[i]);
@@ -181,15 +186,13 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
   });
 }
 
-// c.qc = 2^((a_ti + R_i(e')) - s_t) for the G sl queries at pos (a state exists); 0 for those whose
-// document starts inside the sub-chunk.
-DF_HD inline void StateReadFactors(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* ref,
-                                   const Scratch& c) {
+// c.qc = 2^((a_ti + R_i(e')) - s_t) for the G sl queries of the sub-chunk (a state exists; c.qa and
+// c.s2 hold theirs, Maxima); 0 for those whose document starts inside the sub-chunk.
+DF_HD inline void StateReadFactors(const Block& b, const Row& r, int64_t sl, const float* ref, const Scratch& c) {
   const int64_t m = r.features;
-  const float* a = r.a + pos * m;
   ParallelFor(b, r.group * sl * m, [&](int64_t idx) {
-    const int64_t ht = idx / m, i = idx % m, h = ht / sl, t = ht % sl;
-    c.qc[idx] = ReadsState(c, t, true) ? DF_EXP2((a[h * r.a_head_stride + t * m + i] + ref[i]) - c.s2[ht]) : 0.0f;
+    const int64_t ht = idx / m, i = idx % m, t = ht % sl;
+    c.qc[idx] = ReadsState(c, t, true) ? DF_EXP2((c.qa[idx] + ref[i]) - c.s2[ht]) : 0.0f;
   });
 }
 
@@ -224,21 +227,20 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
 DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t pos, int64_t sl,
                                   float* state, float* ref, bool has, bool fold, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
-  const float* a = r.a + pos * m;
   const float* l = r.l + pos * m;
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
   // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t.
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
-    const int64_t ht = idx / sl, j = idx % sl, h = ht / sl, t = ht % sl;
+    const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
     float w = 0.0f;
     if (FirstKey(c, t) <= j && j <= t) {
-      const float* q = a + h * r.a_head_stride + t * m;
+      const float* q = c.qa + ht * m;
       for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
     }
     c.w[idx] = w;
   });
-  if (has) StateReadFactors(b, r, pos, sl, ref, c);
+  if (has) StateReadFactors(b, r, sl, ref, c);
   // n_t = sum_j w_tj [v_j, 1] (w is 0 but for t's own pairs), then + sum_i qc_ti S_i (qc is 0 for
   // queries that do not read the state).
   MatMul(
@@ -255,7 +257,9 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
     const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
     const float den = c.n[ht * v + dv];
     if (kk < dv) {
-      o.out[h * o.out_head_stride + (pos + t) * dv + kk] = c.n[idx] / den;
+      const int64_t at = h * o.out_head_stride + (pos + t) * dv + kk;
+      o.out[at] = c.n[idx] / den;
+      if (o.out16 != nullptr) o.out16[at] = FloatToBf16(o.out[at]);
     } else {
       o.den[h * o.den_head_stride + pos + t] = den;
     }

@@ -12,28 +12,41 @@ namespace darkformer::cuda_scan {
 // are per query head. Row r's query heads are r * group ... r * group + group - 1 of the folded
 // B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1);
 // its document ids (where given) are sequence r / rows_per_sequence's. Every tensor fp32, each
-// per-head block L contiguous rows. Chunk n of row r is call-wide chunk r * Chunks() + n.
+// per-head block L contiguous rows, but the queries as given (bf16 or fp32, at their strides). Chunk n of row r is call-wide chunk r * Chunks() + n.
 struct Launch {
   int64_t rows = 0, length = 0, features = 0, value_dim = 0, group = 1, sub = 8, group_subs = 1;
   int64_t value_rows_per = 1;
   const int64_t* ids = nullptr;  // document ids, sequences x L, on the kernels' device; nullptr: none
-  int64_t rows_per_sequence = 1;
+  int64_t rows_per_sequence = 1;  // the key rows of one sequence
   bool tensor_cores = false;  // Row::tensor_cores
   int64_t chunk_count = 0;   // rows x Chunks()
-  const float* a = nullptr;  // base-2 query log-features, rows x G x L x m
+  // The queries (cuda_scan_queries.h): their base-2 log-features given, rows x G x L x m; or, with
+  // a null, inside from the queries as given: sequences x (rows_per_sequence x G) x L x dim at the
+  // strides x_strides (elements), fp32 or bf16, their projection (dim x m, per query head of a
+  // sequence where proj_per_head) and W (m x mapped_dim).
+  const float* a = nullptr;
+  const void* x = nullptr;
+  bool x_bf16 = false;
+  int64_t x_strides[4] = {0, 0, 0, 0};
+  int64_t dim = 0, mapped_dim = 0;
+  const float* proj = nullptr;
+  bool proj_per_head = false;
+  const float* w = nullptr;
   const float* l = nullptr;  // base-2 key log-features, rows x L x m
   const float* v = nullptr;  // values, (rows / value_rows_per) x L x Dv
   float* resets = nullptr;   // chunk_count: whether a document starts in the chunk
   // Forward.
   float* out = nullptr;         // rows x G x L x Dv
+  uint16_t* out16 = nullptr;    // the same in bf16 too, where the caller asks (else nullptr)
   float* den = nullptr;         // rows x G x L
   // chunk_count x m x (Dv + 1), x m: the state entering each chunk and its reference; before the
   // forward's step 2, slot n + 1 of a row holds its chunk n's own state (OwnStateOf).
   float* states = nullptr;
   float* refs = nullptr;
   // Backward (reads out, den, states, refs too).
-  const float* g = nullptr;  // dL/dout, rows x G x L x Dv
-  float* da = nullptr;       // rows x G x L x m, d/d(natural-log a)
+  const void* g = nullptr;   // dL/dout, rows x G x L x Dv, fp32 or bf16 (g_bf16)
+  bool g_bf16 = false;
+  float* dq = nullptr;       // rows x G x L x m, d/d(natural-log a); inside: x G x L x mapped_dim, d x'
   float* dl = nullptr;       // rows x L x m
   float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
   // chunk_count x m x (Dv + 1): slot n of a row holds the reverse state at its chunk n's end (after
@@ -64,22 +77,45 @@ struct Launch {
                           backward);
   }
 
+  // Row `row`'s queries: given, or the G heads from (row % rows_per_sequence) G on of its sequence.
+  DF_HD Queries QueriesOf(int64_t row) const {
+    Queries q;
+    if (a != nullptr) {
+      q.a = a + row * group * length * features;
+      q.a_head_stride = length * features;
+      return q;
+    }
+    const int64_t head = (row % rows_per_sequence) * group;
+    const int64_t first = (row / rows_per_sequence) * x_strides[0] + head * x_strides[1];
+    q.x = ElementAt(x, x_bf16, first);
+    q.x_bf16 = x_bf16;
+    q.x_head = x_strides[1];
+    q.x_pos = x_strides[2];
+    q.x_dim = x_strides[3];
+    q.dim = dim;
+    q.proj_head_stride = proj_per_head ? dim * features : 0;
+    q.proj = proj + head * q.proj_head_stride;
+    q.w = w;
+    q.mapped_dim = mapped_dim;
+    return q;
+  }
   // Row `row`'s view of the call's tensors.
   DF_HD Row RowOf(int64_t row) const {
     const int64_t lm = length * features;
-    return {length, features, value_dim, group, sub, group_subs, a + row * group * lm, lm, l + row * lm,
+    return {length, features, value_dim, group, sub, group_subs, QueriesOf(row), l + row * lm,
             v + (row / value_rows_per) * length * value_dim,
             ids != nullptr ? ids + (row / rows_per_sequence) * length : nullptr, tensor_cores};
   }
   DF_HD ForwardOut ForwardOf(int64_t row) const {
     const int64_t ld = length * value_dim, first = row * Chunks();
-    return {out + row * group * ld, ld, den + row * group * length, length,
-            states + first * features * (value_dim + 1), refs + first * features, resets + first};
+    return {out + row * group * ld, out16 != nullptr ? out16 + row * group * ld : nullptr, ld,
+            den + row * group * length, length, states + first * features * (value_dim + 1), refs + first * features, resets + first};
   }
   DF_HD BackwardIo BackwardOf(int64_t row) const {
     const int64_t ld = length * value_dim, lm = length * features, first = row * Chunks();
+    const int64_t lq = a != nullptr ? lm : length * mapped_dim;  // per query head of dq
     return {states + first * features * (value_dim + 1), refs + first * features, out + row * group * ld, ld,
-            den + row * group * length, length, g + row * group * ld, ld, da + row * group * lm, lm,
+            den + row * group * length, length, ElementAt(g, g_bf16, row * group * ld), g_bf16, ld, dq + row * group * lq, lq,
             dl + row * lm, dv + row * ld, resets + first};
   }
   // Where step 1 of the forward puts chunk n < Chunks() - 1's own state and reference: the slot

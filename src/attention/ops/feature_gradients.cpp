@@ -75,25 +75,29 @@ torch::Tensor PositiveSideBackward(const torch::Tensor& w_MD, const torch::Tenso
 // input_scale), one side after the other, each mapped again from the inputs as given and released
 // with its feature gradients, so no more than one side's L x D tensors live at once: the closed
 // form at the mapped inputs, then through the map: d in = d in' A^T and dA = sum in^T d in' over
-// the batch (and the heads where A is shared), or d in = s d in'.
+// the batch (and the heads where A is shared), or d in = s d in'. With queries_mapped, dlq is
+// already the queries' d in' (FeatureBackwardFromMappedQueries).
 FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
-                                  const torch::Tensor& y_in, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM) {
+                                  const torch::Tensor& y_in, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM,
+                                  bool queries_mapped) {
   torch::NoGradGuard no_grad;
   const auto dtype = dlq_BHLM.scalar_type();
   const auto w_MD = p.at(0).detach().to(dtype);
   const auto a_1NDR = map.input_map ? p.at(1).detach().to(dtype) : torch::Tensor();
   const bool want_w = p[0].requires_grad(), want_a = map.input_map && p[1].requires_grad();
   torch::Tensor dw, da;
-  auto side = [&](const torch::Tensor& in_as_given, torch::Tensor& dl) {
+  auto side = [&](const torch::Tensor& in_as_given, torch::Tensor& dl, bool mapped) {
     if (!map.input_map) {
       // MappedInput outside autograd: one scaled copy in the gradients' dtype.
-      auto d_in = PositiveSideBackward(w_MD, MappedInput(map, p, in_as_given, dtype), dl, want_w ? &dw : nullptr)
-                      .mul_(map.input_scale);
+      auto d_in = mapped ? std::move(dl)
+                         : PositiveSideBackward(w_MD, MappedInput(map, p, in_as_given, dtype), dl,
+                                                want_w ? &dw : nullptr);
       dl = torch::Tensor();
-      return d_in;
+      return d_in.mul_(map.input_scale);
     }
     const auto in = in_as_given.to(dtype);
-    const auto d_mapped = PositiveSideBackward(w_MD, MappedInput(map, p, in, dtype), dl, want_w ? &dw : nullptr);
+    const auto d_mapped =
+        mapped ? std::move(dl) : PositiveSideBackward(w_MD, MappedInput(map, p, in, dtype), dl, want_w ? &dw : nullptr);
     dl = torch::Tensor();
     if (want_a) {
       const auto t = torch::matmul(in.transpose(-1, -2), d_mapped);
@@ -104,8 +108,8 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
     return torch::matmul(d_mapped, a_1NDR.transpose(-1, -2));
   };
   FeatureGrads g;
-  g.dx = side(x_in, dlq_BHLM);
-  g.dy = side(y_in, dlk_BRLM);
+  g.dx = side(x_in, dlq_BHLM, queries_mapped);
+  g.dy = side(y_in, dlk_BRLM, false);
   g.params = {want_w ? dw.to(p[0].scalar_type()) : torch::Tensor()};
   if (map.input_map) g.params.push_back(want_a ? da.to(p[1].scalar_type()) : torch::Tensor());
   return g;
@@ -115,7 +119,9 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
 
 FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
                              const torch::Tensor& y_in, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM) {
-  if (MapsInputs(map)) return MappedInputsBackward(map, p, x_in, y_in, std::move(dlq_BHLM), std::move(dlk_BRLM));
+  if (MapsInputs(map)) {
+    return MappedInputsBackward(map, p, x_in, y_in, std::move(dlq_BHLM), std::move(dlk_BRLM), /*queries_mapped=*/false);
+  }
   const auto x = x_in.to(dlq_BHLM.scalar_type()), y = y_in.to(dlq_BHLM.scalar_type());
   FeatureGrads g;
   g.params.resize(p.size());
@@ -148,6 +154,23 @@ FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Ten
   g.dx = grads[0].defined() ? grads[0] : torch::zeros_like(x);
   g.dy = grads[1].defined() ? grads[1] : torch::zeros_like(y);
   for (size_t n = 0; n < which.size(); ++n) g.params[which[n]] = grads[n + 2];
+  return g;
+}
+
+FeatureGrads FeatureBackwardFromMappedQueries(const FeatureMap& map, const std::vector<torch::Tensor>& p,
+                                              const torch::Tensor& x_in, const torch::Tensor& y_in,
+                                              torch::Tensor dxq_BHLR, torch::Tensor dlk_BRLM) {
+  DF_CHECK(map.positive_features && !p.at(0).requires_grad(),
+           "the queries' mapped gradient needs positive features whose W takes no gradient");
+  if (MapsInputs(map)) {
+    return MappedInputsBackward(map, p, x_in, y_in, std::move(dxq_BHLR), std::move(dlk_BRLM), /*queries_mapped=*/true);
+  }
+  torch::NoGradGuard no_grad;
+  FeatureGrads g;
+  g.params.resize(p.size());
+  g.dx = std::move(dxq_BHLR);
+  const auto w_MD = p[0].detach().to(dlk_BRLM.scalar_type());
+  g.dy = PositiveSideBackward(w_MD, y_in.to(dlk_BRLM.scalar_type()), dlk_BRLM, nullptr);
   return g;
 }
 

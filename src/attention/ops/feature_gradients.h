@@ -52,5 +52,11 @@ struct FeatureGrads {
 // they are used.
 FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
                              const torch::Tensor& y, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM);
+// The same where the queries' gradient comes at their mapped input x' (x A, or input_scale x;
+// B x H x L x R): op: cuda projects the queries' features itself (cuda_scan_queries.h). Positive
+// features whose W takes no gradient only.
+FeatureGrads FeatureBackwardFromMappedQueries(const FeatureMap& map, const std::vector<torch::Tensor>& p,
+                                              const torch::Tensor& x, const torch::Tensor& y, torch::Tensor dxq_BHLR,
+                                              torch::Tensor dlk_BRLM);
 
 }  // namespace darkformer::causal_ops

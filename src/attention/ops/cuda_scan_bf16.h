@@ -1,0 +1,54 @@
+// bf16 in the CUDA operator's scan (cuda_scan_body.h): its bits read as fp32 (the queries and the
+// incoming gradient as given) and fp32 rounded to them (the output in the caller's dtype), on the
+// device and in the host emulation alike. The rounding is LibTorch's (c10::BFloat16: to nearest,
+// ties to even; every NaN becomes 0x7FC0), so the output is the bits that .to(kBFloat16) of the
+// fp32 output gives.
+#pragma once
+
+#include <cstdint>
+#include <cstring>
+
+#include "attention/ops/cuda_scan_block.h"
+
+namespace darkformer::cuda_scan {
+
+DF_HD inline uint32_t FloatBits(float f) {
+#ifdef __CUDA_ARCH__
+  return __float_as_uint(f);
+#else
+  uint32_t u;
+  std::memcpy(&u, &f, sizeof u);
+  return u;
+#endif
+}
+
+// Exact: bf16 is fp32's upper half.
+DF_HD inline float Bf16ToFloat(uint16_t bits) {
+  const uint32_t u = static_cast<uint32_t>(bits) << 16;
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
+  float f;
+  std::memcpy(&f, &u, sizeof f);
+  return f;
+#endif
+}
+
+DF_HD inline uint16_t FloatToBf16(float f) {
+  const uint32_t u = FloatBits(f);
+  if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
+  return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
+}
+
+// Where an fp32 or bf16 tensor's element `at` lies.
+DF_HD inline const void* ElementAt(const void* p, bool bf16, int64_t at) {
+  return bf16 ? static_cast<const void*>(static_cast<const uint16_t*>(p) + at)
+              : static_cast<const void*>(static_cast<const float*>(p) + at);
+}
+
+// An fp32 or bf16 tensor's element `at`, as fp32.
+DF_HD inline float LoadAsFloat(const void* p, bool bf16, int64_t at) {
+  return bf16 ? Bf16ToFloat(static_cast<const uint16_t*>(p)[at]) : static_cast<const float*>(p)[at];
+}
+
+}  // namespace darkformer::cuda_scan
