@@ -25,9 +25,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   const auto resolved = ResolveCausalForm(options.op, c.cpu, raw_runs, c.documents);
   const int64_t chunk = std::max<int64_t>(1, std::min(options.chunk_size, L));
   if (form.causal_operator && form.positive && resolved == CausalForm::kCuda) {
-    // The CUDA operator (ops/cuda_op.h) maps the inputs itself: it saves q, k and v as given, its
-    // fp32 output and normaliser, and gives its output in v's dtype. Its backward's working set
-    // (cuda_op_memory_test.cpp): the incoming gradient (v's dtype: bf16 as it comes), the values,
+    // The CUDA operator (ops/cuda_op.h) maps the inputs itself: it saves q, k and v as given and
+    // the normaliser, and gives its output in v's dtype (the backward recomputes it in fp32). Its
+    // backward's working set (cuda_op_memory_test.cpp): the incoming gradient (v's dtype: bf16 as
+    // it comes), g . out per query and head, the values,
     // the key features and their gradients in fp32, the queries' gradient at their mapped input
     // (width R; where W trains, their features and their gradients, ops/cuda_scan_queries.h), and
     // per chunk and key row one state of m (D + 1) floats with its references and, at most, a
@@ -36,15 +37,14 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
     const int64_t sub = causal_ops::SubChunk(chunk);
     const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, sub, std::max<int64_t>(1, chunk / sub), true);
-    const Shadow out = tape.New(T * H * D, kF32, rg);
     if (rg) {
-      for (const auto& given : {q, key, v, out}) tape.Save(given);
+      for (const auto& given : {q, key, v}) tape.Save(given);
       tape.Save(tape.New(T * H, kF32, true));  // normaliser
     }
     ShadowAttention r;
-    r.out = tape.To(out, v.esz);
+    r.out = tape.New(T * H * D, v.esz == shadow::kBf16 ? shadow::kBf16 : kF32, rg);
     r.backward_bytes = T * H * D * std::min<int64_t>(v.esz, kF32) +
-                       (T * K * D + T * H * queries + 2 * T * rows * m + T * rows * D +
+                       (T * H + T * K * D + T * H * queries + 2 * T * rows * m + T * rows * D +
                         B * rows * chunks * (m * (D + 1) + m + 1 + scratch)) *
                            kF32;
     return r;

@@ -4,12 +4,14 @@
 // whatever does not grow with L. On the CPU the scan runs emulated on the host, which allocates
 // the device's tensors in the same order (its scratch is larger: a block per chunk).
 //   - From forward to backward (what a training step keeps per layer): the inputs as given, the
-//     caller's output, and the operator's fp32 output and normaliser; nothing else (no fp32 copy of
-//     the inputs, no keys or values per query head, no per-chunk buffer).
+//     output (bf16, as v) and the fp32 normaliser; nothing else (no fp32 output: the backward
+//     recomputes it; no fp32 copy of the inputs, no keys or values per query head, no per-chunk
+//     buffer).
 //   - At the peak (the backward's query side), at most that plus its working set: the incoming
-//     gradient, the values, the key features and their gradients, the queries' gradient at their
-//     mapped input (the scan projects their features itself: no L x m tensor of them), and per
-//     chunk one state (the entering and the reverse states are never held at once) and the scratch.
+//     gradient, g . out per query, the values, the key features and their gradients, the queries'
+//     gradient at their mapped input (the scan projects their features itself: no L x m tensor of
+//     them), and per chunk one state (the entering and the reverse states are never held at once)
+//     and the scratch.
 //   - The memory estimate's shadow of the same call (train/memory_estimate.h, fit-check) saves
 //     what the operator keeps and allows its working set.
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -97,10 +99,11 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
     const double held = static_cast<double>(at_2l.held - at_l.held) / length;
     const double peak = static_cast<double>(at_2l.peak - at_l.peak) / length;
     const int64_t h = kHeads, kv = kKvHeads, d = kDim, m = kFeatures, dv = kDim;
-    // bf16: the inputs as given and the caller's output; fp32: the operator's output and normaliser.
-    const double kept = 2.0 * (h * d + 2 * kv * d) + 2.0 * h * dv + 4.0 * (h * dv + h);
+    // bf16: the inputs as given and the output; fp32: the normaliser (the backward recomputes the
+    // fp32 output).
+    const double kept = 2.0 * (h * d + 2 * kv * d) + 2.0 * h * dv + 4.0 * h;
     // The backward's working set: the incoming gradient in bf16 (the operator's output is bf16, as
-    // v), then in fp32 the values, the key features and their gradients, the queries' gradient at
+    // v), then in fp32 g . out per query and head, the values, the key features and their gradients, the queries' gradient at
     // their mapped input (width d: both maps keep it);
     // per chunk and row, one state of m (Dv + 1) floats, its m references and its reset flag, and
     // the host emulation's scratch (a block per chunk and row; the device's is capped).
@@ -111,7 +114,7 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
     launch.sub = causal_ops::SubChunk(kChunk);
     launch.group_subs = kChunk / launch.sub;
     const double per_chunk = 4.0 * rows * (m * (dv + 1) + m + 1 + launch.ScratchFloats(/*backward=*/true));
-    const double working = 2.0 * h * dv + 4.0 * (kv * dv + h * d + 2 * rows * m + rows * dv) + per_chunk / kChunk;
+    const double working = 2.0 * h * dv + 4.0 * (h + kv * dv + h * d + 2 * rows * m + rows * dv) + per_chunk / kChunk;
     // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
     // tensor alive (about 20 at the peak), a few bytes per position at these lengths.
     const double rounding = device.is_cuda() ? 24.0 * 512 / length : 0.0;
@@ -119,9 +122,9 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
               << peak << " (bound " << kept + working << ")\n";
     EXPECT_LE(held, kept + rounding) << name;
     EXPECT_LE(peak, kept + working + rounding) << name;
-    // The shadow saves the inputs as given, the fp32 output and the normaliser (the caller's bf16
-    // output is the layer's, not the operator's), and its backward's widest extra covers what the
-    // peak adds to what is held.
+    // The shadow saves the inputs as given and the normaliser (the output is the layer's to keep,
+    // not the operator's), and its backward's widest extra covers what the peak adds to what is
+    // held.
     const double shadow_saved = static_cast<double>(at_2l.saved - at_l.saved) / length;
     const double shadow_working = static_cast<double>(at_2l.working - at_l.working) / length;
     std::cout << "[cuda op bytes per position] " << name << " shadow: saved " << shadow_saved << ", working "

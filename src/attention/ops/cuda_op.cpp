@@ -94,7 +94,6 @@ torch::ScalarType OutputDtype(const torch::Tensor& v) {
   return v.scalar_type() == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
 }
 
-
 // The scan's backward: the queries' QueryGradients (d/d(natural-log) of their features, or d x' at
 // their mapped input where the scan projects them), d/d(natural-log) of the key features and dL/dv
 // per key row. The features, the recomputed states, Z and the scratch live only here, so they are
@@ -104,8 +103,8 @@ struct ScanGradients {
   bool queries_mapped = false;
 };
 ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
-                           const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& out,
-                           const torch::Tensor& den, const torch::Tensor& grad, int64_t chunk,
+                           const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& den,
+                           const torch::Tensor& grad, int64_t chunk,
                            const torch::Tensor& document_ids_BL, bool tensor_cores) {
   const auto queries = MakeQuerySide(map, p, x);
   const auto l = KeyFeatures(map, p, y, rows);
@@ -134,7 +133,8 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   launch.backward_blocks = BackwardBlocks(launch, l);
   const auto scratch = Scratch(launch, /*backward=*/true, options);
   launch.scratch = scratch.data_ptr<float>();
-  launch.out = out.data_ptr<float>();
+  const auto dot = torch::empty_like(den);  // g_t . out_t, from the query side to the key side
+  launch.dot = dot.data_ptr<float>();
   launch.den = den.data_ptr<float>();
   launch.refs = refs.data_ptr<float>();
   launch.g = g.data_ptr();
@@ -153,9 +153,9 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   return result;
 }
 
-// Saves x, y and v as given (O(L D); bf16 ones are the caller's own tensors, not fp32 copies), the
-// output and its normaliser; the backward recomputes the features and the states entering the
-// chunks.
+// Saves x, y and v as given (O(L D); bf16 ones are the caller's own tensors, not fp32 copies) and
+// the normaliser; the backward recomputes the features, the states entering the chunks and the
+// output in fp32 (Cotangents).
 class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
  public:
   struct MapCapsule : torch::CustomClassHolder {
@@ -183,13 +183,16 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     PointQueries(launch, queries);
     launch.tensor_cores = tensor_cores;
     const auto options = l.options();
-    auto out = torch::empty({x.size(0), x.size(1), launch.length, launch.value_dim}, options);
+    // The output in the caller's dtype only (OutputDtype): the backward recomputes the fp32 one.
+    const auto out = torch::empty({x.size(0), x.size(1), launch.length, launch.value_dim},
+                                  options.dtype(OutputDtype(v)));
     auto den = torch::empty({x.size(0), x.size(1), launch.length}, options);
-    // The caller's bf16 output too, written beside the fp32 one (which the backward reads).
-    const auto given = OutputDtype(v) == torch::kBFloat16 ? torch::empty_like(out, torch::kBFloat16) : out;
     const ForwardBuffers buffers(launch, options);
-    launch.out = out.data_ptr<float>();
-    launch.out16 = given.scalar_type() == torch::kBFloat16 ? static_cast<uint16_t*>(given.data_ptr()) : nullptr;
+    if (out.scalar_type() == torch::kBFloat16) {
+      launch.out16 = static_cast<uint16_t*>(out.data_ptr());
+    } else {
+      launch.out = out.data_ptr<float>();
+    }
     launch.den = den.data_ptr<float>();
     Run(launch, l, Step::kForward);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout (the
@@ -198,7 +201,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     RecordDtype(ProbeField::kFeatures, l);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
-    std::vector<torch::Tensor> saved = {x, y, v, out, den};  // the inputs as given
+    std::vector<torch::Tensor> saved = {x, y, v, den};  // the inputs as given
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["rows"] = rows;
@@ -206,7 +209,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     ctx->saved_data["tensor_cores"] = tensor_cores;
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
     if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
-    return given;
+    return out;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
@@ -214,12 +217,12 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     NoAutocastGuard no_autocast;
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &y = saved[1], &v = saved[2];
-    const std::vector<torch::Tensor> p(saved.begin() + 5, saved.end());
+    const std::vector<torch::Tensor> p(saved.begin() + 4, saved.end());
     const FeatureMap& map =
         c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
     const int64_t rows = ctx->saved_data["rows"].toInt();
     const auto documents = ctx->saved_data.find("documents");
-    auto scan = ScanBackward(map, p, x, y, rows, v, saved[3], saved[4], grads[0],
+    auto scan = ScanBackward(map, p, x, y, rows, v, saved[3], grads[0],
                                    ctx->saved_data["chunk"].toInt(),
                                    documents != ctx->saved_data.end() ? documents->second.toTensor() : torch::Tensor(),
                                    ctx->saved_data["tensor_cores"].toBool());

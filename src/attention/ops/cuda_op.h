@@ -9,9 +9,10 @@
 // LibTorch allows TF32), else fp32 on CUDA cores (cuda_scan_matmul.h). Deterministic (fixed orders,
 // no atomics). GQA: key features once per KV head, or per query head where the map's parameters are
 // (darkformer's per-head M). The map's own input map (FeatureMap::input_map, input_scale) is applied
-// here, so autograd saves q, k and v as given, the fp32 output and its normaliser: O(L D), nothing
-// copied; the backward recomputes the features and the states entering the chunks (the forward's
-// first two launches).
+// here, so autograd saves q, k and v as given and the normaliser: O(L D), nothing copied; the
+// backward recomputes the features, the states entering the chunks (the forward's first two
+// launches) and the fp32 output (as FlashAttention recomputes its scores; bf16's would not do:
+// g . out cancels on sharp rows).
 // Not yet: the keys' features inside the kernel (held whole while a call runs: L x m per key row),
 // operands resident in shared memory (the scan's scratch is global memory, its tiles staged per
 // product).
@@ -24,8 +25,8 @@
 namespace darkformer {
 
 // out_BHLD as FusedCausalLinearAttention's (causal_function.h), on a CUDA device, from the inputs
-// as given (fp32 or 16-bit; computed in fp32), in bf16 where v is (the output rounded as LibTorch
-// rounds, the fp32 one kept for the backward), else fp32. Refused on other devices, for fp64 inputs and in a
+// as given (fp32 or 16-bit; computed in fp32), in bf16 where v is (rounded as LibTorch rounds),
+// else fp32. Refused on other devices, for fp64 inputs and in a
 // build without the CUDA kernels.
 // With document_ids_BL (document_mask.h) every running quantity restarts where a row's id changes,
 // as if each document ran alone. The kernels read the ids on the device, so a call never waits

@@ -7,20 +7,27 @@
 namespace darkformer::cuda_scan {
 
 // h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t] for the G sl queries at pos, into c.h.
+// The query side (`numerators`: c.n holds the sub-chunk's, Numerators) forms g_t . out_t from
+// out_t = n_t / den_t in fp32, as the forward formed the output, and writes it to io.dot; the key
+// side reads it there. So autograd keeps no fp32 output: its bf16 rounding would break the
+// parameters' fp32 rule where g . v_j - g . out cancels (sharp rows).
 DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
-                             const Scratch& c) {
+                             bool numerators, const Scratch& c) {
   const int64_t v = r.value_dim + 1, dv = r.value_dim;
   ParallelFor(b, r.group * sl * v, [&](int64_t idx) {
     const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-    const int64_t gt = h * io.g_head_stride + (pos + t) * dv;
-    const float inv = 1.0f / io.den[h * io.den_head_stride + pos + t];
+    const int64_t gt = h * io.g_head_stride + (pos + t) * dv, at = h * io.den_head_stride + pos + t;
+    const float inv = 1.0f / io.den[at];
     if (kk < dv) {
       c.h[idx] = LoadAsFloat(io.g, io.g_bf16, gt + kk) * inv;
-    } else {
-      const float* out = io.out + h * io.out_head_stride + (pos + t) * dv;
+    } else if (numerators) {
+      const float* n = c.n + ht * v;
       float dot = 0.0f;
-      for (int64_t q = 0; q < dv; ++q) dot += LoadAsFloat(io.g, io.g_bf16, gt + q) * out[q];
+      for (int64_t q = 0; q < dv; ++q) dot += LoadAsFloat(io.g, io.g_bf16, gt + q) * (n[q] / n[dv]);
+      io.dot[at] = dot;
       c.h[idx] = -dot * inv;
+    } else {
+      c.h[idx] = -io.dot[at] * inv;
     }
   });
 }
@@ -35,18 +42,17 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   const float* l = r.l + pos * m;
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
-  Cotangents(b, r, io, pos, sl, c);
-  // Per pair (j <= t): pw = h_t . [v_j, 1] and w = sum_i e_tj,i.
+  // The forward's numerators again (c.n; c.w holds w_tj = sum_i e_tj,i, c.qc the state's read).
+  Numerators(b, r, pos, sl, state, ref, has, c);
+  Cotangents(b, r, io, pos, sl, /*numerators=*/true, c);
+  // Per pair (j <= t): pw = h_t . [v_j, 1].
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
     const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
-    float pw = 0.0f, w = 0.0f;
+    float pw = 0.0f;
     if (FirstKey(c, t) <= j && j <= t) {
       for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
-      const float* q = c.qa + ht * m;
-      for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
     }
     c.pw[idx] = pw;
-    c.w[idx] = w;
   });
   // The sub-chunk's own pairs into da (per query) and dl (per key), and dv.
   ParallelFor(b, g * sl * m, [&](int64_t idx) {
@@ -73,8 +79,7 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
       b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
       [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
       [&](int64_t j, int64_t kk, float sum) { io.dv[(pos + j) * dv + kk] = sum; });
-  if (has) {  // da_t += qc_t * (S h_t); qc is 0 for queries whose document starts here
-    StateReadFactors(b, r, sl, ref, c);
+  if (has) {  // da_t += qc_t * (S h_t); qc (Numerators) is 0 for queries whose document starts here
     MatMul(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
@@ -167,7 +172,7 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     if (!has_in) break;  // the row's first sub-chunk
     // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z with T = sum_t qc_t h_t^T; T
     // alone where a document starts in this sub-chunk (no later query sees an earlier key).
-    Cotangents(b, r, io, pos, sl, c);
+    Cotangents(b, r, io, pos, sl, /*numerators=*/false, c);
     StateReadFactors(b, r, sl, ref, c);  // 0 for queries whose document starts here
     const float* end_r = c.rrows + (sl - 1) * m;
     const bool had_z = has_z && !holds_start;

@@ -51,8 +51,8 @@ struct Row {
 };
 
 struct ForwardOut {
-  float* out;  // G x L x Dv
-  uint16_t* out16;  // the same in bf16 (FloatToBf16), where the caller asked; else nullptr
+  float* out;  // G x L x Dv, fp32; nullptr where out16 is given
+  uint16_t* out16;  // the same in bf16 (FloatToBf16) instead, where the caller asked; else nullptr
   int64_t out_head_stride;
   float* den;  // G x L, >= 1
   int64_t den_head_stride;
@@ -64,10 +64,9 @@ struct ForwardOut {
 struct BackwardIo {
   float* states;  // the query side folds each chunk's in place
   const float* refs;
-  const float* out;
-  int64_t out_head_stride;
   const float* den;
   int64_t den_head_stride;
+  float* dot;  // G x L at den_head_stride: g_t . out_t, the query side's (Cotangents) for the key side
   const void* g;  // dL/dout, G x L x Dv, fp32 or bf16 (g_bf16)
   bool g_bf16;
   int64_t g_head_stride;
@@ -222,14 +221,15 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
   ParallelFor(b, m, [&](int64_t i) { ref[i] = end[i]; });
 }
 
-// Sub-chunk [pos, pos + sl) against `state` and its `ref` (has: one exists): its outputs and
-// normalisers; then, with `fold`, the sub-chunk folded into them.
-DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t pos, int64_t sl,
-                                  float* state, float* ref, bool has, bool fold, const Scratch& c) {
-  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
+// The numerators and normalisers n_t = sum_j e_tj [v_j, 1] of the G sl queries at pos into c.n
+// (G sl x (Dv + 1)): the sub-chunk's own pairs w_tj = sum_i e_tj,i into c.w, and where a state
+// exists (has) its read, c.qc = StateReadFactors, against `state` at `ref`. c.vh (LoadValues),
+// c.qa and c.s2 (Maxima) must hold the sub-chunk's. The forward and the backward's query side
+// both compute them here, in the same order, so the backward's are the forward's to the bit.
+DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* state,
+                             const float* ref, bool has, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, g = r.group;
   const float* l = r.l + pos * m;
-  LoadValues(b, r, pos, sl, c);
-  Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
   // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t.
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
     const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
@@ -253,18 +253,32 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
         [&](int64_t i, int64_t kk) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });
   }
+}
+
+// Sub-chunk [pos, pos + sl) against `state` and its `ref` (has: one exists): its outputs and
+// normalisers; then, with `fold`, the sub-chunk folded into them.
+DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t pos, int64_t sl,
+                                  float* state, float* ref, bool has, bool fold, const Scratch& c) {
+  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
+  LoadValues(b, r, pos, sl, c);
+  Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
+  Numerators(b, r, pos, sl, state, ref, has, c);
   ParallelFor(b, g * sl * v, [&](int64_t idx) {
     const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
     const float den = c.n[ht * v + dv];
     if (kk < dv) {
       const int64_t at = h * o.out_head_stride + (pos + t) * dv + kk;
-      o.out[at] = c.n[idx] / den;
-      if (o.out16 != nullptr) o.out16[at] = FloatToBf16(o.out[at]);
+      const float out = c.n[idx] / den;
+      if (o.out16 != nullptr) {
+        o.out16[at] = FloatToBf16(out);
+      } else {
+        o.out[at] = out;
+      }
     } else {
       o.den[h * o.den_head_stride + pos + t] = den;
     }
   });
-  if (fold) Fold(b, r, l, sl, state, ref, has, c);
+  if (fold) Fold(b, r, r.l + pos * m, sl, state, ref, has, c);
 }
 
 // The forward runs in three steps, the first and last with one block per (row, chunk): a chunk is

@@ -12,7 +12,9 @@ namespace darkformer::cuda_scan {
 // are per query head. Row r's query heads are r * group ... r * group + group - 1 of the folded
 // B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1);
 // its document ids (where given) are sequence r / rows_per_sequence's. Every tensor fp32, each
-// per-head block L contiguous rows, but the queries as given (bf16 or fp32, at their strides). Chunk n of row r is call-wide chunk r * Chunks() + n.
+// per-head block L contiguous rows, but the queries as given (bf16 or fp32, at their strides), the
+// bf16 output and the incoming gradient (fp32 or bf16). Chunk n of row r is call-wide chunk
+// r * Chunks() + n.
 struct Launch {
   int64_t rows = 0, length = 0, features = 0, value_dim = 0, group = 1, sub = 8, group_subs = 1;
   int64_t value_rows_per = 1;
@@ -36,14 +38,15 @@ struct Launch {
   const float* v = nullptr;  // values, (rows / value_rows_per) x L x Dv
   float* resets = nullptr;   // chunk_count: whether a document starts in the chunk
   // Forward.
-  float* out = nullptr;         // rows x G x L x Dv
-  uint16_t* out16 = nullptr;    // the same in bf16 too, where the caller asks (else nullptr)
+  float* out = nullptr;         // rows x G x L x Dv (nullptr where out16 is given)
+  uint16_t* out16 = nullptr;    // the same in bf16 instead, where the caller asks (else nullptr)
   float* den = nullptr;         // rows x G x L
   // chunk_count x m x (Dv + 1), x m: the state entering each chunk and its reference; before the
   // forward's step 2, slot n + 1 of a row holds its chunk n's own state (OwnStateOf).
   float* states = nullptr;
   float* refs = nullptr;
-  // Backward (reads out, den, states, refs too).
+  // Backward (reads den, states, refs too).
+  float* dot = nullptr;      // rows x G x L: g_t . out_t (the query side writes it, the key side reads)
   const void* g = nullptr;   // dL/dout, rows x G x L x Dv, fp32 or bf16 (g_bf16)
   bool g_bf16 = false;
   float* dq = nullptr;       // rows x G x L x m, d/d(natural-log a); inside: x G x L x mapped_dim, d x'
@@ -108,15 +111,21 @@ struct Launch {
   }
   DF_HD ForwardOut ForwardOf(int64_t row) const {
     const int64_t ld = length * value_dim, first = row * Chunks();
-    return {out + row * group * ld, out16 != nullptr ? out16 + row * group * ld : nullptr, ld,
-            den + row * group * length, length, states + first * features * (value_dim + 1), refs + first * features, resets + first};
+    return {out != nullptr ? out + row * group * ld : nullptr,
+            out16 != nullptr ? out16 + row * group * ld : nullptr,
+            ld,
+            den + row * group * length,
+            length,
+            states + first * features * (value_dim + 1),
+            refs + first * features,
+            resets + first};
   }
   DF_HD BackwardIo BackwardOf(int64_t row) const {
     const int64_t ld = length * value_dim, lm = length * features, first = row * Chunks();
     const int64_t lq = a != nullptr ? lm : length * mapped_dim;  // per query head of dq
-    return {states + first * features * (value_dim + 1), refs + first * features, out + row * group * ld, ld,
-            den + row * group * length, length, ElementAt(g, g_bf16, row * group * ld), g_bf16, ld, dq + row * group * lq, lq,
-            dl + row * lm, dv + row * ld, resets + first};
+    return {states + first * features * (value_dim + 1), refs + first * features, den + row * group * length,
+            length, dot + row * group * length, ElementAt(g, g_bf16, row * group * ld), g_bf16, ld,
+            dq + row * group * lq, lq, dl + row * lm, dv + row * ld, resets + first};
   }
   // Where step 1 of the forward puts chunk n < Chunks() - 1's own state and reference: the slot
   // of the state entering chunk n + 1, which step 2 merges in place (EnteringStates). The last
