@@ -94,6 +94,25 @@ torch::ScalarType OutputDtype(const torch::Tensor& v) {
   return v.scalar_type() == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
 }
 
+// One call's scan over its inputs as given: the features it reads (the key rows' computed here,
+// the queries' given or projected inside), the fp32 values, the document ids on the device, and
+// the Launch pointing to them (these tensors keep what it points to alive). The forward and the
+// backward, which reruns the forward's first steps, set up the same.
+struct CallScan {
+  cuda_op_launch::QuerySide queries;
+  torch::Tensor l, values, ids, resets;
+  cuda_scan::Launch launch;
+  CallScan(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x, const torch::Tensor& y,
+           const torch::Tensor& v, int64_t rows, int64_t chunk, const torch::Tensor& document_ids_BL,
+           bool tensor_cores)
+      : queries(MakeQuerySide(map, p, x)), l(KeyFeatures(map, p, y, rows)), values(Fp32(v).contiguous()) {
+    const auto cut = ChunkingFor(chunk);
+    launch = MakeLaunch(x.size(1), l, values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
+    PointQueries(launch, queries);
+    launch.tensor_cores = tensor_cores;
+  }
+};
+
 // The scan's backward: the queries' QueryGradients (d/d(natural-log) of their features, or d x' at
 // their mapped input where the scan projects them), d/d(natural-log) of the key features and dL/dv
 // per key row. The features, the recomputed states, Z and the scratch live only here, so they are
@@ -106,14 +125,9 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
                            const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& den,
                            const torch::Tensor& grad, int64_t chunk,
                            const torch::Tensor& document_ids_BL, bool tensor_cores) {
-  const auto queries = MakeQuerySide(map, p, x);
-  const auto l = KeyFeatures(map, p, y, rows);
-  const auto values = Fp32(v).contiguous();
-  torch::Tensor ids, resets;
-  const auto cut = ChunkingFor(chunk);
-  auto launch = MakeLaunch(x.size(1), l, values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
-  PointQueries(launch, queries);
-  launch.tensor_cores = tensor_cores;
+  CallScan scan(map, p, x, y, v, rows, chunk, document_ids_BL, tensor_cores);
+  auto& launch = scan.launch;
+  const auto& l = scan.l;
   const auto options = l.options();
   // The states entering the chunks, recomputed (the forward's first two steps); their scratch is
   // freed before the backward's own is made.
@@ -126,10 +140,10 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   }
   // bf16 as it comes (the output was bf16: OutputDtype), else fp32.
   const auto g = (grad.scalar_type() == torch::kBFloat16 ? grad : grad.to(torch::kFloat32)).contiguous();
-  const int64_t per_query = queries.Inside() ? launch.mapped_dim : launch.features;
+  const int64_t per_query = scan.queries.Inside() ? launch.mapped_dim : launch.features;
   ScanGradients result{torch::empty({x.size(0), x.size(1), launch.length, per_query}, options), torch::empty_like(l),
                        torch::empty({l.size(0), rows, launch.length, launch.value_dim}, options),
-                       queries.Inside()};
+                       scan.queries.Inside()};
   launch.backward_blocks = BackwardBlocks(launch, l);
   const auto scratch = Scratch(launch, /*backward=*/true, options);
   launch.scratch = scratch.data_ptr<float>();
@@ -174,14 +188,9 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
                                int64_t chunk, const Documents& documents, bool tensor_cores) {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    const auto queries = MakeQuerySide(map, p, x);
-    const auto l = KeyFeatures(map, p, y, rows);
-    const auto values = Fp32(v).contiguous();
-    const auto cut = ChunkingFor(chunk);
-    torch::Tensor ids, resets;
-    auto launch = MakeLaunch(x.size(1), l, values, cut.sub, cut.chunk_subs, documents.ids_BL, ids, resets);
-    PointQueries(launch, queries);
-    launch.tensor_cores = tensor_cores;
+    CallScan scan(map, p, x, y, v, rows, chunk, documents.ids_BL, tensor_cores);
+    auto& launch = scan.launch;
+    const auto& l = scan.l;
     const auto options = l.options();
     // The output in the caller's dtype only (OutputDtype): the backward recomputes the fp32 one.
     const auto out = torch::empty({x.size(0), x.size(1), launch.length, launch.value_dim},
@@ -197,7 +206,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     Run(launch, l, Step::kForward);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout (the
     // features inside the scan: its fp32 scratch).
-    RecordDtype(ProbeField::kInputs, values);
+    RecordDtype(ProbeField::kInputs, scan.values);
     RecordDtype(ProbeField::kFeatures, l);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);

@@ -12,30 +12,20 @@
 
 namespace darkformer::cuda_scan {
 
-DF_HD inline uint32_t FloatBits(float f) {
-#ifdef __CUDA_ARCH__
-  return __float_as_uint(f);
-#else
-  uint32_t u;
-  std::memcpy(&u, &f, sizeof u);
-  return u;
-#endif
+// The same 32 bits as another type (memcpy: defined behaviour on both executors).
+template <typename To, typename From>
+DF_HD inline To BitCast(From from) {
+  static_assert(sizeof(To) == sizeof(From), "a bit cast keeps the size");
+  To to;
+  memcpy(&to, &from, sizeof to);
+  return to;
 }
 
 // Exact: bf16 is fp32's upper half.
-DF_HD inline float Bf16ToFloat(uint16_t bits) {
-  const uint32_t u = static_cast<uint32_t>(bits) << 16;
-#ifdef __CUDA_ARCH__
-  return __uint_as_float(u);
-#else
-  float f;
-  std::memcpy(&f, &u, sizeof f);
-  return f;
-#endif
-}
+DF_HD inline float Bf16ToFloat(uint16_t bits) { return BitCast<float>(static_cast<uint32_t>(bits) << 16); }
 
 DF_HD inline uint16_t FloatToBf16(float f) {
-  const uint32_t u = FloatBits(f);
+  const uint32_t u = BitCast<uint32_t>(f);
   if ((u & 0x7fffffffu) > 0x7f800000u) return 0x7fc0;  // NaN
   return static_cast<uint16_t>((u + 0x7fffu + ((u >> 16) & 1u)) >> 16);
 }
