@@ -27,12 +27,13 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   if (form.causal_operator && form.positive && resolved == CausalForm::kCuda) {
     // The CUDA operator (ops/cuda_op.h) maps the inputs itself: it saves q, k and v as given and
     // the normaliser, and gives its output in v's dtype (the backward recomputes it in fp32). Its
-    // backward's working set (cuda_op_memory_test.cpp): the incoming gradient (v's dtype: bf16 as
-    // it comes), g . out per query and head, the values,
-    // the key features and their gradients in fp32, the queries' gradient at their mapped input
-    // (width R; where W trains, their features and their gradients, ops/cuda_scan_queries.h), and
-    // per chunk and key row one state of m (D + 1) floats with its references and, at most, a
-    // block's scratch. (A 16-bit input is bf16 here: autocast's.)
+    // backward's working set (cuda_op_memory_test.cpp; it reads the values and the incoming
+    // gradient as they come, no copy): g . out per query and head, the key features' gradients in
+    // fp32 (the scan projects the features themselves, with one norm per key:
+    // ops/cuda_scan_keys.h), the queries' gradient at their mapped input (width R; where W trains,
+    // their features and their gradients, ops/cuda_scan_queries.h), and per chunk and key row one
+    // state of m (D + 1) floats with its references and, at most, a block's scratch. (A 16-bit
+    // input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
     const int64_t sub = causal_ops::SubChunk(chunk);
@@ -43,10 +44,9 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     }
     ShadowAttention r;
     r.out = tape.New(T * H * D, v.esz == shadow::kBf16 ? shadow::kBf16 : kF32, rg);
-    r.backward_bytes = T * H * D * std::min<int64_t>(v.esz, kF32) +
-                       (T * H + T * K * D + T * H * queries + 2 * T * rows * m + T * rows * D +
+    r.backward_bytes = (T * H + T * H * queries + T * rows * (m + 1) + T * rows * D +
                         B * rows * chunks * (m * (D + 1) + m + 1 + scratch)) *
-                           kF32;
+                       kF32;
     return r;
   }
   const bool mapped = form.positive && form.map_heads > 0;

@@ -7,11 +7,11 @@
 //     output (bf16, as v) and the fp32 normaliser; nothing else (no fp32 output: the backward
 //     recomputes it; no fp32 copy of the inputs, no keys or values per query head, no per-chunk
 //     buffer).
-//   - At the peak (the backward's query side), at most that plus its working set: the incoming
-//     gradient, g . out per query, the values, the key features and their gradients, the queries'
-//     gradient at their mapped input (the scan projects their features itself: no L x m tensor of
-//     them), and per chunk one state (the entering and the reverse states are never held at once)
-//     and the scratch.
+//   - At the peak (the backward's query side), at most that plus its working set (the values and
+//     the incoming gradient read where they lie): g . out per query, the key features' gradients,
+//     the queries' gradient at their mapped input (the scan projects both sides' features itself:
+//     no L x m tensor of them), and per chunk one state (the entering and the reverse states are
+//     never held at once) and the scratch.
 //   - The memory estimate's shadow of the same call (train/memory_estimate.h, fit-check) saves
 //     what the operator keeps and allows its working set.
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -102,9 +102,10 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
     // bf16: the inputs as given and the output; fp32: the normaliser (the backward recomputes the
     // fp32 output).
     const double kept = 2.0 * (h * d + 2 * kv * d) + 2.0 * h * dv + 4.0 * h;
-    // The backward's working set: the incoming gradient in bf16 (the operator's output is bf16, as
-    // v), then in fp32 g . out per query and head, the values, the key features and their gradients, the queries' gradient at
-    // their mapped input (width d: both maps keep it);
+    // The backward's working set, in fp32 (the values and the incoming gradient are read as they
+    // come: here sum()'s broadcast, no bytes): g . out per query and head, the key features'
+    // gradients and one norm per key and row (the scan projects the features themselves), the
+    // queries' gradient at their mapped input (width d: both maps keep it);
     // per chunk and row, one state of m (Dv + 1) floats, its m references and its reset flag, and
     // the host emulation's scratch (a block per chunk and row; the device's is capped).
     cuda_scan::Launch launch;
@@ -114,7 +115,7 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
     launch.sub = causal_ops::SubChunk(kChunk);
     launch.group_subs = kChunk / launch.sub;
     const double per_chunk = 4.0 * rows * (m * (dv + 1) + m + 1 + launch.ScratchFloats(/*backward=*/true));
-    const double working = 2.0 * h * dv + 4.0 * (h + kv * dv + h * d + 2 * rows * m + rows * dv) + per_chunk / kChunk;
+    const double working = 4.0 * (h + h * d + rows * (m + 1) + rows * dv) + per_chunk / kChunk;
     // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
     // tensor alive (about 20 at the peak), a few bytes per position at these lengths.
     const double rounding = device.is_cuda() ? 24.0 * 512 / length : 0.0;

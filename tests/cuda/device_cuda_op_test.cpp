@@ -2,7 +2,7 @@
 // per-feature stabiliser's exact form, itself held to the log-space reference by
 // tests/attention/extreme_scale_test.cpp): ordinary rows, sharp opposed rows of norm 60, and a
 // running max that jumps by hundreds inside a sub-chunk and at a chunk boundary; MQA (2 query
-// heads on 1 KV head), darkformer's per-head M and packed documents. On the CPU (no DARKFORMER_TEST_DEVICE) the
+// heads on 1 KV head), GQA (4 on 2), darkformer's per-head M and packed documents. On the CPU (no DARKFORMER_TEST_DEVICE) the
 // scan runs emulated on the host. `SmallCaseForTheSanitizers` is the case tools/gpu_check.sh's
 // `sanitize` stage runs under compute-sanitizer's memcheck and racecheck.
 #include <gtest/gtest.h>
@@ -22,8 +22,8 @@ namespace {
 constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 
 AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm, int64_t chunk = kChunk,
-                     int64_t features = kFeatures) {
-  KernelShape shape{kHeads, kDim};
+                     int64_t features = kFeatures, int64_t heads = kHeads) {
+  KernelShape shape{heads, kDim};
   const std::string yaml = "{num_features: " + std::to_string(features) + ", chunk_size: " + std::to_string(chunk) +
                            ", op: " + op + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
@@ -307,6 +307,52 @@ TEST(DeviceCudaOpTest, QueriesReadWhereTheyLie) {
       const std::string where = name + (dtype == torch::kBFloat16 ? " bf16" : " fp32") + " on " + device.str();
       ASSERT_FALSE(q_BLHD.transpose(1, 2).is_contiguous());
       for (size_t i = 0; i < strided.size(); ++i) EXPECT_TRUE(torch::equal(strided[i], contiguous[i])) << where << " " << i;
+    }
+  }
+}
+
+// The scan reads keys, values and the incoming gradient where they lie, each key row its own KV
+// head's (cuda_scan_keys.h): a batch of 2, 4 query heads on 2 KV heads, keys and values transposed
+// views (B x L x K x D storage, as attention's projections give them) and the output's gradient
+// one too (the loss reads the output as B x L x H x D, as attention's output projection does),
+// performer's keys once per KV head and darkformer's per query head (each row projects its KV
+// head's keys by its own head's M, and their backward sums each KV head's rows), fp32 and bf16,
+// against the chunk loop in fp64 by the rule of ExpectMatches.
+TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
+  const auto device = testing::TestDevice();
+  constexpr int64_t heads = 4, kv_heads = 2;
+  torch::manual_seed(9);
+  const auto q = torch::randn({2, heads, kLength, kDim}), k_BLKD = torch::randn({2, kLength, kv_heads, kDim});
+  const auto v_BLKD = torch::randn({2, kLength, kv_heads, kDim});
+  // bf16 values (MakeInputs'): a bf16 output's incoming gradient is them exactly.
+  const auto weights_BLHD = torch::randn({2, kLength, heads, kDim}).to(torch::kBFloat16).to(torch::kFloat32);
+  for (const std::string name : {"performer", "darkformer"}) {
+    for (const bool bf16 : {false, true}) {
+      auto run = [&](const std::string& op, torch::Device on, torch::ScalarType compute) {
+        auto kernel = Make(name, op, 0, kChunk, kFeatures, heads);
+        kernel->to(on, compute);
+        const auto dtype = compute == torch::kFloat64 ? compute : (bf16 ? torch::kBFloat16 : torch::kFloat32);
+        auto leaf = [&](const torch::Tensor& t) {
+          return (bf16 ? t.to(torch::kBFloat16) : t).to(on, dtype).detach().clone().requires_grad_();
+        };
+        auto qd = leaf(q), kd = leaf(k_BLKD), vd = leaf(v_BLKD);
+        AttentionCall call;
+        call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+        const auto out = kernel->forward(qd, kd.transpose(1, 2), vd.transpose(1, 2), call);
+        (out.transpose(1, 2).to(torch::kFloat64) * weights_BLHD.to(on, torch::kFloat64)).sum().backward();
+        std::vector<torch::Tensor> r{out.detach().cpu(), qd.grad().cpu(), kd.grad().cpu(), vd.grad().cpu()};
+        for (auto& p : kernel->parameters()) r.push_back(p.grad().defined() ? p.grad().cpu() : torch::Tensor());
+        return r;
+      };
+      const auto ref = run("chunk_loop", torch::kCPU, torch::kFloat64), got = run("cuda", device, torch::kFloat32);
+      const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
+      const std::string where = name + (bf16 ? " bf16" : " fp32") + " on " + device.str();
+      ASSERT_EQ(got.size(), ref.size()) << where;
+      EXPECT_LE(RelativeError(got[0], ref[0]), std::max(1e-4, storage)) << where << " output";
+      for (size_t i = 1; i < got.size(); ++i) {
+        if (!ref[i].defined()) continue;
+        EXPECT_LE(RelativeError(got[i], ref[i]), std::max(1e-3, i < 4 ? storage : 0.0)) << where << " grad " << i;
+      }
     }
   }
 }

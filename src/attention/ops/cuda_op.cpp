@@ -25,11 +25,10 @@ namespace {
 using cuda_op_launch::BackwardBlocks;
 using cuda_op_launch::ChunkingFor;
 using cuda_op_launch::ForwardBuffers;
-using cuda_op_launch::KeyFeatures;
 using cuda_op_launch::MakeLaunch;
-using cuda_op_launch::MakeQuerySide;
+using cuda_op_launch::MakeScanFeatures;
 using cuda_op_launch::PerChunk;
-using cuda_op_launch::PointQueries;
+using cuda_op_launch::PointFeatures;
 using cuda_op_launch::Scratch;
 
 std::atomic<bool> emulate_on_host{false};
@@ -86,7 +85,10 @@ bool TensorCores(const FeatureMap& map) {
          (dtype == torch::kFloat32 && at::globalContext().allowTF32CuBLAS());
 }
 
-torch::Tensor Fp32(const torch::Tensor& t) { return t.to(torch::kFloat32); }
+// A tensor the scan reads as given where it is fp32 or bf16 (its loads convert), else its fp32 copy.
+torch::Tensor AsRead(const torch::Tensor& t) {
+  return t.scalar_type() == torch::kFloat32 || t.scalar_type() == torch::kBFloat16 ? t : t.to(torch::kFloat32);
+}
 
 // The output's dtype: bf16 values' (what the kernels convert it to: the scan rounds it as
 // LibTorch does, so the incoming gradient is bf16 too), else fp32.
@@ -94,23 +96,28 @@ torch::ScalarType OutputDtype(const torch::Tensor& v) {
   return v.scalar_type() == torch::kBFloat16 ? torch::kBFloat16 : torch::kFloat32;
 }
 
-// One call's scan over its inputs as given: the features it reads (the key rows' computed here,
-// the queries' given or projected inside), the fp32 values, the document ids on the device, and
-// the Launch pointing to them (these tensors keep what it points to alive). The forward and the
-// backward, which reruns the forward's first steps, set up the same.
+// One call's scan over its inputs as given: the features it reads (given, or projected inside:
+// MakeScanFeatures), the values as given (AsRead), the document ids on the device, and the Launch
+// pointing to them (these tensors keep what it points to alive); `options`: fp32 on its device. The forward and the backward, which reruns
+// the forward's first steps, set up the same.
 struct CallScan {
-  cuda_op_launch::QuerySide queries;
-  torch::Tensor l, values, ids, resets;
+  cuda_op_launch::ScanFeatures features;
+  torch::Tensor values, ids, resets;
+  torch::TensorOptions options;
   cuda_scan::Launch launch;
   CallScan(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x, const torch::Tensor& y,
            const torch::Tensor& v, int64_t rows, int64_t chunk, const torch::Tensor& document_ids_BL,
            bool tensor_cores)
-      : queries(MakeQuerySide(map, p, x)), l(KeyFeatures(map, p, y, rows)), values(Fp32(v).contiguous()) {
+      : features(MakeScanFeatures(map, p, x, y, rows)),
+        values(AsRead(v)),
+        options(v.options().dtype(torch::kFloat32)) {
     const auto cut = ChunkingFor(chunk);
-    launch = MakeLaunch(x.size(1), l, values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
-    PointQueries(launch, queries);
+    launch = MakeLaunch(x.size(1), rows, FeatureCount(), values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
+    PointFeatures(launch, features);
     launch.tensor_cores = tensor_cores;
   }
+  // m: the keys' projection's width, or their given features'.
+  int64_t FeatureCount() const { return features.KeysInside() ? features.proj.size(2) : features.l.size(3); }
 };
 
 // The scan's backward: the queries' QueryGradients (d/d(natural-log) of their features, or d x' at
@@ -127,24 +134,26 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
                            const torch::Tensor& document_ids_BL, bool tensor_cores) {
   CallScan scan(map, p, x, y, v, rows, chunk, document_ids_BL, tensor_cores);
   auto& launch = scan.launch;
-  const auto& l = scan.l;
-  const auto options = l.options();
+  const auto& on = scan.values;  // on the call's device
+  const auto options = scan.options;
   // The states entering the chunks, recomputed (the forward's first two steps); their scratch is
   // freed before the backward's own is made.
   torch::Tensor states, refs;
   {
     const ForwardBuffers buffers(launch, options);
-    Run(launch, l, Step::kStates);
+    Run(launch, on, Step::kStates);
     states = buffers.states;
     refs = buffers.refs;
   }
-  // bf16 as it comes (the output was bf16: OutputDtype), else fp32.
-  const auto g = (grad.scalar_type() == torch::kBFloat16 ? grad : grad.to(torch::kFloat32)).contiguous();
-  const int64_t per_query = scan.queries.Inside() ? launch.mapped_dim : launch.features;
-  ScanGradients result{torch::empty({x.size(0), x.size(1), launch.length, per_query}, options), torch::empty_like(l),
-                       torch::empty({l.size(0), rows, launch.length, launch.value_dim}, options),
-                       scan.queries.Inside()};
-  launch.backward_blocks = BackwardBlocks(launch, l);
+  // As it comes, at its strides (bf16 where the output was: OutputDtype): a transposed view or a
+  // broadcast costs no copy.
+  const auto g = AsRead(grad);
+  const bool mapped = scan.features.QueriesInside();
+  const int64_t per_query = mapped ? launch.mapped_dim : launch.features;
+  ScanGradients result{torch::empty({x.size(0), x.size(1), launch.length, per_query}, options),
+                       torch::empty({x.size(0), rows, launch.length, launch.features}, options),
+                       torch::empty({x.size(0), rows, launch.length, launch.value_dim}, options), mapped};
+  launch.backward_blocks = BackwardBlocks(launch, on);
   const auto scratch = Scratch(launch, /*backward=*/true, options);
   launch.scratch = scratch.data_ptr<float>();
   const auto dot = torch::empty_like(den);  // g_t . out_t, from the query side to the key side
@@ -153,17 +162,18 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   launch.refs = refs.data_ptr<float>();
   launch.g = g.data_ptr();
   launch.g_bf16 = g.scalar_type() == torch::kBFloat16;
+  for (int i = 0; i < 4; ++i) launch.g_strides[i] = g.stride(i);
   launch.dq = result.dq.data_ptr<float>();
   launch.dl = result.dl.data_ptr<float>();
   launch.dv = result.dv_rows.data_ptr<float>();
   launch.states = states.data_ptr<float>();
-  Run(launch, l, Step::kQuerySide);
+  Run(launch, on, Step::kQuerySide);
   // The query side consumed the states (the key side never reads them); the reverse states take
   // their place.
   states = torch::Tensor();
   const auto z = PerChunk(launch, true, options);
   launch.z = z.data_ptr<float>();
-  Run(launch, l, Step::kKeySide);
+  Run(launch, on, Step::kKeySide);
   return result;
 }
 
@@ -190,8 +200,8 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     CallScan scan(map, p, x, y, v, rows, chunk, documents.ids_BL, tensor_cores);
     auto& launch = scan.launch;
-    const auto& l = scan.l;
-    const auto options = l.options();
+    const auto& on = scan.values;  // on the call's device
+    const auto options = scan.options;
     // The output in the caller's dtype only (OutputDtype): the backward recomputes the fp32 one.
     const auto out = torch::empty({x.size(0), x.size(1), launch.length, launch.value_dim},
                                   options.dtype(OutputDtype(v)));
@@ -203,11 +213,11 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
       launch.out = out.data_ptr<float>();
     }
     launch.den = den.data_ptr<float>();
-    Run(launch, l, Step::kForward);
+    Run(launch, on, Step::kForward);
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout (the
     // features inside the scan: its fp32 scratch).
-    RecordDtype(ProbeField::kInputs, scan.values);
-    RecordDtype(ProbeField::kFeatures, l);
+    RecordDtype(ProbeField::kInputs, buffers.scratch);
+    RecordDtype(ProbeField::kFeatures, scan.features.KeysInside() ? scan.features.norms : scan.features.l);
     RecordDtype(ProbeField::kState, buffers.states);
     RecordDtype(ProbeField::kNormaliser, den);
     std::vector<torch::Tensor> saved = {x, y, v, den};  // the inputs as given
@@ -237,15 +247,18 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
                                    ctx->saved_data["tensor_cores"].toBool());
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     grads.clear();  // the incoming gradient (as fp32) is not needed beyond the scan
+    // dv per KV head before the features' backward runs: its rows are not held through it.
+    auto dv = causal_ops::PerKvHead(scan.dv_rows, v.size(1));
+    scan.dv_rows = torch::Tensor();
+    // The keys as given where the queries are mapped (their backward takes them by KV head).
     const auto features =
         scan.queries_mapped
-            ? causal_ops::FeatureBackwardFromMappedQueries(map, p, x, causal_ops::PerRow(y, rows), std::move(scan.dq),
-                                                           std::move(scan.dl))
+            ? causal_ops::FeatureBackwardFromMappedQueries(map, p, x, y, std::move(scan.dq), std::move(scan.dl))
             : causal_ops::FeatureBackward(map, p, x, causal_ops::PerRow(y, rows), std::move(scan.dq), std::move(scan.dl));
     RecordDtype(ProbeField::kGradients, features.dx);
     // Autograd brings each gradient to its input's dtype.
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
-                                             causal_ops::PerKvHead(scan.dv_rows, v.size(1))};
+                                             std::move(dv)};
     for (const auto& pg : features.params) result.push_back(pg);
     result.push_back({});  // map
     result.push_back({});  // rows
@@ -296,7 +309,8 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
   torch::Tensor ids, resets;
   const auto cut = ChunkingFor(chunk);
-  auto launch = MakeLaunch(rows, l, v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets);
+  auto launch = MakeLaunch(rows, rows, l.size(3), v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets);
+  launch.l = l.data_ptr<float>();
   launch.a = l.data_ptr<float>();  // never read: a prefill folds keys only
   launch.tensor_cores = TensorCores(map);
   const auto options = l.options();

@@ -1,10 +1,11 @@
-// op: cuda, the CUDA operator (issue 53): the log-features of the keys from the map (LibTorch ops),
-// those of the queries projected inside the scan from the queries as given where the map is
-// positive and its W takes no gradient (performer, darkformer; else from the map too:
-// cuda_scan_queries.h), then the scan of cuda_scan.h over every key row and chunk at once: the forward in
-// three launches (the chunks' own states, a short scan over chunks per row, the chunks' outputs),
-// the backward in a query side and a key side (cuda_scan_backward_body.h), with the per-feature
-// stabiliser inside (normaliser >= 1 at any scale; no guard, no host sync). fp32 state and sums; the
+// op: cuda, the CUDA operator (issue 53): the log-features projected inside the scan from the
+// inputs as given where the map is positive, the keys' always (cuda_scan_keys.h), the queries'
+// where W takes no gradient (performer, darkformer; LFK's from the map: cuda_scan_queries.h), and
+// from the map (LibTorch ops) for every other map and fp16 inputs; then the scan of cuda_scan.h
+// over every key row and chunk at once: the forward in three launches (the chunks' own states, a
+// short scan over chunks per row, the chunks' outputs), the backward in a query side and a key side
+// (cuda_scan_backward_body.h), with the per-feature stabiliser inside (normaliser >= 1 at any
+// scale; no guard, no host sync). fp32 state and sums; the
 // matrix products on tensor cores in 3xTF32 when the queries arrived in bf16 or fp16 (or fp32 where
 // LibTorch allows TF32), else fp32 on CUDA cores (cuda_scan_matmul.h). Deterministic (fixed orders,
 // no atomics). GQA: key features once per KV head, or per query head where the map's parameters are
@@ -13,9 +14,8 @@
 // backward recomputes the features, the states entering the chunks (the forward's first two
 // launches) and the fp32 output (as FlashAttention recomputes its scores; bf16's would not do:
 // g . out cancels on sharp rows).
-// Not yet: the keys' features inside the kernel (held whole while a call runs: L x m per key row),
-// operands resident in shared memory (the scan's scratch is global memory, its tiles staged per
-// product).
+// Not yet: operands resident in shared memory (the scan's scratch is global memory, its tiles
+// staged per product).
 #pragma once
 
 #include <torch/torch.h>

@@ -11,6 +11,7 @@
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/feature_gradients.h"
 #include "attention/ops/sub_chunk.h"
+#include "util/error.h"
 
 #ifdef DARKFORMER_CUDA_OP
 #include <c10/cuda/CUDAGuard.h>
@@ -42,29 +43,30 @@ int64_t ResidentBlocks(const torch::Tensor& on, bool backward) {
 
 }  // namespace
 
-cuda_scan::Launch MakeLaunch(int64_t heads, const torch::Tensor& l, const torch::Tensor& v, int64_t sub,
+cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
                              torch::Tensor& resets) {
   cuda_scan::Launch x;
-  x.rows = l.size(0) * l.size(1);
-  x.rows_per_sequence = l.size(1);
-  x.length = l.size(2);
-  x.features = l.size(3);
+  x.rows = v.size(0) * rows;
+  x.rows_per_sequence = rows;
+  x.length = v.size(2);
+  x.features = features;
   x.value_dim = v.size(3);
-  x.group = heads / l.size(1);
+  x.group = heads / rows;
   x.sub = sub;
   x.group_subs = group_subs;
-  x.value_rows_per = l.size(1) / v.size(1);
-  x.l = l.data_ptr<float>();
-  x.v = v.data_ptr<float>();
+  x.value_rows_per = rows / v.size(1);
+  x.v = v.data_ptr();
+  x.v_bf16 = v.scalar_type() == torch::kBFloat16;
+  for (int i = 0; i < 4; ++i) x.v_strides[i] = v.stride(i);
   x.chunk_count = x.rows * x.Chunks();
-  x.forward_blocks = std::max<int64_t>(1, std::min(x.chunk_count, ResidentBlocks(l, /*backward=*/false)));
-  resets = torch::empty({x.chunk_count}, l.options());
+  x.forward_blocks = std::max<int64_t>(1, std::min(x.chunk_count, ResidentBlocks(v, /*backward=*/false)));
+  resets = torch::empty({x.chunk_count}, v.options().dtype(torch::kFloat32));
   x.resets = resets.data_ptr<float>();
   if (!document_ids_BL.defined()) return x;
-  CheckDocumentIds(document_ids_BL, l.size(0), x.length);
+  CheckDocumentIds(document_ids_BL, v.size(0), x.length);
   // No copy where the ids already live on the device as int64; never read on the host.
-  ids = document_ids_BL.to(l.device(), torch::kInt64).contiguous();
+  ids = document_ids_BL.to(v.device(), torch::kInt64).contiguous();
   x.ids = ids.data_ptr<int64_t>();
   return x;
 }
@@ -97,47 +99,90 @@ ForwardBuffers::ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions&
   x.scratch = scratch.data_ptr<float>();
 }
 
-torch::Tensor KeyFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& y,
-                          int64_t rows) {
-  torch::NoGradGuard no_grad;
-  return causal_ops::SideLogFeatures(map, p, causal_ops::PerRow(y, rows), torch::kFloat32, /*is_query=*/false)
-      .mul_(causal_ops::kLog2E)
-      .contiguous();
+namespace {
+
+bool ProjectedInside(const FeatureMap& map, const torch::Tensor& in) {
+  return map.positive_features && (in.scalar_type() == torch::kFloat32 || in.scalar_type() == torch::kBFloat16);
 }
 
-QuerySide MakeQuerySide(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x) {
-  torch::NoGradGuard no_grad;
-  QuerySide q;
-  // W that learns needs d log phi itself; an fp16 query would need its own loads.
-  const bool inside = map.positive_features && !p.at(0).requires_grad() &&
-                      (x.scalar_type() == torch::kFloat32 || x.scalar_type() == torch::kBFloat16);
-  if (!inside) {
-    q.a = causal_ops::SideLogFeatures(map, p, x, torch::kFloat32, /*is_query=*/true).mul_(causal_ops::kLog2E).contiguous();
-    return q;
+// n = log2(e) |y'|^2 / 2 of the key rows (B x R x L) from y as given (B x K x L x D): y' = y A per
+// query head, by KV head and its group (no keys repeated per head), or s y.
+torch::Tensor KeyNorms(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& y,
+                       int64_t rows) {
+  const int64_t batch = y.size(0), kv_heads = y.size(1), length = y.size(2);
+  const auto y32 = y.to(torch::kFloat32);
+  torch::Tensor mapped;  // B x K x G' x L x R, G' = 1 or the query heads per KV head
+  if (!map.input_map) {
+    mapped = (y32 * map.input_scale).unsqueeze(2);
+  } else {
+    const auto a = p.at(1).detach().to(torch::kFloat32)[0];  // N x D x R
+    if (a.size(0) == 1) {
+      mapped = torch::matmul(y32, a[0]).unsqueeze(2);
+    } else {
+      DF_CHECK(a.size(0) == rows, "op: cuda: the input map has " << a.size(0) << " heads for " << rows << " key rows");
+      mapped = torch::matmul(y32.unsqueeze(2), a.view({1, kv_heads, rows / kv_heads, a.size(1), a.size(2)}));
+    }
   }
-  q.x = x;
-  q.w = p[0].detach().to(torch::kFloat32).contiguous();
-  const auto w_RM = q.w.t();
-  q.proj = (map.input_map ? torch::matmul(p.at(1).detach().to(torch::kFloat32)[0], w_RM)
-                          : (w_RM * map.input_scale).unsqueeze(0))
-               .mul_(causal_ops::kLog2E)
-               .contiguous();
-  return q;
+  const auto norms = (mapped * mapped).sum(-1).mul_(0.5 * causal_ops::kLog2E);
+  return norms.expand({batch, kv_heads, rows / kv_heads, length}).reshape({batch, rows, length}).contiguous();
 }
 
-void PointQueries(cuda_scan::Launch& launch, const QuerySide& q) {
-  if (!q.Inside()) {
-    launch.a = q.a.data_ptr<float>();
-    return;
+torch::Tensor BaseTwo(torch::Tensor log_features) { return log_features.mul_(causal_ops::kLog2E).contiguous(); }
+
+}  // namespace
+
+ScanFeatures MakeScanFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
+                              const torch::Tensor& y, int64_t rows) {
+  torch::NoGradGuard no_grad;
+  ScanFeatures f;
+  // W that learns needs the queries' d log phi itself; an fp16 input would need its own loads.
+  const bool queries_inside = ProjectedInside(map, x) && !p.at(0).requires_grad();
+  const bool keys_inside = ProjectedInside(map, y);
+  if (queries_inside || keys_inside) {
+    f.w = p[0].detach().to(torch::kFloat32).contiguous();
+    const auto w_RM = f.w.t();
+    f.proj = (map.input_map ? torch::matmul(p.at(1).detach().to(torch::kFloat32)[0], w_RM)
+                            : (w_RM * map.input_scale).unsqueeze(0))
+                 .mul_(causal_ops::kLog2E)
+                 .contiguous();
   }
-  launch.x = q.x.data_ptr();
-  launch.x_bf16 = q.x.scalar_type() == torch::kBFloat16;
-  for (int i = 0; i < 4; ++i) launch.x_strides[i] = q.x.stride(i);
-  launch.dim = q.x.size(3);
-  launch.proj = q.proj.data_ptr<float>();
-  launch.proj_per_head = q.proj.size(0) > 1;
-  launch.w = q.w.data_ptr<float>();
-  launch.mapped_dim = q.w.size(1);
+  if (queries_inside) {
+    f.x = x;
+  } else {
+    f.a = BaseTwo(causal_ops::SideLogFeatures(map, p, x, torch::kFloat32, /*is_query=*/true));
+  }
+  if (keys_inside) {
+    f.y = y;
+    f.norms = KeyNorms(map, p, y, rows);
+  } else {
+    f.l = BaseTwo(causal_ops::SideLogFeatures(map, p, causal_ops::PerRow(y, rows), torch::kFloat32, /*is_query=*/false));
+  }
+  return f;
+}
+
+void PointFeatures(cuda_scan::Launch& launch, const ScanFeatures& f) {
+  if (f.proj.defined()) {
+    launch.dim = f.proj.size(1);
+    launch.proj = f.proj.data_ptr<float>();
+    launch.proj_per_head = f.proj.size(0) > 1;
+  }
+  if (f.QueriesInside()) {
+    launch.x = f.x.data_ptr();
+    launch.x_bf16 = f.x.scalar_type() == torch::kBFloat16;
+    for (int i = 0; i < 4; ++i) launch.x_strides[i] = f.x.stride(i);
+    launch.w = f.w.data_ptr<float>();
+    launch.mapped_dim = f.w.size(1);
+  } else {
+    launch.a = f.a.data_ptr<float>();
+  }
+  if (f.KeysInside()) {
+    launch.y = f.y.data_ptr();
+    launch.y_bf16 = f.y.scalar_type() == torch::kBFloat16;
+    for (int i = 0; i < 4; ++i) launch.y_strides[i] = f.y.stride(i);
+    launch.key_norms = f.norms.data_ptr<float>();
+  } else {
+    launch.l = f.l.data_ptr<float>();
+  }
 }
 
 }  // namespace darkformer::cuda_op_launch

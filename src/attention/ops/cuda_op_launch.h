@@ -1,6 +1,6 @@
 // op: cuda's launches (cuda_op.cpp): how a call is cut into chunks and blocks, the scan's Launch
-// over the call's tensors, its buffers, and the features it reads (the key rows' computed here,
-// the queries' given or projected inside the scan, cuda_scan_queries.h).
+// over the call's tensors, its buffers, and the features it reads (given, or projected inside the
+// scan: cuda_scan_queries.h, cuda_scan_keys.h).
 #pragma once
 
 #include <torch/torch.h>
@@ -24,11 +24,11 @@ struct Chunking {
 };
 Chunking ChunkingFor(int64_t chunk);
 
-// The scan's Launch for `heads` query heads per sequence, base-2 key features l (B x R x L x m) and
-// v (B x K x L x Dv), with the document ids (B x L; undefined: none) that the kernels read on the
-// device: `ids` holds them there as int64 and must outlive the launch, as must `resets` (one float
-// per chunk). The queries are the caller's to point to (PointQueries).
-cuda_scan::Launch MakeLaunch(int64_t heads, const torch::Tensor& l, const torch::Tensor& v, int64_t sub,
+// The scan's Launch for `heads` query heads and `rows` key rows per sequence, m features, and v
+// (B x K x L x Dv, fp32 or bf16, read as given at its strides), with the document ids (B x L; undefined: none) that the
+// kernels read on the device: `ids` holds them there as int64 and must outlive the launch, as must
+// `resets` (one float per chunk). The features are the caller's to point to (PointFeatures).
+cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
                              torch::Tensor& resets);
 
@@ -50,20 +50,23 @@ struct ForwardBuffers {
   ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options);
 };
 
-// Base-2 log-features of the key rows of y (as given: their fp32 copies and mapped inputs are freed
-// on return), contiguous, no autograd.
-torch::Tensor KeyFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& y,
-                          int64_t rows);
-
-// The scan's queries (cuda_scan_queries.h): projected inside from x as given (fp32 or bf16) for
-// positive features whose W takes no gradient, with P = log2(e) A W^T (N x D x m, N = H where A is
-// per query head) or log2(e) s W^T (1 x D x m) and W (m x R); else their base-2 log-features a
-// (B x H x L x m), computed here (any other map; LFK, whose W learns; fp16 queries). No autograd.
-struct QuerySide {
-  torch::Tensor a, x, proj, w;
-  bool Inside() const { return !a.defined(); }
+// The features the scan reads, no autograd. Positive features of fp32 or bf16 inputs are projected
+// inside, from the inputs as given, by P = log2(e) A W^T (N x D x m, N = H where A is per query
+// head) or log2(e) s W^T (1 x D x m):
+// - the queries where W takes no gradient (cuda_scan_queries.h; their backward reads W, m x R);
+// - the keys always (cuda_scan_keys.h: the scan gives their d log phi either way, so LFK's W
+//   learns as before), with n = log2(e) |y'|^2 / 2 per key row and position (B x R x L).
+// Else the base-2 log-features a (B x H x L x m) and l (B x R x L x m), computed here (any other
+// map; LFK's queries; fp16 inputs): their fp32 copies and mapped inputs are freed on return.
+struct ScanFeatures {
+  torch::Tensor a, x;         // the queries' features, or the queries as given
+  torch::Tensor l, y, norms;  // the key rows' features, or the keys as given and n
+  torch::Tensor proj, w;
+  bool QueriesInside() const { return !a.defined(); }
+  bool KeysInside() const { return !l.defined(); }
 };
-QuerySide MakeQuerySide(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x);
-void PointQueries(cuda_scan::Launch& launch, const QuerySide& q);
+ScanFeatures MakeScanFeatures(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
+                              const torch::Tensor& y, int64_t rows);
+void PointFeatures(cuda_scan::Launch& launch, const ScanFeatures& f);
 
 }  // namespace darkformer::cuda_op_launch

@@ -16,14 +16,14 @@ DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io,
   const int64_t v = r.value_dim + 1, dv = r.value_dim;
   ParallelFor(b, r.group * sl * v, [&](int64_t idx) {
     const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-    const int64_t gt = h * io.g_head_stride + (pos + t) * dv, at = h * io.den_head_stride + pos + t;
+    const int64_t gt = h * io.g_head_stride + (pos + t) * io.g_pos, at = h * io.den_head_stride + pos + t;
     const float inv = 1.0f / io.den[at];
     if (kk < dv) {
-      c.h[idx] = LoadAsFloat(io.g, io.g_bf16, gt + kk) * inv;
+      c.h[idx] = LoadAsFloat(io.g, io.g_bf16, gt + kk * io.g_dim) * inv;
     } else if (numerators) {
       const float* n = c.n + ht * v;
       float dot = 0.0f;
-      for (int64_t q = 0; q < dv; ++q) dot += LoadAsFloat(io.g, io.g_bf16, gt + q) * (n[q] / n[dv]);
+      for (int64_t q = 0; q < dv; ++q) dot += LoadAsFloat(io.g, io.g_bf16, gt + q * io.g_dim) * (n[q] / n[dv]);
       io.dot[at] = dot;
       c.h[idx] = -dot * inv;
     } else {
@@ -39,9 +39,9 @@ DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io,
 DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
                                      const float* state, const float* ref, bool has, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
-  const float* l = r.l + pos * m;
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
+  const float* l = KeysOf(r, pos, c);
   // The forward's numerators again (c.n; c.w holds w_tj = sum_i e_tj,i, c.qc the state's read).
   Numerators(b, r, pos, sl, state, ref, has, c);
   Cotangents(b, r, io, pos, sl, /*numerators=*/true, c);
@@ -135,7 +135,7 @@ DF_HD inline void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo&
     const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
     const bool has = n > 0 || k > first;
     QuerySideGradients(b, r, io, pos, sl, state, ref, has, c);
-    if (k + 1 < end) Fold(b, r, r.l + pos * m, sl, state, ref, has, c);
+    if (k + 1 < end) Fold(b, r, KeysOf(r, pos, c), sl, state, ref, has, c);
   }
 }
 
@@ -150,11 +150,11 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
   SubChunkReferences(b, r, io, n, c);
   for (int64_t k = end - 1; k >= first; --k) {
     const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-    const float* l = r.l + pos * m;
     const float* ref = c.group_refs + slot * m;
     const bool has_in = c.group_has[slot] != 0.0f;
     if (gradients) LoadValues(b, r, pos, sl, c);
     Maxima(b, r, pos, sl, /*queries=*/true, ref, has_in, c);
+    const float* l = KeysOf(r, pos, c);
     const bool holds_start = HoldsStart(c, sl);  // the same for every thread after the barrier
     // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
     if (gradients && has_z) {

@@ -7,9 +7,8 @@
 // what the block computes. Each sum runs in a fixed order: results are the same from run to run.
 //
 // The algorithm is the raw CPU kernel's (raw_cpu_kernel.h, per_feature_chunks.h) on base-2
-// log-features: a_t for the G query heads that read a key row, given or projected here one
-// sub-chunk at a time (cuda_scan_queries.h), and l_j for its keys, computed outside:
-// sub-chunks of S positions; the state S_i = sum_j 2^(l_ji - R_i) [v_j, 1] per feature relative to
+// log-features: a_t for the G query heads that read a key row and l_j for its keys, each given or
+// projected here one sub-chunk at a time (cuda_scan_queries.h, cuda_scan_keys.h): sub-chunks of S positions; the state S_i = sum_j 2^(l_ji - R_i) [v_j, 1] per feature relative to
 // its running max R_i; a query reads it with 2^((a_ti + R_i(e')) - s_t) <= 1, its own sub-chunk's
 // keys pair by pair with 2^((a_ti + l_ji) - s_t), s_t = max_i (a_ti + R_i(t)), so the pair attaining
 // s_t gives an exact 1 and the normaliser is >= 1. The backward (cuda_scan_backward_body.h) reads
@@ -28,6 +27,7 @@
 #include <cstdint>
 
 #include "attention/ops/cuda_scan_block.h"
+#include "attention/ops/cuda_scan_keys.h"
 #include "attention/ops/cuda_scan_matmul.h"
 #include "attention/ops/cuda_scan_queries.h"
 
@@ -36,13 +36,16 @@ namespace darkformer::cuda_scan {
 DF_HD inline float Max(float a, float b) { return a < b ? b : a; }
 constexpr float kNegInf = -__builtin_huge_valf();
 
-// One key row: its G query heads (cuda_scan_queries.h), its keys' l (L x m) and values (L x Dv).
+// One key row: its G query heads (cuda_scan_queries.h), its keys (cuda_scan_keys.h) and values
+// (L x Dv as given, fp32 or bf16: element (p, k) at p * v_pos + k * v_dim).
 // Outputs and the backward's inputs per head at their head strides, L rows each.
 struct Row {
   int64_t length, features, value_dim, group, sub, group_subs;  // L, m, Dv, G, S, sub-chunks per checkpoint
   Queries queries;
-  const float* l;
-  const float* v;
+  Keys keys;
+  const void* v;
+  bool v_bf16;
+  int64_t v_pos, v_dim;
   const int64_t* ids;  // the row's document ids (L); nullptr: one document
   bool tensor_cores;   // the matrix products' operands in TF32 (cuda_scan_matmul.h)
 
@@ -67,9 +70,9 @@ struct BackwardIo {
   const float* den;
   int64_t den_head_stride;
   float* dot;  // G x L at den_head_stride: g_t . out_t, the query side's (Cotangents) for the key side
-  const void* g;  // dL/dout, G x L x Dv, fp32 or bf16 (g_bf16)
+  const void* g;  // dL/dout, G x L x Dv as given, fp32 or bf16 (g_bf16): (h, p, k) at the strides
   bool g_bf16;
-  int64_t g_head_stride;
+  int64_t g_head_stride, g_pos, g_dim;
   float* dq;  // QueryGradients: d log phi (natural log, G x L x m), or d x' (G x L x R) inside
   int64_t dq_head_stride;
   float* dl;  // L x m
@@ -84,10 +87,11 @@ DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_
 
 // A row's working memory, carved from one buffer of ScratchFloats floats.
 struct Scratch {
-  // qa: the sub-chunk's query features (QueryFeatures, head-major, G S x m). starts: per query of
+  // qa: the sub-chunk's query features (QueryFeatures, head-major, G S x m); ka: its keys' where
+  // the scan projects them (ProjectKeys, S x m; else unused). starts: per query of
   // the sub-chunk, its document's first position there (-1: before it). The state a block folds
   // into lives outside: in the call's per-chunk buffer (forward) or in group_states (backward).
-  float *qa, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
+  float *qa, *ka, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
   // The backward's: each sub-chunk's entering reference and whether a state enters it; h_t; da.
   // The states it folds live in the call's per-chunk buffers (cuda_scan_backward_body.h).
   float *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr;
@@ -95,7 +99,7 @@ struct Scratch {
   // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
   DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
     const int64_t v = dv + 1, gs = g * s;
-    const int64_t forward = gs * m + s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
+    const int64_t forward = gs * m + 2 * s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
     return forward + (backward ? group_subs * (m + 1) + gs * v + gs * m : 0);
   }
   DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
@@ -107,6 +111,7 @@ struct Scratch {
       return q;
     };
     c.qa = take(gs * m);
+    c.ka = take(s * m);
     c.rrows = take(s * m);
     c.s2 = take(gs);
     c.qc = take(gs * m);
@@ -131,7 +136,7 @@ DF_HD inline void LoadValues(const Block& b, const Row& r, int64_t pos, int64_t 
   const int64_t v = r.value_dim + 1;
   ParallelFor(b, sl * v, [&](int64_t idx) {
     const int64_t j = idx / v, k = idx % v;
-    c.vh[idx] = k < r.value_dim ? r.v[(pos + j) * r.value_dim + k] : 1.0f;
+    c.vh[idx] = k < r.value_dim ? LoadAsFloat(r.v, r.v_bf16, (pos + j) * r.v_pos + k * r.v_dim) : 1.0f;
   });
 }
 
@@ -156,14 +161,21 @@ DF_HD inline bool ReadsState(const Scratch& c, int64_t t, bool has) { return has
 // Whether a document starts inside the sub-chunk (c.starts of its last query).
 DF_HD inline bool HoldsStart(const Scratch& c, int64_t sl) { return c.starts[sl - 1] >= 0; }
 
-// c.starts for the sub-chunk [pos, pos + sl), then R at each of its positions (c.rrows, sl x m) from
-// the entering reference (has: a state exists; R restarts at a document start) and the keys; with
+// The log-features of the sub-chunk at pos, after its Maxima (sl x m).
+DF_HD inline const float* KeysOf(const Row& r, int64_t pos, const Scratch& c) {
+  return KeysAt(r.keys, r.features, pos, c.ka);
+}
+
+// c.starts for the sub-chunk [pos, pos + sl), its keys' features (c.ka where the scan projects them:
+// KeysOf reads them until the next sub-chunk's Maxima), then R at each of its positions (c.rrows,
+// sl x m) from the entering reference (has: a state exists; R restarts at a document start) and the keys; with
 // queries, their features into c.qa and their shifts s_t = max_i (a_ti + R_i(t)) into c.s2
 // (head-major, G x sl).
 DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, bool queries, const float* ref, bool has,
                          const Scratch& c) {
   const int64_t m = r.features;
-  const float* l = r.l + pos * m;
+  ProjectKeys(b, r.keys, r.tensor_cores, m, pos, sl, c.ka);
+  const float* l = KeysOf(r, pos, c);
   DocumentStarts(b, r, pos, sl, c);
   ParallelFor(b, m, [&](int64_t i) {
     float running = has ? ref[i] : kNegInf;
@@ -229,7 +241,7 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
 DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* state,
                              const float* ref, bool has, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, g = r.group;
-  const float* l = r.l + pos * m;
+  const float* l = KeysOf(r, pos, c);
   // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t.
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
     const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
@@ -259,7 +271,7 @@ DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t 
 // normalisers; then, with `fold`, the sub-chunk folded into them.
 DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t pos, int64_t sl,
                                   float* state, float* ref, bool has, bool fold, const Scratch& c) {
-  const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
+  const int64_t v = r.value_dim + 1, dv = r.value_dim, g = r.group;
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
   Numerators(b, r, pos, sl, state, ref, has, c);
@@ -278,7 +290,7 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
       o.den[h * o.den_head_stride + pos + t] = den;
     }
   });
-  if (fold) Fold(b, r, r.l + pos * m, sl, state, ref, has, c);
+  if (fold) Fold(b, r, KeysOf(r, pos, c), sl, state, ref, has, c);
 }
 
 // The forward runs in three steps, the first and last with one block per (row, chunk): a chunk is
@@ -300,7 +312,7 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
     LoadValues(b, r, pos, sl, c);
     Maxima(b, r, pos, sl, /*queries=*/false, ref, has, c);
     starts = starts || HoldsStart(c, sl);  // every thread reads the same c.starts after the barrier
-    Fold(b, r, r.l + pos * r.features, sl, state, ref, has, c);
+    Fold(b, r, KeysOf(r, pos, c), sl, state, ref, has, c);
     has = true;
   }
   ParallelFor(b, 1, [&](int64_t) { *reset = starts ? 1.0f : 0.0f; });

@@ -12,8 +12,8 @@ namespace darkformer::cuda_scan {
 // are per query head. Row r's query heads are r * group ... r * group + group - 1 of the folded
 // B * H heads; its values are row r / value_rows_per (H / K where keys are per query head, else 1);
 // its document ids (where given) are sequence r / rows_per_sequence's. Every tensor fp32, each
-// per-head block L contiguous rows, but the queries as given (bf16 or fp32, at their strides), the
-// bf16 output and the incoming gradient (fp32 or bf16). Chunk n of row r is call-wide chunk
+// per-head block L contiguous rows, but the queries, keys, values and incoming gradient as given
+// (bf16 or fp32, at their strides) and the bf16 output. Chunk n of row r is call-wide chunk
 // r * Chunks() + n.
 struct Launch {
   int64_t rows = 0, length = 0, features = 0, value_dim = 0, group = 1, sub = 8, group_subs = 1;
@@ -25,7 +25,7 @@ struct Launch {
   // The queries (cuda_scan_queries.h): their base-2 log-features given, rows x G x L x m; or, with
   // a null, inside from the queries as given: sequences x (rows_per_sequence x G) x L x dim at the
   // strides x_strides (elements), fp32 or bf16, their projection (dim x m, per query head of a
-  // sequence where proj_per_head) and W (m x mapped_dim).
+  // sequence where proj_per_head; the keys' too) and W (m x mapped_dim).
   const float* a = nullptr;
   const void* x = nullptr;
   bool x_bf16 = false;
@@ -34,8 +34,19 @@ struct Launch {
   const float* proj = nullptr;
   bool proj_per_head = false;
   const float* w = nullptr;
-  const float* l = nullptr;  // base-2 key log-features, rows x L x m
-  const float* v = nullptr;  // values, (rows / value_rows_per) x L x Dv
+  // The keys (cuda_scan_keys.h): their base-2 log-features given, rows x L x m; or, with a null,
+  // inside from the keys as given: sequences x KV heads x L x dim at the strides y_strides, fp32 or
+  // bf16 (row r's KV head: r's value row), the projection above (a row's: its first query head's),
+  // and n = log2(e) |y'|^2 / 2 per row and key (rows x L).
+  const float* l = nullptr;
+  const void* y = nullptr;
+  bool y_bf16 = false;
+  int64_t y_strides[4] = {0, 0, 0, 0};
+  const float* key_norms = nullptr;
+  // The values as given: sequences x KV heads x L x Dv at the strides v_strides, fp32 or bf16.
+  const void* v = nullptr;
+  bool v_bf16 = false;
+  int64_t v_strides[4] = {0, 0, 0, 0};
   float* resets = nullptr;   // chunk_count: whether a document starts in the chunk
   // Forward.
   float* out = nullptr;         // rows x G x L x Dv (nullptr where out16 is given)
@@ -47,8 +58,9 @@ struct Launch {
   float* refs = nullptr;
   // Backward (reads den, states, refs too).
   float* dot = nullptr;      // rows x G x L: g_t . out_t (the query side writes it, the key side reads)
-  const void* g = nullptr;   // dL/dout, rows x G x L x Dv, fp32 or bf16 (g_bf16)
+  const void* g = nullptr;   // dL/dout, sequences x H x L x Dv at the strides g_strides, fp32 or bf16
   bool g_bf16 = false;
+  int64_t g_strides[4] = {0, 0, 0, 0};
   float* dq = nullptr;       // rows x G x L x m, d/d(natural-log a); inside: x G x L x mapped_dim, d x'
   float* dl = nullptr;       // rows x L x m
   float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
@@ -88,7 +100,7 @@ struct Launch {
       q.a_head_stride = length * features;
       return q;
     }
-    const int64_t head = (row % rows_per_sequence) * group;
+    const int64_t head = HeadOf(row);
     const int64_t first = (row / rows_per_sequence) * x_strides[0] + head * x_strides[1];
     q.x = ElementAt(x, x_bf16, first);
     q.x_bf16 = x_bf16;
@@ -97,16 +109,38 @@ struct Launch {
     q.x_dim = x_strides[3];
     q.dim = dim;
     q.proj_head_stride = proj_per_head ? dim * features : 0;
-    q.proj = proj + head * q.proj_head_stride;
+    q.proj = ProjectionOf(row);
     q.w = w;
     q.mapped_dim = mapped_dim;
     return q;
   }
+  // Row `row`'s keys: given, or its value row's keys as given, projected by its first query head's P.
+  DF_HD Keys KeysOf(int64_t row) const {
+    Keys k;
+    if (l != nullptr) {
+      k.l = l + row * length * features;
+      return k;
+    }
+    k.y = ElementAt(y, y_bf16, (row / rows_per_sequence) * y_strides[0] + KvHeadOf(row) * y_strides[1]);
+    k.y_bf16 = y_bf16;
+    k.y_pos = y_strides[2];
+    k.y_dim = y_strides[3];
+    k.dim = dim;
+    k.proj = ProjectionOf(row);
+    k.norms = key_norms + row * length;
+    return k;
+  }
+  // The first query head (of its sequence's) of row `row`, its KV head, and its projection.
+  DF_HD int64_t HeadOf(int64_t row) const { return (row % rows_per_sequence) * group; }
+  DF_HD int64_t KvHeadOf(int64_t row) const { return (row % rows_per_sequence) / value_rows_per; }
+  DF_HD const float* ProjectionOf(int64_t row) const {
+    return proj + (proj_per_head ? HeadOf(row) * dim * features : 0);
+  }
   // Row `row`'s view of the call's tensors.
   DF_HD Row RowOf(int64_t row) const {
-    const int64_t lm = length * features;
-    return {length, features, value_dim, group, sub, group_subs, QueriesOf(row), l + row * lm,
-            v + (row / value_rows_per) * length * value_dim,
+    return {length, features, value_dim, group, sub, group_subs, QueriesOf(row), KeysOf(row),
+            ElementAt(v, v_bf16, (row / rows_per_sequence) * v_strides[0] + KvHeadOf(row) * v_strides[1]), v_bf16,
+            v_strides[2], v_strides[3],
             ids != nullptr ? ids + (row / rows_per_sequence) * length : nullptr, tensor_cores};
   }
   DF_HD ForwardOut ForwardOf(int64_t row) const {
@@ -124,7 +158,9 @@ struct Launch {
     const int64_t ld = length * value_dim, lm = length * features, first = row * Chunks();
     const int64_t lq = a != nullptr ? lm : length * mapped_dim;  // per query head of dq
     return {states + first * features * (value_dim + 1), refs + first * features, den + row * group * length,
-            length, dot + row * group * length, ElementAt(g, g_bf16, row * group * ld), g_bf16, ld,
+            length, dot + row * group * length,
+            ElementAt(g, g_bf16, (row / rows_per_sequence) * g_strides[0] + HeadOf(row) * g_strides[1]), g_bf16,
+            g_strides[1], g_strides[2], g_strides[3],
             dq + row * group * lq, lq, dl + row * lm, dv + row * ld, resets + first};
   }
   // Where step 1 of the forward puts chunk n < Chunks() - 1's own state and reference: the slot

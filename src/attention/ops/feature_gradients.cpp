@@ -76,7 +76,9 @@ torch::Tensor PositiveSideBackward(const torch::Tensor& w_MD, const torch::Tenso
 // with its feature gradients, so no more than one side's L x D tensors live at once: the closed
 // form at the mapped inputs, then through the map: d in = d in' A^T and dA = sum in^T d in' over
 // the batch (and the heads where A is shared), or d in = s d in'. With queries_mapped, dlq is
-// already the queries' d in' (FeatureBackwardFromMappedQueries).
+// already the queries' d in' (FeatureBackwardFromMappedQueries). Keys given once per KV head
+// (y_in B x K x L x D against dlk per key row, B x R x L x m, R = K G) are taken grouped, B x K x G:
+// no key is repeated per row, and dy comes per KV head, each the sum over its G rows.
 FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
                                   const torch::Tensor& y_in, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM,
                                   bool queries_mapped) {
@@ -107,9 +109,36 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
     }
     return torch::matmul(d_mapped, a_1NDR.transpose(-1, -2));
   };
+  auto grouped_keys = [&](const torch::Tensor& y_BKLD, torch::Tensor& dl) {
+    const int64_t batch = dl.size(0), kv = y_BKLD.size(1), group = dl.size(1) / kv, length = dl.size(2);
+    const auto in = y_BKLD.to(dtype).unsqueeze(2);  // B x K x 1 x L x D
+    // A per query head (N = R) as K x G of them; shared A and a scale map every row's keys alike.
+    const bool per_row = map.input_map && a_1NDR.size(1) > 1;
+    DF_CHECK(!per_row || a_1NDR.size(1) == kv * group,
+             "the input map has " << a_1NDR.size(1) << " heads for " << kv * group << " key rows");
+    const auto a_KGDR =
+        per_row ? a_1NDR[0].view({1, kv, group, a_1NDR.size(2), a_1NDR.size(3)}) : torch::Tensor();
+    auto d_mapped = [&] {
+      const auto mapped = !map.input_map ? in * map.input_scale
+                                         : torch::matmul(in, per_row ? a_KGDR : a_1NDR[0][0]);  // B x K x (G|1) x L x R
+      const auto dl_grouped = dl.view({batch, kv, group, length, dl.size(3)});
+      return PositiveSideBackward(w_MD, want_w ? mapped.expand({batch, kv, group, length, mapped.size(4)}) : mapped,
+                                  dl_grouped, want_w ? &dw : nullptr);
+    }();
+    dl = torch::Tensor();
+    if (!map.input_map) return d_mapped.sum(2).mul_(map.input_scale);
+    if (want_a) {
+      const auto t = torch::matmul(in.transpose(-1, -2), d_mapped);  // B x K x G x D x R
+      const auto part = per_row ? t.sum(0).view({1, kv * group, t.size(3), t.size(4)})
+                                : t.sum(std::vector<int64_t>{0, 1, 2}).view({1, 1, t.size(3), t.size(4)});
+      da = da.defined() ? da.add_(part) : part;
+    }
+    if (!per_row) return torch::matmul(d_mapped.sum(2), a_1NDR[0][0].t());
+    return torch::matmul(d_mapped, a_KGDR.transpose(-1, -2)).sum(2);
+  };
   FeatureGrads g;
   g.dx = side(x_in, dlq_BHLM, queries_mapped);
-  g.dy = side(y_in, dlk_BRLM, false);
+  g.dy = y_in.size(1) == dlk_BRLM.size(1) ? side(y_in, dlk_BRLM, false) : grouped_keys(y_in, dlk_BRLM);
   g.params = {want_w ? dw.to(p[0].scalar_type()) : torch::Tensor()};
   if (map.input_map) g.params.push_back(want_a ? da.to(p[1].scalar_type()) : torch::Tensor());
   return g;
@@ -170,7 +199,7 @@ FeatureGrads FeatureBackwardFromMappedQueries(const FeatureMap& map, const std::
   g.params.resize(p.size());
   g.dx = std::move(dxq_BHLR);
   const auto w_MD = p[0].detach().to(dlk_BRLM.scalar_type());
-  g.dy = PositiveSideBackward(w_MD, y_in.to(dlk_BRLM.scalar_type()), dlk_BRLM, nullptr);
+  g.dy = PositiveSideBackward(w_MD, PerRow(y_in, dlk_BRLM.size(1)).to(dlk_BRLM.scalar_type()), dlk_BRLM, nullptr);
   return g;
 }
 
