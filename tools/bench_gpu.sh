@@ -16,13 +16,18 @@
 #     chunked loss), for each of STEP_KERNELS at each of STEP_SHAPES (batch x tokens): ms, tokens/s,
 #     MFU, peak device memory, and on CUDA the caching allocator's peak beside `inspect --memory`'s
 #     prediction for the same config (steps.jsonl, one row per kernel and shape).
+#  3. Sharp rows (issue 53: within 1.2x of ordinary rows), bf16 at SHARP_LENGTHS: ordinary rows,
+#     then rows of norm SHARP_NORM (queries near u, keys near -u: `--bench-norm`), one call after
+#     the other on the same warm device (sharp_<kernel>.jsonl; each row's bench_norm says which).
 #
 #   DEVICE=cuda tools/bench_gpu.sh
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/bench/gpu-$DEVICE], LENGTHS
 # [2048,8192,32768], DTYPES [fp32 bf16], DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384],
 # DOCUMENT_BATCH [4], FLA [1; 0 skips 1c], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256],
-# REPEATS [3], OP [auto: chunk_parallel on CUDA], STEP_KERNELS [exact performer darkformer],
+# REPEATS [3], OP [auto: chunk_parallel on CUDA; a list, e.g. auto,cuda, times each], CHUNK [64: the
+# feature kernels' chunk_size], SHARP_NORM [60; 0 skips 1d], SHARP_LENGTHS [8192], STEP_OP [the
+# last form of OP: the step's], STEP_KERNELS [exact performer darkformer],
 # STEP_SHAPES [8x2048 1x16384], STEPS [4], MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and
 # TOKENIZER [the demo corpus, prepared into OUT; token ids only need to fit the model's
 # vocabulary], PEAK_TFLOPS [989: H100/H200 dense bf16], PYTHON [the project's .venv].
@@ -35,7 +40,8 @@ HEADS="${HEADS:-8}" KV_HEADS="${KV_HEADS:-1}" HEAD_DIM="${HEAD_DIM:-256}" FEATUR
 REPEATS="${REPEATS:-3}" OP="${OP:-auto}" DTYPES="${DTYPES:-fp32 bf16}" FLA="${FLA:-1}"
 DOCUMENTS="${DOCUMENTS:-256}" DOCUMENT_LENGTHS="${DOCUMENT_LENGTHS:-4096,16384}" DOCUMENT_BATCH="${DOCUMENT_BATCH:-4}"
 STEP_KERNELS="${STEP_KERNELS:-exact performer darkformer}" STEP_SHAPES="${STEP_SHAPES:-8x2048 1x16384}"
-STEPS="${STEPS:-4}"
+STEPS="${STEPS:-4}" CHUNK="${CHUNK:-64}" SHARP_NORM="${SHARP_NORM:-60}" SHARP_LENGTHS="${SHARP_LENGTHS:-8192}"
+STEP_OP="${STEP_OP:-${OP##*,}}"
 MODEL="${MODEL:-$ROOT/configs/model/gemma-2b.yaml}"
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}"
 BIN="${DARKFORMER_BIN:-$ROOT/build/darkformer}"
@@ -50,7 +56,7 @@ for dtype in $DTYPES; do
     suffix=$([[ $dtype == fp32 ]] && echo "" || echo "_$dtype")
     "$BIN" kernel-check --bench --device "$DEVICE" --dtype "$dtype" --kernel "$kernel" --heads "$HEADS" \
       --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 \
-      --op "$OP" --options "{num_features: $FEATURES}" --repeats "$REPEATS" --profile \
+      --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --profile \
       --json "$OUT/kernels_$kernel$suffix.jsonl" | grep -v '^  [a-z]\|^profile' || true
   done
 done
@@ -60,7 +66,8 @@ if (( DOCUMENTS > 0 )); then
   for kernel in performer darkformer; do
     "$BIN" kernel-check --bench --device "$DEVICE" --kernel "$kernel" --heads "$HEADS" --kv-heads "$KV_HEADS" \
       --bench-head-dims "$HEAD_DIM" --bench-lengths "$DOCUMENT_LENGTHS" --bench-batch "$DOCUMENT_BATCH" \
-      --bench-documents "$DOCUMENTS" --exact-max-length 32768 --op "$OP" --options "{num_features: $FEATURES}" \
+      --bench-documents "$DOCUMENTS" --exact-max-length 32768 --op "$OP" \
+      --options "{num_features: $FEATURES, chunk_size: $CHUNK}" \
       --repeats "$REPEATS" --json "$OUT/documents_$kernel.jsonl"
   done
 fi
@@ -104,7 +111,7 @@ for shape in $STEP_SHAPES; do
     run="$OUT/$name"
     rm -rf "$run"
     kernel_options=""
-    [[ $kernel != exact ]] && kernel_options="  $kernel: {num_features: $FEATURES, op: $OP}"
+    [[ $kernel != exact ]] && kernel_options="  $kernel: {num_features: $FEATURES, chunk_size: $CHUNK, op: $STEP_OP}"
     {
       echo "model:"
       grep -v '^#' "$MODEL" | sed 's/^/  /'
@@ -144,4 +151,19 @@ YAML
       "$DEVICE" "$OUT/steps.jsonl" "$predicted"
   done
 done
-echo "[bench_gpu] JSON lines: $OUT/kernels_*.jsonl, $OUT/fla.jsonl, $OUT/steps.jsonl"
+
+# 3. Sharp rows beside ordinary ones, bf16 (sharp_<kernel>.jsonl), after the step, which matters more.
+if [[ "$SHARP_NORM" != 0 ]]; then
+  for kernel in performer darkformer; do
+    rm -f "$OUT/sharp_$kernel.jsonl"
+    for norm in 0 "$SHARP_NORM"; do
+      "$BIN" kernel-check --bench --device "$DEVICE" --dtype bf16 --kernel "$kernel" --heads "$HEADS" \
+        --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$SHARP_LENGTHS" --exact-max-length 32768 \
+        --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --bench-norm "$norm" \
+        --json "$OUT/sharp_$kernel.part.jsonl"
+      cat "$OUT/sharp_$kernel.part.jsonl" >> "$OUT/sharp_$kernel.jsonl" && rm -f "$OUT/sharp_$kernel.part.jsonl"
+    done
+  done
+fi
+
+echo "[bench_gpu] JSON lines: $OUT/kernels_*.jsonl, $OUT/documents_*.jsonl, $OUT/fla.jsonl, $OUT/sharp_*.jsonl, $OUT/steps.jsonl"

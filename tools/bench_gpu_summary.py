@@ -36,6 +36,9 @@ def main():
            "tokens_per_s": tokens_per_s, "model_tflops": flops / 1e12, "mfu": mfu,
            "peak_tflops": float(peak_tflops), "peak_memory_gib": int(peak_bytes) / 2**30,
            "loss_first": rows[0]["loss"], "loss_last": rows[-1]["loss"]}
+    kernel_options = config["attention"].get(row["kernel"]) or {}
+    if "op" in kernel_options:
+        row["op"] = kernel_options["op"]
     allocated = [r["cuda_allocated_peak_bytes"] for r in rows if "cuda_allocated_peak_bytes" in r]
     if allocated:
         row["allocator_peak_gib"] = max(allocated) / 2**30

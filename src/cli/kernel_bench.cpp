@@ -344,6 +344,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
         line["device"] = o.device;
         line["dtype"] = o.dtype;
         line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
+        line["bench_norm"] = o.norm;  // 0: ordinary rows
         if (impl.twin >= 0) {
           line["documents_mean_length"] = o.document_mean;
           line["time_vs_unmasked"] = vs_unmasked;

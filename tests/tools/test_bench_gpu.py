@@ -1,8 +1,9 @@
 """tools/bench_gpu.sh on the CPU at toy sizes: the benchmark written for a GPU runs unchanged here.
 Its kernel rows carry ops_forward / ops_backward (the chunk-parallel form's the same at two lengths
 of 2 and 8 chunks; a single chunk needs a few copies fewer), in fp32 and in bf16 (with what SDPA and
-our operator computed in); fla's row says why it was skipped (no CUDA here); and its training-step
-rows, one per kernel and shape, tokens/s, MFU and peak memory."""
+our operator computed in); fla's row says why it was skipped (no CUDA here); sharp rows beside
+ordinary ones at the same length; and its training-step rows, one per kernel and shape, tokens/s,
+MFU and peak memory."""
 
 import os
 import subprocess
@@ -22,7 +23,8 @@ def main():
                                    "num_key_value_heads": 1, "head_dim": 16})
         out = os.path.join(work, "out")
         env = dict(os.environ, DEVICE="cpu", OUT=out, LENGTHS="128,512", HEADS="4", HEAD_DIM="16", FEATURES="16",
-                   REPEATS="1", OP="chunk_parallel", DOCUMENTS="32", DOCUMENT_LENGTHS="256", DOCUMENT_BATCH="2",
+                   REPEATS="1", OP="chunk_parallel", SHARP_LENGTHS="128", DOCUMENTS="32", DOCUMENT_LENGTHS="256",
+                   DOCUMENT_BATCH="2",
                    STEP_SHAPES="1x32 2x32", STEPS="3", MODEL=model,
                    SHARDS_DIR=shards["shards_dir"], TOKENIZER=shards["tokenizer"], DARKFORMER_BIN=testkit.BINARY,
                    PYTHON=sys.executable)
@@ -60,12 +62,19 @@ def main():
             impls = sorted(r["impl"] for r in rows if r.get("time_vs_unmasked") is not None)
             if impls != ["chunk_parallel+mask", "exact+mask", "exact+perdoc"]:
                 failures.append("%s: packed-document rows (each beside its unmasked time): %s" % (kernel, impls))
+        for kernel in ("performer", "darkformer"):
+            rows = testkit.read_jsonl(os.path.join(out, "sharp_%s.jsonl" % kernel))
+            got = sorted((r["impl"], r["bench_norm"], r["length"]) for r in rows)
+            want = sorted((i, n, 128) for i in ("chunk_parallel", "exact") for n in (0, 60))
+            if got != want:
+                failures.append("%s: sharp and ordinary rows: %s" % (kernel, got))
         steps = testkit.read_jsonl(os.path.join(out, "steps.jsonl"))
         shapes = [(s["kernel"], s["batch"], s["seq_len"]) for s in steps]
         if shapes != [(k, b, 32) for b in (1, 2) for k in ("exact", "performer", "darkformer")]:
             failures.append("training-step rows: %s" % steps)
         for s in steps:
-            if not (s["tokens_per_s"] > 0 and 0 < s["mfu"] < 1 and s["peak_memory_gib"] > 0 and s["steps"] == 3):
+            if not (s["tokens_per_s"] > 0 and 0 < s["mfu"] < 1 and s["peak_memory_gib"] > 0 and s["steps"] == 3 and
+                    (s["kernel"] == "exact" or s.get("op") == "chunk_parallel")):
                 failures.append("training-step row: %s" % s)
     for f in failures:
         print("FAIL:", f)
