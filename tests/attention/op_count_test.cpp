@@ -1,7 +1,8 @@
 // Ops dispatched per attention-layer call (util/op_count.h, the CPU's proxy for GPU launches):
 // the counter itself on known code, and the chunk-parallel form's counts, forward and backward,
 // the same at lengths whose chunk counts differ by 8x (the chunk loop's grow with the number of
-// chunks), and within a budget of 60 forward and 120 backward for performer and darkformer.
+// chunks), and within a budget of 60 forward and 120 backward for performer and darkformer; and
+// op: cuda's, the same at every length.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -9,6 +10,7 @@
 #include <tuple>
 
 #include "attention/kernel_registry.h"
+#include "cuda_op_emulated.h"
 #include "util/op_count.h"
 
 namespace darkformer {
@@ -86,6 +88,19 @@ TEST(OpCountTest, ChunkParallelDispatchesTheSameOpsAtEveryLength) {
   std::cout << "[ops per layer] performer chunk_loop L=64: " << loop_short.forward << " + " << loop_short.backward
             << "; L=512: " << loop_long.forward << " + " << loop_long.backward << "\n";
   EXPECT_GT(loop_long.forward, 4 * loop_short.forward);
+}
+
+// op: cuda (its scan emulated on the host here: cuda_op_emulated.h) runs a fixed number of launches per call, so the LibTorch ops around them (the
+// features' maps, norms and buffers, their backward) must not grow with L: no host loop over
+// chunks. LFK takes its queries' features from LibTorch (its W learns).
+TEST(OpCountTest, CudaOperatorDispatchesTheSameOpsAtEveryLength) {
+  for (const std::string kernel : {"performer", "darkformer", "lfk"}) {
+    const auto a = Count(kernel, "cuda", 64), b = Count(kernel, "cuda", 1024);
+    std::cout << "[ops per layer] " << kernel << " cuda L=64: " << a.forward << " forward, " << a.backward
+              << " backward; L=1024: " << b.forward << ", " << b.backward << "\n";
+    EXPECT_EQ(a.forward, b.forward) << kernel;
+    EXPECT_EQ(a.backward, b.backward) << kernel;
+  }
 }
 
 }  // namespace
