@@ -30,8 +30,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     // backward's working set (cuda_op_memory_test.cpp; it reads the values and the incoming
     // gradient as they come, no copy): g . out per query and head, the key features' gradients in
     // fp32 (the scan projects the features themselves, with one norm per key:
-    // ops/cuda_scan_keys.h), the queries' gradient at their mapped input (width R; where W trains,
-    // their features and their gradients, ops/cuda_scan_queries.h), and per chunk and key row one
+    // ops/cuda_scan_keys.h), dv per key row (train.deterministic's case; without it, darkformer's
+    // rows add theirs into one per KV head: this keeps the larger), the queries' gradient at their
+    // mapped input (width R; where W trains, their features and their gradients,
+    // ops/cuda_scan_queries.h), and per chunk and key row one
     // state of m (D + 1) floats with its references and, at most, a block's scratch. (A 16-bit
     // input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;

@@ -84,7 +84,9 @@ TrainConfig TrainConfig::FromConfig(const ConfigReader& r) {
                                 "frozen Linear weights (projections, MLP) stored in bf16; needs bf16_autocast; embedding, norms and kernels stay fp32");
   t.memory_check = r.Get("memory_check", t.memory_check,
                          KeySpec("refuse to start when the memory estimate exceeds the device's free memory (sizes that cannot fit are refused regardless)").Resumable());
-  t.deterministic = r.Get("deterministic", t.deterministic, KeySpec("CPU: deterministic algorithms, one thread, bit-exact resume").Resumable());
+  t.deterministic = r.Get(
+      "deterministic", t.deterministic,
+      KeySpec("deterministic algorithms (op: cuda adds dv without atomics), one thread, bit-exact resume").Resumable());
   t.threads = r.Get("threads", t.threads, KeySpec("CPU intra-op threads").Min(0, "0 = LibTorch's default").Resumable());
   t.lr = r.Get("lr", t.lr, KeySpec("AdamW's peak learning rate").Above(0));
   t.beta1 = r.Get("beta1", t.beta1, "AdamW beta1");

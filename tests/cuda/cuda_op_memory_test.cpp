@@ -7,11 +7,13 @@
 //     output (bf16, as v) and the fp32 normaliser; nothing else (no fp32 output: the backward
 //     recomputes it; no fp32 copy of the inputs, no keys or values per query head, no per-chunk
 //     buffer).
-//   - At the peak (the backward's query side), at most that plus its working set (the values and
-//     the incoming gradient read where they lie): g . out per query, the key features' gradients,
-//     the queries' gradient at their mapped input (the scan projects both sides' features itself:
-//     no L x m tensor of them), and per chunk one state (the entering and the reverse states are
-//     never held at once) and the scratch.
+//   - At the peak, at most that plus the scan's working set in the backward (the values and the
+//     incoming gradient read where they lie): g . out per query, the key features' gradients, dv
+//     per KV head (per key row under deterministic algorithms), the queries' gradient at their
+//     mapped input (the scan projects both sides' features itself: no L x m tensor of them), and
+//     per chunk one state (the entering and the reverse states are never held at once) and the
+//     scratch. At Gemma 2B's D = m with long chunks the features' backward that follows (the
+//     inputs' fp32 copies and gradients, L x D per query head) stays within it too.
 //   - The memory estimate's shadow of the same call (train/memory_estimate.h, fit-check) saves
 //     what the operator keeps and allows its working set.
 #include <c10/util/ThreadLocalDebugInfo.h>
@@ -32,39 +34,46 @@
 namespace darkformer {
 namespace {
 
-constexpr int64_t kHeads = 4, kKvHeads = 1, kDim = 16, kFeatures = 32, kChunk = 16;
+constexpr int64_t kHeads = 4, kKvHeads = 1;
+
+// The head width D, the features m and the chunk: m > D with short chunks (the scan's states
+// dominate), or Gemma 2B's D = m with long chunks, where the features' backward (L x D per query
+// head: the inputs' fp32 copies and their gradients) must stay within the scan's working set.
+struct Shape {
+  int64_t dim, features, chunk;
+};
 
 struct Bytes {
   int64_t held = 0, peak = 0;     // measured
   int64_t saved = 0, working = 0;  // the shadow's: saved for the backward, and the backward's widest extra
 };
 
-AttentionKernel Make(const std::string& name) {
-  KernelShape shape{kHeads, kDim};
-  const std::string yaml = "{num_features: " + std::to_string(kFeatures) + ", chunk_size: " + std::to_string(kChunk) +
+AttentionKernel Make(const std::string& name, const Shape& s) {
+  KernelShape shape{kHeads, s.dim};
+  const std::string yaml = "{num_features: " + std::to_string(s.features) + ", chunk_size: " + std::to_string(s.chunk) +
                            ", op: cuda}";
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
 // The shadow of a bf16 call on a GPU run (q, k and v are Linear outputs under autocast).
-void ShadowOf(AttentionKernel& kernel, int64_t length, Bytes& bytes) {
+void ShadowOf(AttentionKernel& kernel, int64_t length, int64_t dim, Bytes& bytes) {
   shadow::Tape tape(/*bf16=*/true);
   ShadowAttentionCall call;
   call.length = length;
   call.heads = kHeads;
   call.key_heads = kKvHeads;
-  call.head_dim = kDim;
+  call.head_dim = dim;
   call.cpu = false;
-  const auto q = tape.New(length * kHeads * kDim, shadow::kBf16, true);
-  const auto k = tape.New(length * kKvHeads * kDim, shadow::kBf16, true);
-  const auto v = tape.New(length * kKvHeads * kDim, shadow::kBf16, true);
+  const auto q = tape.New(length * kHeads * dim, shadow::kBf16, true);
+  const auto k = tape.New(length * kKvHeads * dim, shadow::kBf16, true);
+  const auto v = tape.New(length * kKvHeads * dim, shadow::kBf16, true);
   bytes.working = kernel->ShadowForward(tape, call, q, k, v).backward_bytes;
   bytes.saved = tape.SavedBytes();
 }
 
 // One bf16 forward + backward under autocast, as a user's step runs it.
-Bytes Measure(const std::string& name, int64_t length, torch::Device device) {
-  auto kernel = Make(name);
+Bytes Measure(const std::string& name, const Shape& s, int64_t length, torch::Device device) {
+  auto kernel = Make(name, s);
   kernel->to(device);
   torch::manual_seed(3);
   auto info = std::make_shared<PeakMemory>(device.type());
@@ -72,11 +81,11 @@ Bytes Measure(const std::string& name, int64_t length, torch::Device device) {
   {
     c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, info);
     const auto options = torch::TensorOptions().device(device);
-    auto q = torch::randn({1, kHeads, length, kDim}, options).to(torch::kBFloat16).requires_grad_();
-    auto k = torch::randn({1, kKvHeads, length, kDim}, options).to(torch::kBFloat16).requires_grad_();
-    auto v = torch::randn({1, kKvHeads, length, kDim}, options).to(torch::kBFloat16).requires_grad_();
+    auto q = torch::randn({1, kHeads, length, s.dim}, options).to(torch::kBFloat16).requires_grad_();
+    auto k = torch::randn({1, kKvHeads, length, s.dim}, options).to(torch::kBFloat16).requires_grad_();
+    auto v = torch::randn({1, kKvHeads, length, s.dim}, options).to(torch::kBFloat16).requires_grad_();
     AttentionCall call;
-    call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+    call.scale = 1.0 / std::sqrt(static_cast<double>(s.dim));
     torch::Tensor out;
     {
       AutocastScope autocast(device.type(), true);
@@ -86,52 +95,68 @@ Bytes Measure(const std::string& name, int64_t length, torch::Device device) {
     out.sum().backward();
     bytes.peak = info->peak();
   }
-  ShadowOf(kernel, length, bytes);
+  ShadowOf(kernel, length, s.dim, bytes);
   return bytes;
+}
+
+// name: "performer", "darkformer", or "darkformer deterministic" (under deterministic algorithms).
+void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::Device device) {
+  const int64_t length = 256;
+  const bool deterministic = name == "darkformer deterministic";
+  const testing::DeterministicScope scope(deterministic);
+  const std::string kernel = name.substr(0, name.find(' '));
+  const std::string where = name + " at D " + std::to_string(shape.dim) + ", m " + std::to_string(shape.features) +
+                            ", chunk " + std::to_string(shape.chunk);
+  const int64_t rows = kernel == "darkformer" ? kHeads : kKvHeads;  // key rows: per query head under M
+  // dv per KV head, to which its key rows add theirs; per row, summed after, under deterministic
+  // algorithms (train.deterministic).
+  const int64_t dv_rows = deterministic ? rows : kKvHeads;
+  const Bytes at_l = Measure(kernel, shape, length, device), at_2l = Measure(kernel, shape, 2 * length, device);
+  const double held = static_cast<double>(at_2l.held - at_l.held) / length;
+  const double peak = static_cast<double>(at_2l.peak - at_l.peak) / length;
+  const int64_t h = kHeads, kv = kKvHeads, d = shape.dim, m = shape.features, dv = shape.dim;
+  // bf16: the inputs as given and the output; fp32: the normaliser (the backward recomputes the
+  // fp32 output).
+  const double kept = 2.0 * (h * d + 2 * kv * d) + 2.0 * h * dv + 4.0 * h;
+  // The scan's working set in its backward, in fp32 (the values and the incoming gradient are read
+  // as they come: here sum()'s broadcast, no bytes): g . out per query and head, the key features'
+  // gradients and one norm per key and row (the scan projects the features themselves), dv, the
+  // queries' gradient at their mapped input (width d: both maps keep it); per chunk and row, one
+  // state of m (Dv + 1) floats, its m references and its reset flag, and the host emulation's
+  // scratch (a block per chunk and row; the device's is capped). The features' backward after it
+  // stays within it.
+  cuda_scan::Launch launch;
+  launch.features = m;
+  launch.value_dim = dv;
+  launch.group = h / rows;
+  launch.sub = causal_ops::SubChunk(shape.chunk);
+  launch.group_subs = shape.chunk / launch.sub;
+  const double per_chunk = 4.0 * rows * (m * (dv + 1) + m + 1 + launch.ScratchFloats(/*backward=*/true));
+  const double working = 4.0 * (h + h * d + rows * (m + 1) + dv_rows * dv) + per_chunk / shape.chunk;
+  // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
+  // tensor alive (about 20 at the peak), a few bytes per position at these lengths.
+  const double rounding = device.is_cuda() ? 24.0 * 512 / length : 0.0;
+  std::cout << "[cuda op bytes per position] " << where << ": held " << held << " (kept " << kept << "), peak "
+            << peak << " (bound " << kept + working << ")\n";
+  EXPECT_LE(held, kept + rounding) << where;
+  EXPECT_LE(peak, kept + working + rounding) << where;
+  // The shadow saves the inputs as given and the normaliser (the output is the layer's to keep,
+  // not the operator's), and its backward's widest extra covers what the peak adds to what is
+  // held.
+  const double shadow_saved = static_cast<double>(at_2l.saved - at_l.saved) / length;
+  const double shadow_working = static_cast<double>(at_2l.working - at_l.working) / length;
+  std::cout << "[cuda op bytes per position] " << where << " shadow: saved " << shadow_saved << ", working "
+            << shadow_working << "\n";
+  EXPECT_EQ(shadow_saved, kept - 2.0 * h * dv) << where;
+  EXPECT_GE(shadow_working + rounding, peak - held) << where;
 }
 
 TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
   const auto device = testing::TestDevice();
-  const int64_t length = 256;
-  for (const std::string name : {"performer", "darkformer"}) {
-    const int64_t rows = name == "darkformer" ? kHeads : kKvHeads;  // key rows: per query head under M
-    const Bytes at_l = Measure(name, length, device), at_2l = Measure(name, 2 * length, device);
-    const double held = static_cast<double>(at_2l.held - at_l.held) / length;
-    const double peak = static_cast<double>(at_2l.peak - at_l.peak) / length;
-    const int64_t h = kHeads, kv = kKvHeads, d = kDim, m = kFeatures, dv = kDim;
-    // bf16: the inputs as given and the output; fp32: the normaliser (the backward recomputes the
-    // fp32 output).
-    const double kept = 2.0 * (h * d + 2 * kv * d) + 2.0 * h * dv + 4.0 * h;
-    // The backward's working set, in fp32 (the values and the incoming gradient are read as they
-    // come: here sum()'s broadcast, no bytes): g . out per query and head, the key features'
-    // gradients and one norm per key and row (the scan projects the features themselves), the
-    // queries' gradient at their mapped input (width d: both maps keep it);
-    // per chunk and row, one state of m (Dv + 1) floats, its m references and its reset flag, and
-    // the host emulation's scratch (a block per chunk and row; the device's is capped).
-    cuda_scan::Launch launch;
-    launch.features = m;
-    launch.value_dim = dv;
-    launch.group = h / rows;
-    launch.sub = causal_ops::SubChunk(kChunk);
-    launch.group_subs = kChunk / launch.sub;
-    const double per_chunk = 4.0 * rows * (m * (dv + 1) + m + 1 + launch.ScratchFloats(/*backward=*/true));
-    const double working = 4.0 * (h + h * d + rows * (m + 1) + rows * dv) + per_chunk / kChunk;
-    // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
-    // tensor alive (about 20 at the peak), a few bytes per position at these lengths.
-    const double rounding = device.is_cuda() ? 24.0 * 512 / length : 0.0;
-    std::cout << "[cuda op bytes per position] " << name << ": held " << held << " (kept " << kept << "), peak "
-              << peak << " (bound " << kept + working << ")\n";
-    EXPECT_LE(held, kept + rounding) << name;
-    EXPECT_LE(peak, kept + working + rounding) << name;
-    // The shadow saves the inputs as given and the normaliser (the output is the layer's to keep,
-    // not the operator's), and its backward's widest extra covers what the peak adds to what is
-    // held.
-    const double shadow_saved = static_cast<double>(at_2l.saved - at_l.saved) / length;
-    const double shadow_working = static_cast<double>(at_2l.working - at_l.working) / length;
-    std::cout << "[cuda op bytes per position] " << name << " shadow: saved " << shadow_saved << ", working "
-              << shadow_working << "\n";
-    EXPECT_EQ(shadow_saved, kept - 2.0 * h * dv) << name;
-    EXPECT_GE(shadow_working + rounding, peak - held) << name;
+  for (const Shape shape : {Shape{16, 32, 16}, Shape{32, 32, 64}}) {
+    for (const std::string name : {"performer", "darkformer", "darkformer deterministic"}) {
+      ExpectBytesPerPosition(shape, name, device);
+    }
   }
 }
 

@@ -217,10 +217,13 @@ TEST(DeviceCudaOpTest, RecurrentStepsAfterACudaPrefill) {
   }
 }
 
-// Bit-identical from run to run (issue 53: no atomics in sums whose order could change): two calls
-// give the same outputs and gradients to the bit, on CUDA cores (fp32) and on tensor cores (bf16
-// inputs), with documents and several feature slices.
+// Bit-identical from run to run under LibTorch's deterministic algorithms (train.deterministic; issue
+// 53: no atomics in sums whose order could change): two calls give the same outputs and gradients
+// to the bit, on CUDA cores (fp32) and on tensor cores (bf16 inputs), with documents and several
+// feature slices. (Without them darkformer's key rows add dv with atomics, whose order may change
+// its last bits: GroupedKeysReadByTheirKvHeadWhereTheyLie.)
 TEST(DeviceCudaOpTest, BitIdenticalFromRunToRun) {
+  const testing::DeterministicScope deterministic(true);
   const auto device = testing::TestDevice();
   const auto in = MakeInputs("jump");
   const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
@@ -317,7 +320,9 @@ TEST(DeviceCudaOpTest, QueriesReadWhereTheyLie) {
 // one too (the loss reads the output as B x L x H x D, as attention's output projection does),
 // performer's keys once per KV head and darkformer's per query head (each row projects its KV
 // head's keys by its own head's M, and their backward sums each KV head's rows), fp32 and bf16,
-// against the chunk loop in fp64 by the rule of ExpectMatches.
+// against the chunk loop in fp64 by the rule of ExpectMatches. Darkformer's rows add their dv into
+// their KV head's one buffer (atomics on a device), or under deterministic algorithms each keeps
+// its own, summed after: both paths, each sequence's rows into their own KV heads.
 TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
   const auto device = testing::TestDevice();
   constexpr int64_t heads = 4, kv_heads = 2;
@@ -326,10 +331,11 @@ TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
   const auto v_BLKD = torch::randn({2, kLength, kv_heads, kDim});
   // bf16 values (MakeInputs'): a bf16 output's incoming gradient is them exactly.
   const auto weights_BLHD = torch::randn({2, kLength, heads, kDim}).to(torch::kBFloat16).to(torch::kFloat32);
-  for (const std::string name : {"performer", "darkformer"}) {
+  for (const std::string name : {"performer", "darkformer", "darkformer deterministic"}) {
+    const testing::DeterministicScope deterministic(name == "darkformer deterministic");
     for (const bool bf16 : {false, true}) {
       auto run = [&](const std::string& op, torch::Device on, torch::ScalarType compute) {
-        auto kernel = Make(name, op, 0, kChunk, kFeatures, heads);
+        auto kernel = Make(name.substr(0, name.find(' ')), op, 0, kChunk, kFeatures, heads);
         kernel->to(on, compute);
         const auto dtype = compute == torch::kFloat64 ? compute : (bf16 ? torch::kBFloat16 : torch::kFloat32);
         auto leaf = [&](const torch::Tensor& t) {

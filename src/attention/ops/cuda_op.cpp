@@ -122,12 +122,22 @@ struct CallScan {
 
 // The scan's backward: the queries' QueryGradients (d/d(natural-log) of their features, or d x' at
 // their mapped input where the scan projects them), d/d(natural-log) of the key features and dL/dv
-// per key row. The features, the recomputed states, Z and the scratch live only here, so they are
+// per key row, or per KV head (dv_per_kv_head) where the key rows of a KV head add theirs into one
+// buffer (DvShared). The features, the recomputed states, Z and the scratch live only here, so they are
 // freed before the features' own backward runs.
 struct ScanGradients {
-  torch::Tensor dq, dl, dv_rows;
-  bool queries_mapped = false;
+  torch::Tensor dq, dl, dv;
+  bool queries_mapped = false, dv_per_kv_head = false;
 };
+
+// Whether a KV head's key rows (darkformer's, per query head) add their dv into one buffer with
+// atomics (Launch::dv_shared), as FlashAttention's backward adds dq: 4 bytes per value element and
+// key row fewer at the peak (8 KB per position at Gemma 2B's shape), where the last bits of dv may
+// change from run to run. LibTorch's deterministic algorithms (train.deterministic) keep a buffer per
+// row instead, summed in order: bit-identical runs.
+bool DvShared(const cuda_scan::Launch& launch) {
+  return launch.value_rows_per > 1 && !at::globalContext().deterministicAlgorithms();
+}
 ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
                            const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& den,
                            const torch::Tensor& grad, int64_t chunk,
@@ -150,9 +160,12 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   const auto g = AsRead(grad);
   const bool mapped = scan.features.QueriesInside();
   const int64_t per_query = mapped ? launch.mapped_dim : launch.features;
+  launch.dv_shared = DvShared(launch);
   ScanGradients result{torch::empty({x.size(0), x.size(1), launch.length, per_query}, options),
                        torch::empty({x.size(0), rows, launch.length, launch.features}, options),
-                       torch::empty({x.size(0), rows, launch.length, launch.value_dim}, options), mapped};
+                       launch.dv_shared ? torch::zeros({x.size(0), v.size(1), launch.length, launch.value_dim}, options)
+                                        : torch::empty({x.size(0), rows, launch.length, launch.value_dim}, options),
+                       mapped, launch.dv_shared};
   launch.backward_blocks = BackwardBlocks(launch, on);
   const auto scratch = Scratch(launch, /*backward=*/true, options);
   launch.scratch = scratch.data_ptr<float>();
@@ -165,7 +178,7 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   for (int i = 0; i < 4; ++i) launch.g_strides[i] = g.stride(i);
   launch.dq = result.dq.data_ptr<float>();
   launch.dl = result.dl.data_ptr<float>();
-  launch.dv = result.dv_rows.data_ptr<float>();
+  launch.dv = result.dv.data_ptr<float>();
   launch.states = states.data_ptr<float>();
   Run(launch, on, Step::kQuerySide);
   // The query side consumed the states (the key side never reads them); the reverse states take
@@ -248,14 +261,15 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     // d log phi, natural log: the scan's sums are already those (the exponentials are the same numbers).
     grads.clear();  // the incoming gradient (as fp32) is not needed beyond the scan
     // dv per KV head before the features' backward runs: its rows are not held through it.
-    auto dv = causal_ops::PerKvHead(scan.dv_rows, v.size(1));
-    scan.dv_rows = torch::Tensor();
+    auto dv = scan.dv_per_kv_head ? std::move(scan.dv) : causal_ops::PerKvHead(scan.dv, v.size(1));
+    scan.dv = torch::Tensor();
     // The keys as given where the queries are mapped (their backward takes them by KV head).
     const auto features =
         scan.queries_mapped
             ? causal_ops::FeatureBackwardFromMappedQueries(map, p, x, y, std::move(scan.dq), std::move(scan.dl))
             : causal_ops::FeatureBackward(map, p, x, causal_ops::PerRow(y, rows), std::move(scan.dq), std::move(scan.dl));
-    RecordDtype(ProbeField::kGradients, features.dx);
+    // dy: FeatureBackwardFromMappedQueries gives dx in x's dtype (autograd's own conversion, early).
+    RecordDtype(ProbeField::kGradients, features.dy);
     // Autograd brings each gradient to its input's dtype.
     torch::autograd::variable_list result = {features.dx, causal_ops::PerKvHead(features.dy, y.size(1)),
                                              std::move(dv)};

@@ -78,7 +78,14 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   MatMul(
       b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
       [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
-      [&](int64_t j, int64_t kk, float sum) { io.dv[(pos + j) * dv + kk] = sum; });
+      [&](int64_t j, int64_t kk, float sum) {
+        float* to = io.dv + (pos + j) * dv + kk;
+        if (io.dv_shared) {
+          AddShared(to, sum);
+        } else {
+          *to = sum;
+        }
+      });
   if (has) {  // da_t += qc_t * (S h_t); qc (Numerators) is 0 for queries whose document starts here
     MatMul(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
@@ -167,7 +174,14 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
       MatMul(
           b, r.tensor_cores, sl, dv, m, [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
           [&](int64_t i, int64_t kk) { return z[i * v + kk]; },
-          [&](int64_t j, int64_t kk, float sum) { io.dv[(pos + j) * dv + kk] += sum; });
+          [&](int64_t j, int64_t kk, float sum) {
+            float* to = io.dv + (pos + j) * dv + kk;
+            if (io.dv_shared) {
+              AddShared(to, sum);
+            } else {
+              *to += sum;
+            }
+          });
     }
     if (!has_in) break;  // the row's first sub-chunk
     // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z with T = sum_t qc_t h_t^T; T

@@ -32,6 +32,17 @@ struct Block {
   }
 };
 
+// *to += value where other blocks may add to the same element in the same launch: an atomic add on
+// the device (its order, and so the sum's last bits, may change from run to run), in order on the
+// host thread.
+DF_HD inline void AddShared(float* to, float value) {
+#ifdef __CUDA_ARCH__
+  atomicAdd(to, value);
+#else
+  *to += value;
+#endif
+}
+
 // f(i) for i in [0, n), split between the block's threads, then a barrier.
 template <typename F>
 DF_HD void ParallelFor(const Block& b, int64_t n, F f) {

@@ -77,6 +77,9 @@ struct BackwardIo {
   int64_t dq_head_stride;
   float* dl;  // L x m
   float* dv;  // L x Dv
+  // dv is the value row's, shared by its key rows (Launch::dv_shared): each adds its terms (AddShared)
+  // to the zeros it starts as; else the row's own.
+  bool dv_shared;
   const float* resets;  // checkpoints: the forward's step 1 wrote them (the backward reruns it)
 };
 

@@ -63,7 +63,11 @@ struct Launch {
   int64_t g_strides[4] = {0, 0, 0, 0};
   float* dq = nullptr;       // rows x G x L x m, d/d(natural-log a); inside: x G x L x mapped_dim, d x'
   float* dl = nullptr;       // rows x L x m
-  float* dv = nullptr;       // rows x L x Dv (the caller sums value_rows_per rows)
+  // rows x L x Dv (the caller sums value_rows_per rows); or, dv_shared, value rows (rows /
+  // value_rows_per) x L x Dv, zeros to which each of a value row's key rows adds its terms
+  // (AddShared: atomics on the device, whose order may change the last bits from run to run).
+  float* dv = nullptr;
+  bool dv_shared = false;
   // chunk_count x m x (Dv + 1): slot n of a row holds the reverse state at its chunk n's end (after
   // the backward's step 2; before it, chunk n + 1's own share of it: ZOwnOf).
   float* z = nullptr;
@@ -161,7 +165,8 @@ struct Launch {
             length, dot + row * group * length,
             ElementAt(g, g_bf16, (row / rows_per_sequence) * g_strides[0] + HeadOf(row) * g_strides[1]), g_bf16,
             g_strides[1], g_strides[2], g_strides[3],
-            dq + row * group * lq, lq, dl + row * lm, dv + row * ld, resets + first};
+            dq + row * group * lq, lq, dl + row * lm, dv + (dv_shared ? row / value_rows_per : row) * ld, dv_shared,
+            resets + first};
   }
   // Where step 1 of the forward puts chunk n < Chunks() - 1's own state and reference: the slot
   // of the state entering chunk n + 1, which step 2 merges in place (EnteringStates). The last

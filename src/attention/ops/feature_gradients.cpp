@@ -78,10 +78,11 @@ torch::Tensor PositiveSideBackward(const torch::Tensor& w_MD, const torch::Tenso
 // the batch (and the heads where A is shared), or d in = s d in'. With queries_mapped, dlq is
 // already the queries' d in' (FeatureBackwardFromMappedQueries). Keys given once per KV head
 // (y_in B x K x L x D against dlk per key row, B x R x L x m, R = K G) are taken grouped, B x K x G:
-// no key is repeated per row, and dy comes per KV head, each the sum over its G rows.
+// no key is repeated per row, and dy comes per KV head, each the sum over its G rows. With
+// dx_as_input, dx comes in x_in's dtype, converted before the keys' side runs (FeatureBackwardFromMappedQueries).
 FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x_in,
                                   const torch::Tensor& y_in, torch::Tensor dlq_BHLM, torch::Tensor dlk_BRLM,
-                                  bool queries_mapped) {
+                                  bool queries_mapped, bool dx_as_input = false) {
   torch::NoGradGuard no_grad;
   const auto dtype = dlq_BHLM.scalar_type();
   const auto w_MD = p.at(0).detach().to(dtype);
@@ -97,7 +98,8 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
       dl = torch::Tensor();
       return d_in.mul_(map.input_scale);
     }
-    const auto in = in_as_given.to(dtype);
+    // The input in the gradients' dtype where it is read, and freed before d in is made.
+    auto in = mapped && !want_a ? torch::Tensor() : in_as_given.to(dtype);
     const auto d_mapped =
         mapped ? std::move(dl) : PositiveSideBackward(w_MD, MappedInput(map, p, in, dtype), dl, want_w ? &dw : nullptr);
     dl = torch::Tensor();
@@ -107,6 +109,7 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
                                             : t.sum(0, /*keepdim=*/true);
       da = da.defined() ? da.add_(part) : part;
     }
+    in = torch::Tensor();
     return torch::matmul(d_mapped, a_1NDR.transpose(-1, -2));
   };
   auto grouped_keys = [&](const torch::Tensor& y_BKLD, torch::Tensor& dl) {
@@ -118,12 +121,25 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
              "the input map has " << a_1NDR.size(1) << " heads for " << kv * group << " key rows");
     const auto a_KGDR =
         per_row ? a_1NDR[0].view({1, kv, group, a_1NDR.size(2), a_1NDR.size(3)}) : torch::Tensor();
+    auto mapped_keys = [&] {  // B x K x (G|1) x L x R
+      return !map.input_map ? in * map.input_scale : torch::matmul(in, per_row ? a_KGDR : a_1NDR[0][0]);
+    };
     auto d_mapped = [&] {
-      const auto mapped = !map.input_map ? in * map.input_scale
-                                         : torch::matmul(in, per_row ? a_KGDR : a_1NDR[0][0]);  // B x K x (G|1) x L x R
-      const auto dl_grouped = dl.view({batch, kv, group, length, dl.size(3)});
-      return PositiveSideBackward(w_MD, want_w ? mapped.expand({batch, kv, group, length, mapped.size(4)}) : mapped,
-                                  dl_grouped, want_w ? &dw : nullptr);
+      if (want_w) {
+        const auto mapped = mapped_keys();
+        return PositiveSideBackward(w_MD, mapped.expand({batch, kv, group, length, mapped.size(4)}),
+                                    dl.view({batch, kv, group, length, dl.size(3)}), &dw);
+      }
+      // PositiveSideBackward's very ops, with dl freed before the mapped keys are made (W takes no
+      // gradient, so they are not needed beside dl): d in' = dl W - in' sum_m dl.
+      torch::Tensor sums, d_in;
+      {
+        const auto dl_grouped = dl.view({batch, kv, group, length, dl.size(3)});
+        sums = dl_grouped.sum(-1, /*keepdim=*/true);
+        d_in = torch::matmul(dl_grouped, w_MD);
+      }
+      dl = torch::Tensor();
+      return d_in.addcmul_(mapped_keys(), sums, -1);
     }();
     dl = torch::Tensor();
     if (!map.input_map) return d_mapped.sum(2).mul_(map.input_scale);
@@ -138,6 +154,7 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
   };
   FeatureGrads g;
   g.dx = side(x_in, dlq_BHLM, queries_mapped);
+  if (dx_as_input) g.dx = g.dx.to(x_in.scalar_type());
   g.dy = y_in.size(1) == dlk_BRLM.size(1) ? side(y_in, dlk_BRLM, false) : grouped_keys(y_in, dlk_BRLM);
   g.params = {want_w ? dw.to(p[0].scalar_type()) : torch::Tensor()};
   if (map.input_map) g.params.push_back(want_a ? da.to(p[1].scalar_type()) : torch::Tensor());
@@ -192,12 +209,14 @@ FeatureGrads FeatureBackwardFromMappedQueries(const FeatureMap& map, const std::
   DF_CHECK(map.positive_features && !p.at(0).requires_grad(),
            "the queries' mapped gradient needs positive features whose W takes no gradient");
   if (MapsInputs(map)) {
-    return MappedInputsBackward(map, p, x_in, y_in, std::move(dxq_BHLR), std::move(dlk_BRLM), /*queries_mapped=*/true);
+    return MappedInputsBackward(map, p, x_in, y_in, std::move(dxq_BHLR), std::move(dlk_BRLM), /*queries_mapped=*/true,
+                                /*dx_as_input=*/true);
   }
   torch::NoGradGuard no_grad;
   FeatureGrads g;
   g.params.resize(p.size());
-  g.dx = std::move(dxq_BHLR);
+  g.dx = dxq_BHLR.to(x_in.scalar_type());
+  dxq_BHLR = torch::Tensor();
   const auto w_MD = p[0].detach().to(dlk_BRLM.scalar_type());
   g.dy = PositiveSideBackward(w_MD, PerRow(y_in, dlk_BRLM.size(1)).to(dlk_BRLM.scalar_type()), dlk_BRLM, nullptr);
   return g;

@@ -55,7 +55,9 @@ FeatureGrads FeatureBackward(const FeatureMap& map, const std::vector<torch::Ten
 // The same where the queries' gradient comes at their mapped input x' (x A, or input_scale x;
 // B x H x L x R): op: cuda projects the queries' features itself (cuda_scan_queries.h). Positive
 // features whose W takes no gradient only. y may be the keys as given (B x K x L x D) where the key
-// rows repeat them per query head: dy then comes per KV head, without repeating them.
+// rows repeat them per query head: dy then comes per KV head, without repeating them. dx comes in
+// x's dtype (autograd's conversion, the same bits), made so before the keys' side runs: a 16-bit
+// x's fp32 dx is not held through it.
 FeatureGrads FeatureBackwardFromMappedQueries(const FeatureMap& map, const std::vector<torch::Tensor>& p,
                                               const torch::Tensor& x, const torch::Tensor& y, torch::Tensor dxq_BHLR,
                                               torch::Tensor dlk_BRLM);
