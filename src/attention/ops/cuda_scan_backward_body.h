@@ -32,6 +32,16 @@ DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io,
   });
 }
 
+// A dv term into its element: added to the value row's shared zeros (io.dv_shared), else the row's
+// own, its first term (the query side's) written and the key side's added.
+DF_HD inline void StoreDv(const BackwardIo& io, float* to, float sum, bool first) {
+  if (io.dv_shared) {
+    AddShared(to, sum);
+  } else {
+    *to = first ? sum : *to + sum;
+  }
+}
+
 // The backward's terms of sub-chunk [pos, pos + sl) that read its entering `state` (at `ref`;
 // has: one exists) or only its own keys: da_t in full, and the first terms of dl_j and dv_j (the
 // key side adds the later queries' share). c.rrows and c.starts are left as Maxima's, for the fold
@@ -78,14 +88,7 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   MatMul(
       b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
       [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
-      [&](int64_t j, int64_t kk, float sum) {
-        float* to = io.dv + (pos + j) * dv + kk;
-        if (io.dv_shared) {
-          AddShared(to, sum);
-        } else {
-          *to = sum;
-        }
-      });
+      [&](int64_t j, int64_t kk, float sum) { StoreDv(io, io.dv + (pos + j) * dv + kk, sum, /*first=*/true); });
   if (has) {  // da_t += qc_t * (S h_t); qc (Numerators) is 0 for queries whose document starts here
     MatMul(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
@@ -175,12 +178,7 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
           b, r.tensor_cores, sl, dv, m, [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
           [&](int64_t i, int64_t kk) { return z[i * v + kk]; },
           [&](int64_t j, int64_t kk, float sum) {
-            float* to = io.dv + (pos + j) * dv + kk;
-            if (io.dv_shared) {
-              AddShared(to, sum);
-            } else {
-              *to += sum;
-            }
+            StoreDv(io, io.dv + (pos + j) * dv + kk, sum, /*first=*/false);
           });
     }
     if (!has_in) break;  // the row's first sub-chunk
