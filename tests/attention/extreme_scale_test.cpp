@@ -25,6 +25,7 @@
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
 #include "cuda_op_emulated.h"
+#include "one_intra_op_thread.h"
 #include "rounding_bounds.h"
 
 namespace darkformer {
@@ -260,15 +261,10 @@ TEST_P(ExtremeScaleTest, RecurrentStepsMatchLogSpaceReference) {
 }
 
 // Every reference is a prefix maximum: changing later tokens, ordinary or sharp, leaves every
-// earlier output bit-identical in every form. On one intra-op thread, as train.deterministic runs:
-// at two, an element may round differently from one call to the next (on an Intel Xeon this test
-// failed about once in 60 runs at two threads, never in 60 at one), which says nothing of causality.
+// earlier output bit-identical in every form. On one intra-op thread (one_intra_op_thread.h): at
+// two, an element may round differently from one call to the next, which says nothing of causality.
 TEST_P(ExtremeScaleTest, LaterSharpTokensChangeNoEarlierOutput) {
-  struct OneThread {
-    int saved = torch::get_num_threads();
-    OneThread() { torch::set_num_threads(1); }
-    ~OneThread() { torch::set_num_threads(saved); }
-  } one_thread;
+  const testing::OneIntraOpThread one_thread;
   const std::string& name = GetParam();
   const int64_t later = 24;  // mid-chunk (chunk 16)
   for (const double early_norm : {3.0, 100.0}) {  // early rows ordinary / sharp themselves
