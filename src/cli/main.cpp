@@ -13,6 +13,7 @@
 #include "distributed/data_parallel.h"
 #include "util/error.h"
 #include "util/heap_retention.h"
+#include "util/vector_math_kernels.h"
 
 namespace {
 
@@ -60,6 +61,7 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& e) {
 
 int main(int argc, char** argv) {
   const bool retained = darkformer::RetainFreedHeapMemory();  // before the first large allocation
+  darkformer::ChooseVectorMathKernels();                       // before any parallel work
   // Logs go to stderr, so a command's result on stdout (eval's JSON line) can be parsed.
   spdlog::set_default_logger(spdlog::stderr_color_mt("darkformer"));
   spdlog::debug("freed memory is {} (util/heap_retention.h)", retained ? "kept in the heap" : "malloc's default");

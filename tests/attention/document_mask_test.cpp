@@ -15,7 +15,6 @@
 #include "attention/ops/fast_exp2.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "cuda_op_emulated.h"
-#include "one_intra_op_thread.h"
 #include "util/op_count.h"
 
 namespace darkformer {
@@ -219,7 +218,6 @@ TEST_P(DocumentMaskTest, ChangingOneDocumentLeavesTheOthersBitIdentical) {
 
 // Without ids, Attend is forward: masking off changes nothing.
 TEST_P(DocumentMaskTest, WithoutDocumentsAttendIsForward) {
-  const testing::OneIntraOpThread one_thread;  // two calls compared bit for bit
   const std::string& name = GetParam();
   const auto in = MakeInputs();
   torch::NoGradGuard no_grad;
