@@ -61,6 +61,7 @@ struct ShadowAttentionCall {
   double softcap = 0.0;
   bool documents = false;  // packed documents (data.document_masking)
   bool cpu = false;        // the run computes on a CPU (which form `op: auto` picks)
+  bool deterministic = false;  // train.deterministic: the CUDA operator's dv per key row (cuda_scan::DvShared)
 };
 
 // A kernel's shadow output, and the bytes its backward holds at its widest beyond what it saved.

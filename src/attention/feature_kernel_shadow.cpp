@@ -30,13 +30,13 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     // backward's working set (cuda_op_memory_test.cpp; it reads the values and the incoming
     // gradient as they come, no copy): g . out per query and head, the key features' gradients in
     // fp32 (the scan projects the features themselves, with one norm per key:
-    // ops/cuda_scan_keys.h), dv per key row (train.deterministic's case; without it, darkformer's
-    // rows add theirs into one per KV head: this keeps the larger), the queries' gradient at their
-    // mapped input (width R; where W trains, their features and their gradients,
-    // ops/cuda_scan_queries.h), and per chunk and key row one
-    // state of m (D + 1) floats with its references and, at most, a block's scratch. (A 16-bit
-    // input is bf16 here: autocast's.)
+    // ops/cuda_scan_keys.h), dv per key row or, where the rows add theirs into one per KV head
+    // (cuda_scan::DvShared: darkformer's, unless train.deterministic), per KV head, the queries'
+    // gradient at their mapped input (width R; where W trains, their features and their gradients,
+    // ops/cuda_scan_queries.h), and per chunk and key row one state of m (D + 1) floats with its
+    // references and, at most, a block's scratch. (A 16-bit input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
+    const int64_t dv_rows = cuda_scan::DvShared(rows / K, c.deterministic) ? K : rows;
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
     const int64_t sub = causal_ops::SubChunk(chunk);
     const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, sub, std::max<int64_t>(1, chunk / sub), true);
@@ -46,7 +46,7 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     }
     ShadowAttention r;
     r.out = tape.New(T * H * D, v.esz == shadow::kBf16 ? shadow::kBf16 : kF32, rg);
-    r.backward_bytes = (T * H + T * H * queries + T * rows * (m + 1) + T * rows * D +
+    r.backward_bytes = (T * H + T * H * queries + T * rows * (m + 1) + T * dv_rows * D +
                         B * rows * chunks * (m * (D + 1) + m + 1 + scratch)) *
                        kF32;
     return r;

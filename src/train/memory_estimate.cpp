@@ -163,6 +163,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   call.length = L;
   call.documents = config.data.document_masking;
   call.cpu = options.cpu;
+  call.deterministic = config.train.deterministic;
   const auto layers = ShadowLayers(*model, call, bf16, x);
   if (!layers.empty()) x = layers.back().out;
   r.activations_checkpointed = m.num_hidden_layers * T * E * kF32;

@@ -64,6 +64,7 @@ void ShadowOf(AttentionKernel& kernel, int64_t length, int64_t dim, Bytes& bytes
   call.key_heads = kKvHeads;
   call.head_dim = dim;
   call.cpu = false;
+  call.deterministic = at::globalContext().deterministicAlgorithms();
   const auto q = tape.New(length * kHeads * dim, shadow::kBf16, true);
   const auto k = tape.New(length * kKvHeads * dim, shadow::kBf16, true);
   const auto v = tape.New(length * kKvHeads * dim, shadow::kBf16, true);
@@ -141,13 +142,14 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   EXPECT_LE(held, kept + rounding) << where;
   EXPECT_LE(peak, kept + working + rounding) << where;
   // The shadow saves the inputs as given and the normaliser (the output is the layer's to keep,
-  // not the operator's), and its backward's widest extra covers what the peak adds to what is
-  // held.
+  // not the operator's), and its backward's widest extra is the bound's working set, dv's path
+  // included: so it covers what the peak adds to what is held.
   const double shadow_saved = static_cast<double>(at_2l.saved - at_l.saved) / length;
   const double shadow_working = static_cast<double>(at_2l.working - at_l.working) / length;
   std::cout << "[cuda op bytes per position] " << where << " shadow: saved " << shadow_saved << ", working "
             << shadow_working << "\n";
   EXPECT_EQ(shadow_saved, kept - 2.0 * h * dv) << where;
+  EXPECT_EQ(shadow_working, working) << where;
   EXPECT_GE(shadow_working + rounding, peak - held) << where;
 }
 

@@ -123,21 +123,13 @@ struct CallScan {
 // The scan's backward: the queries' QueryGradients (d/d(natural-log) of their features, or d x' at
 // their mapped input where the scan projects them), d/d(natural-log) of the key features and dL/dv
 // per key row, or per KV head (dv_per_kv_head) where the key rows of a KV head add theirs into one
-// buffer (DvShared). The features, the recomputed states, Z and the scratch live only here, so they are
+// buffer (cuda_scan::DvShared). The features, the recomputed states, Z and the scratch live only here, so they are
 // freed before the features' own backward runs.
 struct ScanGradients {
   torch::Tensor dq, dl, dv;
   bool queries_mapped = false, dv_per_kv_head = false;
 };
 
-// Whether a KV head's key rows (darkformer's, per query head) add their dv into one buffer with
-// atomics (Launch::dv_shared), as FlashAttention's backward adds dq: 4 bytes per value element and
-// key row fewer at the peak (8 KB per position at Gemma 2B's shape), where the last bits of dv may
-// change from run to run. LibTorch's deterministic algorithms (train.deterministic) keep a buffer per
-// row instead, summed in order: bit-identical runs.
-bool DvShared(const cuda_scan::Launch& launch) {
-  return launch.value_rows_per > 1 && !at::globalContext().deterministicAlgorithms();
-}
 ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
                            const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& den,
                            const torch::Tensor& grad, int64_t chunk,
@@ -160,7 +152,7 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   const auto g = AsRead(grad);
   const bool mapped = scan.features.QueriesInside();
   const int64_t per_query = mapped ? launch.mapped_dim : launch.features;
-  launch.dv_shared = DvShared(launch);
+  launch.dv_shared = cuda_scan::DvShared(launch.value_rows_per, at::globalContext().deterministicAlgorithms());
   ScanGradients result{torch::empty({x.size(0), x.size(1), launch.length, per_query}, options),
                        torch::empty({x.size(0), rows, launch.length, launch.features}, options),
                        launch.dv_shared ? torch::zeros({x.size(0), v.size(1), launch.length, launch.value_dim}, options)

@@ -181,4 +181,12 @@ struct Launch {
   DF_HD float* ZOwnOf(int64_t row, int64_t n) const { return ZOf(row) + (n - 1) * features * (value_dim + 1); }
 };
 
+// Whether a KV head's key rows (darkformer's, per query head) add their dv into one buffer with
+// atomics (Launch::dv_shared), as FlashAttention's backward adds dq: 4 bytes per value element and
+// key row fewer at the peak (8 KB per position at Gemma 2B's shape), where the last bits of dv may
+// change from run to run. Under deterministic algorithms (train.deterministic) each row keeps its
+// own buffer, summed in order: bit-identical runs. The operator and the memory estimate's shadow
+// both ask here.
+inline bool DvShared(int64_t value_rows_per, bool deterministic) { return value_rows_per > 1 && !deterministic; }
+
 }  // namespace darkformer::cuda_scan
