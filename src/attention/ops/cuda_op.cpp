@@ -123,8 +123,8 @@ struct CallScan {
 // The scan's backward: the queries' QueryGradients (d/d(natural-log) of their features, or d x' at
 // their mapped input where the scan projects them), d/d(natural-log) of the key features and dL/dv
 // per key row, or per KV head (dv_per_kv_head) where the key rows of a KV head add theirs into one
-// buffer (cuda_scan::DvShared). The features, the recomputed states, Z and the scratch live only here, so they are
-// freed before the features' own backward runs.
+// buffer (cuda_scan::DvShared). The features, the recomputed states, Z and the scratch live only
+// here, so they are freed before the features' own backward runs.
 struct ScanGradients {
   torch::Tensor dq, dl, dv;
   bool queries_mapped = false, dv_per_kv_head = false;
