@@ -1,12 +1,16 @@
 #!/usr/bin/env bash
 # Benchmark (not a test), ready for the day a GPU is lent; it runs unchanged on the CPU, and
-# tests/tools/test_bench_gpu.py runs it there at toy sizes.
+# tests/tools/test_bench_gpu.py runs it there at toy sizes. Its parts run in the order of PARTS,
+# the issue's goals first, so a lease's time limit cuts the informative rest (the third lease lost
+# its sharp rows behind a slow step).
 #  1. Attention alone: exact (SDPA) against performer and darkformer, forward + backward, at
 #     Gemma 2B's head shape (8 query heads, 1 KV head, head_dim 256, m = 256), L = 2k / 8k / 32k:
 #     ms, peak device memory and the ops each dispatches per layer call (the launch count), via
 #     `kernel-check --bench --device $DEVICE --profile` (each timed call ends in a device sync),
-#     once per dtype of DTYPES: fp32 (kernels_<kernel>.jsonl), and bf16 as a bf16 model runs it
-#     (kernels_<kernel>_bf16.jsonl: SDPA in bf16, flash where it applies; our operator under autocast).
+#     once per dtype of DTYPES: bf16 as a bf16 model runs it (kernels_<kernel>_bf16.jsonl: SDPA in
+#     bf16, flash where it applies; our operator under autocast), and fp32 (kernels_<kernel>.jsonl).
+#     Each call's whole output, with the profile of every form (each launch's own device time on
+#     CUDA), goes to kernels_<kernel>[_bf16].log.
 #  1b. Packed documents (data.document_masking, issue 40): each implementation with masking beside
 #     its own unmasked time, at DOCUMENT_LENGTHS with DOCUMENT_BATCH rows of documents of mean
 #     length DOCUMENTS; exact also one call per document (`kernel-check --bench-documents`).
@@ -22,22 +26,24 @@
 #
 #   DEVICE=cuda tools/bench_gpu.sh
 #
-# Environment (defaults in brackets): DEVICE [cuda], OUT [build/bench/gpu-$DEVICE], LENGTHS
-# [2048,8192,32768], DTYPES [fp32 bf16], DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384],
-# DOCUMENT_BATCH [4], FLA [1; 0 skips 1c], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256],
-# REPEATS [3], OP [auto: chunk_parallel on CUDA; a list, e.g. auto,cuda, times each], CHUNK [64: the
-# feature kernels' chunk_size], SHARP_NORM [60; 0 skips 1d], SHARP_LENGTHS [8192], STEP_OP [the
-# last form of OP: the step's], STEP_KERNELS [exact performer darkformer],
-# STEP_SHAPES [8x2048 1x16384], STEPS [4], MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and
-# TOKENIZER [the demo corpus, prepared into OUT; token ids only need to fit the model's
-# vocabulary], PEAK_TFLOPS [989: H100/H200 dense bf16], PYTHON [the project's .venv].
+# Environment (defaults in brackets): DEVICE [cuda], OUT [build/bench/gpu-$DEVICE], PARTS [attention
+# fla sharp step documents: 1, 1c, 3, 2, 1b], LENGTHS [2048,8192,32768], DTYPES [bf16 fp32],
+# DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384], DOCUMENT_BATCH [4], FLA [1; 0 skips
+# 1c], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP [auto:
+# chunk_parallel on CUDA; a list, e.g. auto,cuda, times each], CHUNK [64: the feature kernels'
+# chunk_size], SHARP_NORM [60; 0 skips 3], SHARP_LENGTHS [8192], STEP_OP [the last form of OP: the
+# step's], STEP_KERNELS [exact performer darkformer], STEP_SHAPES [8x2048 1x16384], STEPS [4],
+# MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into
+# OUT; token ids only need to fit the model's vocabulary], PEAK_TFLOPS [989: H100/H200 dense
+# bf16], PYTHON [the project's .venv].
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ROOT/build/bench/gpu-$DEVICE}"
 LENGTHS="${LENGTHS:-2048,8192,32768}"
 HEADS="${HEADS:-8}" KV_HEADS="${KV_HEADS:-1}" HEAD_DIM="${HEAD_DIM:-256}" FEATURES="${FEATURES:-256}"
-REPEATS="${REPEATS:-3}" OP="${OP:-auto}" DTYPES="${DTYPES:-fp32 bf16}" FLA="${FLA:-1}"
+REPEATS="${REPEATS:-3}" OP="${OP:-auto}" DTYPES="${DTYPES:-bf16 fp32}" FLA="${FLA:-1}"
+PARTS="${PARTS:-attention fla sharp step documents}"
 DOCUMENTS="${DOCUMENTS:-256}" DOCUMENT_LENGTHS="${DOCUMENT_LENGTHS:-4096,16384}" DOCUMENT_BATCH="${DOCUMENT_BATCH:-4}"
 STEP_KERNELS="${STEP_KERNELS:-exact performer darkformer}" STEP_SHAPES="${STEP_SHAPES:-8x2048 1x16384}"
 STEPS="${STEPS:-4}" CHUNK="${CHUNK:-64}" SHARP_NORM="${SHARP_NORM:-60}" SHARP_LENGTHS="${SHARP_LENGTHS:-8192}"
@@ -46,46 +52,13 @@ MODEL="${MODEL:-$ROOT/configs/model/gemma-2b.yaml}"
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}"
 BIN="${DARKFORMER_BIN:-$ROOT/build/darkformer}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
+for part in $PARTS; do  # checked before anything runs
+  [[ " attention documents fla step sharp " == *" $part "* ]] ||
+    { echo "[bench_gpu] PARTS: unknown part '$part' (attention, documents, fla, step, sharp)" >&2; exit 2; }
+done
 mkdir -p "$OUT"
 echo "[bench_gpu] $(date -u '+%F %H:%M') device $DEVICE | uptime: $(uptime)"
 [[ "$DEVICE" == cuda ]] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
-
-# 1. Attention alone, per dtype.
-for dtype in $DTYPES; do
-  for kernel in performer darkformer; do  # exact is timed beside each feature kernel, in the same run
-    suffix=$([[ $dtype == fp32 ]] && echo "" || echo "_$dtype")
-    "$BIN" kernel-check --bench --device "$DEVICE" --dtype "$dtype" --kernel "$kernel" --heads "$HEADS" \
-      --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 \
-      --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --profile \
-      --json "$OUT/kernels_$kernel$suffix.jsonl" | grep -v '^  [a-z]\|^profile' || true
-  done
-done
-
-# 1b. Packed documents: masked / unmasked per implementation (documents_<kernel>.jsonl).
-if (( DOCUMENTS > 0 )); then
-  for kernel in performer darkformer; do
-    "$BIN" kernel-check --bench --device "$DEVICE" --kernel "$kernel" --heads "$HEADS" --kv-heads "$KV_HEADS" \
-      --bench-head-dims "$HEAD_DIM" --bench-lengths "$DOCUMENT_LENGTHS" --bench-batch "$DOCUMENT_BATCH" \
-      --bench-documents "$DOCUMENTS" --exact-max-length 32768 --op "$OP" \
-      --options "{num_features: $FEATURES, chunk_size: $CHUNK}" \
-      --repeats "$REPEATS" --json "$OUT/documents_$kernel.jsonl"
-  done
-fi
-
-# 1c. fla's chunk form, bf16, against SDPA in its own process (a row saying why where it cannot run).
-if [[ "$FLA" == 1 ]]; then
-  "$PY" "$ROOT/tools/bench_fla.py" --lengths "$LENGTHS" --heads "$HEADS" --kv-heads "$KV_HEADS" \
-    --head-dim "$HEAD_DIM" --features "$FEATURES" --dtype bf16 --repeats "$REPEATS" --json "$OUT/fla.jsonl" ||
-    echo "[bench_gpu] bench_fla.py failed (exit $?)"
-fi
-
-# 2. The training step.
-if [[ -z "${SHARDS_DIR:-}" ]]; then
-  SHARDS_DIR="$OUT/demo_shards" TOKENIZER="$ROOT/data/demo/tokenizer.model"
-  [[ -f "$SHARDS_DIR/manifest.yaml" ]] || "$BIN" prepare -i "$ROOT/data/demo/c4-demo-train.*.json.gz" \
-    -t "$TOKENIZER" -o "$SHARDS_DIR" --val-fraction 0.05 >/dev/null
-fi
-: "${TOKENIZER:?set TOKENIZER with SHARDS_DIR}"
 
 # Peak device memory of a process: nvidia-smi's memory.used (CUDA context included) on a GPU,
 # VmHWM (peak RSS) on the CPU; sampled every 0.2 s.
@@ -104,18 +77,62 @@ peak_memory_of() {
   echo "$peak"
 }
 
-for shape in $STEP_SHAPES; do
-  batch=${shape%x*} tokens=${shape#*x}
-  for kernel in $STEP_KERNELS; do
-    name="step_${kernel}_${batch}x$tokens"
-    run="$OUT/$name"
-    rm -rf "$run"
-    kernel_options=""
-    [[ $kernel != exact ]] && kernel_options="  $kernel: {num_features: $FEATURES, chunk_size: $CHUNK, op: $STEP_OP}"
-    {
-      echo "model:"
-      grep -v '^#' "$MODEL" | sed 's/^/  /'
-      cat <<YAML
+# 1. Attention alone, per dtype; every call's whole output, profiles included, to kernels_*.log.
+part_attention() {
+  for dtype in $DTYPES; do
+    for kernel in performer darkformer; do  # exact is timed beside each feature kernel, in the same run
+      suffix=$([[ $dtype == fp32 ]] && echo "" || echo "_$dtype")
+      "$BIN" kernel-check --bench --device "$DEVICE" --dtype "$dtype" --kernel "$kernel" --heads "$HEADS" \
+        --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 \
+        --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --profile \
+        --json "$OUT/kernels_$kernel$suffix.jsonl" > "$OUT/kernels_$kernel$suffix.log" 2>&1 || true
+      grep -v '^  [a-z]\|^profile' "$OUT/kernels_$kernel$suffix.log" || true
+    done
+  done
+}
+
+# 1b. Packed documents: masked / unmasked per implementation (documents_<kernel>.jsonl).
+part_documents() {
+  if (( DOCUMENTS > 0 )); then
+    for kernel in performer darkformer; do
+      "$BIN" kernel-check --bench --device "$DEVICE" --kernel "$kernel" --heads "$HEADS" --kv-heads "$KV_HEADS" \
+        --bench-head-dims "$HEAD_DIM" --bench-lengths "$DOCUMENT_LENGTHS" --bench-batch "$DOCUMENT_BATCH" \
+        --bench-documents "$DOCUMENTS" --exact-max-length 32768 --op "$OP" \
+        --options "{num_features: $FEATURES, chunk_size: $CHUNK}" \
+        --repeats "$REPEATS" --json "$OUT/documents_$kernel.jsonl"
+    done
+  fi
+}
+
+# 1c. fla's chunk form, bf16, against SDPA in its own process (a row saying why where it cannot run).
+part_fla() {
+  if [[ "$FLA" == 1 ]]; then
+    "$PY" "$ROOT/tools/bench_fla.py" --lengths "$LENGTHS" --heads "$HEADS" --kv-heads "$KV_HEADS" \
+      --head-dim "$HEAD_DIM" --features "$FEATURES" --dtype bf16 --repeats "$REPEATS" --json "$OUT/fla.jsonl" ||
+      echo "[bench_gpu] bench_fla.py failed (exit $?)"
+  fi
+}
+
+# 2. The training step.
+part_step() {
+  if [[ -z "${SHARDS_DIR:-}" ]]; then
+    SHARDS_DIR="$OUT/demo_shards" TOKENIZER="$ROOT/data/demo/tokenizer.model"
+    [[ -f "$SHARDS_DIR/manifest.yaml" ]] || "$BIN" prepare -i "$ROOT/data/demo/c4-demo-train.*.json.gz" \
+      -t "$TOKENIZER" -o "$SHARDS_DIR" --val-fraction 0.05 >/dev/null
+  fi
+  : "${TOKENIZER:?set TOKENIZER with SHARDS_DIR}"
+  for shape in $STEP_SHAPES; do
+    batch=${shape%x*} tokens=${shape#*x}
+    for kernel in $STEP_KERNELS; do
+      name="step_${kernel}_${batch}x$tokens"
+      run="$OUT/$name"
+      rm -rf "$run"
+      kernel_options=""
+      [[ $kernel != exact ]] && kernel_options="  $kernel: {num_features: $FEATURES, chunk_size: $CHUNK, op: $STEP_OP}"
+      {
+        echo "model:"
+        grep -v '^#' "$MODEL" | sed 's/^/  /'
+        cat <<YAML
 attention:
   kernel: $kernel
 $kernel_options
@@ -133,37 +150,42 @@ train:
 eval: {every: 0, batches: 1}
 log: {dir: $run, every: 1}
 YAML
-    } > "$OUT/$name.yaml"
-    "$BIN" train --config "$OUT/$name.yaml" > "$OUT/$name.log" 2>&1 &
-    pid=$!
-    peak=$(peak_memory_of "$pid")
-    rc=0
-    wait "$pid" || rc=$?
-    if [[ $rc -ne 0 ]]; then
-      echo "[bench_gpu] $kernel step at $batch x $tokens tokens: train exited $rc (see $OUT/$name.log)"
-      tail -5 "$OUT/$name.log"
-      continue
-    fi
-    # The memory estimate's predicted peak for the same config, beside the allocator's measured one.
-    predicted=$("$BIN" inspect --config "$OUT/$name.yaml" --memory 2>/dev/null |
-                sed -n 's/.*predicted peak.*(\([0-9,]*\) bytes).*/\1/p' | tr -d ,)
-    "$PY" "$ROOT/tools/bench_gpu_summary.py" "$run/metrics.jsonl" "$OUT/$name.yaml" "$peak" "$PEAK_TFLOPS" \
-      "$DEVICE" "$OUT/steps.jsonl" "$predicted"
-  done
-done
-
-# 3. Sharp rows beside ordinary ones, bf16 (sharp_<kernel>.jsonl), after the step, which matters more.
-if [[ "$SHARP_NORM" != 0 ]]; then
-  for kernel in performer darkformer; do
-    rm -f "$OUT/sharp_$kernel.jsonl"
-    for norm in 0 "$SHARP_NORM"; do
-      "$BIN" kernel-check --bench --device "$DEVICE" --dtype bf16 --kernel "$kernel" --heads "$HEADS" \
-        --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$SHARP_LENGTHS" --exact-max-length 32768 \
-        --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --bench-norm "$norm" \
-        --json "$OUT/sharp_$kernel.part.jsonl"
-      cat "$OUT/sharp_$kernel.part.jsonl" >> "$OUT/sharp_$kernel.jsonl" && rm -f "$OUT/sharp_$kernel.part.jsonl"
+      } > "$OUT/$name.yaml"
+      "$BIN" train --config "$OUT/$name.yaml" > "$OUT/$name.log" 2>&1 &
+      pid=$!
+      peak=$(peak_memory_of "$pid")
+      rc=0
+      wait "$pid" || rc=$?
+      if [[ $rc -ne 0 ]]; then
+        echo "[bench_gpu] $kernel step at $batch x $tokens tokens: train exited $rc (see $OUT/$name.log)"
+        tail -5 "$OUT/$name.log"
+        continue
+      fi
+      # The memory estimate's predicted peak for the same config, beside the allocator's measured one.
+      predicted=$("$BIN" inspect --config "$OUT/$name.yaml" --memory 2>/dev/null |
+                  sed -n 's/.*predicted peak.*(\([0-9,]*\) bytes).*/\1/p' | tr -d ,)
+      "$PY" "$ROOT/tools/bench_gpu_summary.py" "$run/metrics.jsonl" "$OUT/$name.yaml" "$peak" "$PEAK_TFLOPS" \
+        "$DEVICE" "$OUT/steps.jsonl" "$predicted"
     done
   done
-fi
+}
+
+# 3. Sharp rows beside ordinary ones, bf16 (sharp_<kernel>.jsonl).
+part_sharp() {
+  if [[ "$SHARP_NORM" != 0 ]]; then
+    for kernel in performer darkformer; do
+      rm -f "$OUT/sharp_$kernel.jsonl"
+      for norm in 0 "$SHARP_NORM"; do
+        "$BIN" kernel-check --bench --device "$DEVICE" --dtype bf16 --kernel "$kernel" --heads "$HEADS" \
+          --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$SHARP_LENGTHS" --exact-max-length 32768 \
+          --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --bench-norm "$norm" \
+          --json "$OUT/sharp_$kernel.part.jsonl"
+        cat "$OUT/sharp_$kernel.part.jsonl" >> "$OUT/sharp_$kernel.jsonl" && rm -f "$OUT/sharp_$kernel.part.jsonl"
+      done
+    done
+  fi
+}
+
+for part in $PARTS; do "part_$part"; done
 
 echo "[bench_gpu] JSON lines: $OUT/kernels_*.jsonl, $OUT/documents_*.jsonl, $OUT/fla.jsonl, $OUT/sharp_*.jsonl, $OUT/steps.jsonl"

@@ -167,9 +167,11 @@ LayerOps CountLayerOps(AttentionKernel& kernel, int64_t batch, int64_t heads, in
   return ops;
 }
 
-// One forward+backward under LibTorch's CPU profiler: self time (own time minus the ops it
+// One forward+backward of implementation `name` under LibTorch's profiler (on CUDA with the
+// device's activity: each kernel launch's own device time): self time (own time minus the ops it
 // called) and call count per op, summed over threads, top rows printed.
-void ProfileOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads, int64_t length, int64_t d) {
+void ProfileOnce(const std::string& name, AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t kv_heads,
+                 int64_t length, int64_t d) {
   namespace prof = torch::autograd::profiler;
   using torch::profiler::impl::ActivityType;
   using torch::profiler::impl::ProfilerConfig;
@@ -186,7 +188,7 @@ void ProfileOnce(AttentionKernel& kernel, int64_t batch, int64_t heads, int64_t 
   Synchronize();
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const auto result = prof::disableProfiler();
-  PrintSelfTimeTable(*result, fmt::format("profile, L={} D={}: {:.1f} ms wall (profiled)", length, d, wall_ms));
+  PrintSelfTimeTable(*result, fmt::format("profile {}, L={} D={}: {:.1f} ms wall (profiled)", name, length, d, wall_ms));
 }
 
 double Median(std::vector<double> v) {
@@ -309,7 +311,9 @@ void RunKernelBench(const KernelBenchOptions& o) {
         if (impl.twin < 0) impl.computes_in = ComputesIn(impl.kernel, impl.name == "exact", o.batch, o.heads, kv_heads, length, d);
       }
       if (o.profile) {
-        ProfileOnce(impls[0].kernel, o.batch, o.heads, kv_heads, length, d);
+        for (auto& impl : impls) {  // every form, exact too: where each one's device time goes
+          if (impl.twin < 0) ProfileOnce(impl.name, impl.kernel, o.batch, o.heads, kv_heads, length, d);
+        }
         for (auto& impl : impls) impl.ops = CountLayerOps(impl.kernel, o.batch, o.heads, kv_heads, length, d, impl.documents);
       }
       for (int64_t r = 0; r < o.repeats; ++r) {

@@ -1,9 +1,9 @@
 """tools/bench_gpu.sh on the CPU at toy sizes: the benchmark written for a GPU runs unchanged here.
 Its kernel rows carry ops_forward / ops_backward (the chunk-parallel form's the same at two lengths
 of 2 and 8 chunks; a single chunk needs a few copies fewer), in fp32 and in bf16 (with what SDPA and
-our operator computed in); fla's row says why it was skipped (no CUDA here); sharp rows beside
-ordinary ones at the same length; and its training-step rows, one per kernel and shape, tokens/s,
-MFU and peak memory."""
+our operator computed in), and each call's log a profile of every form at every length; fla's row
+says why it was skipped (no CUDA here); sharp rows beside ordinary ones at the same length; and its
+training-step rows, one per kernel and shape, tokens/s, MFU and peak memory."""
 
 import os
 import subprocess
@@ -44,6 +44,13 @@ def main():
             for r in rows:
                 if not (r.get("ops_forward", 0) > 0 and r.get("ops_backward", 0) > 0 and r["device"] == "cpu"):
                     failures.append("%s: row without op counts: %s" % (kernel, r))
+            # The call's whole output is kept beside its rows: a profile of each form at each length.
+            with open(os.path.join(out, "kernels_%s.log" % kernel)) as f:
+                log = f.read()
+            for impl in ("chunk_parallel", "exact"):
+                for length in (128, 512):
+                    if "profile %s, L=%d " % (impl, length) not in log:
+                        failures.append("%s: no profile of %s at L=%d in kernels_%s.log" % (kernel, impl, length, kernel))
             counts = {(r["ops_forward"], r["ops_backward"]) for r in ours}
             if len(counts) != 1:
                 failures.append("%s: chunk_parallel's ops per call differ between L = 128 and 512: %s" % (kernel, counts))
