@@ -14,8 +14,8 @@
 // backward recomputes the features, the states entering the chunks (the forward's first two
 // launches) and the fp32 output (as FlashAttention recomputes its scores; bf16's would not do:
 // g . out cancels on sharp rows).
-// Not yet: operands resident in shared memory (the scan's scratch is global memory, its tiles
-// staged per product).
+// Not yet: operands resident in shared memory across a sub-chunk's steps (the scan's scratch is
+// global memory; each product stages its operands in panels, cuda_scan_matmul.h).
 #pragma once
 
 #include <torch/torch.h>

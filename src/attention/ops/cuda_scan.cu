@@ -17,9 +17,9 @@ namespace {
 static_assert(kThreads % 32 == 0, "whole warps: the matrix products go warp by warp");
 
 // One array of shared memory per kernel (a __shared__ in a device function is allocated once for
-// each kernel that calls it): every warp's tiles for the matrix products (cuda_scan_matmul.h).
+// each kernel that calls it): the matrix products' panels and tiles (cuda_scan_matmul.h).
 __device__ Block ThisBlock() {
-  __shared__ __align__(32) float tiles[(kThreads / 32) * kTileFloats];
+  __shared__ __align__(32) float tiles[kMatMulFloats];
   return Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), tiles};
 }
 

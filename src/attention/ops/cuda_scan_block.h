@@ -15,13 +15,16 @@
 
 namespace darkformer::cuda_scan {
 
-// Threads per block of every launch (cuda_scan.cu), and the floats of shared memory each warp
-// stages its matrix tiles in (cuda_scan_matmul.h: A 16 x 8, B 8 x 16, C 16 x 16).
+// Threads per block of every launch (cuda_scan.cu); the tensor-core products' panels
+// (cuda_scan_matmul.h): kPanelRows x kPanelCols outputs at a time, kPanelDepth deep per staged
+// step; and the floats of shared memory a block holds for them: the two operand panels and one
+// 16 x 16 output tile per warp.
 constexpr int kThreads = 256;
-constexpr int kTileFloats = 16 * 8 + 8 * 16 + 16 * 16;
+constexpr int kPanelRows = 32, kPanelCols = 128, kPanelDepth = 16;
+constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 
-// The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x, tiles its warps' shared
-// memory), or one host thread (0 of 1, no tiles).
+// The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x, tiles its kMatMulFloats of
+// shared memory for the products), or one host thread (0 of 1, no tiles: its products hold their own).
 struct Block {
   int tid = 0, size = 1;
   float* tiles = nullptr;

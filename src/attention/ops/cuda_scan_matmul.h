@@ -9,15 +9,16 @@
 //   product has 2^-10. One TF32 product is not enough: the backward's S h and Z [v, 1] cancel
 //   (sharp rows: out ~ v_j, so g . v_j - g . out ~ 0), and plain TF32 missed the bf16 rule there
 //   by 6-25x (device_cuda_op_test's TensorCoresHoldTheBf16RuleAtExtremeScale).
-//   16 x 16 output tiles per warp, 8 deep per step (WMMA m16n16k8), staged through the warp's own
-//   tiles in shared memory, which also takes any layout and ragged edge. The host emulation splits
-//   and rounds its operands the same way and sums in order of k; only the order of the fp32 sums
-//   differs on the device.
+//   Panels of outputs staged whole through shared memory (below), which also takes any layout and
+//   ragged edge; 16 x 16 output tiles per warp, 8 deep per step (WMMA m16n16k8). The host
+//   emulation walks the same panels, splits and rounds its operands the same way and sums in order
+//   of k; only the order of the fp32 sums inside a step differs on the device.
 // Either way the result is the same from run to run (a fixed order, no atomics).
 #pragma once
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
 #include <mma.h>
@@ -44,58 +45,144 @@ inline float Tf32x3Product(float a, float b) {
   return a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;  // the small terms first, as the device's order
 }
 
+// The tensor-core path works a product in panels (cuda_scan_block.h: kPanelRows x kPanelCols of
+// outputs at a time, kPanelDepth deep per step): the whole block stages the step's operand panels
+// into shared memory, each element once (consecutive threads take consecutive elements, so rows
+// of the operands load coalesced), then each warp multiplies its 16 x 16 tiles of the panel from
+// there, 8 deep per WMMA step, and writes them out through its own 16 x 16 tile. The host
+// emulation walks the same panels, tiles and offsets, and forms each tile's sums in order of k
+// as the device's accumulator does (only the order inside one WMMA step differs there).
+constexpr int kPanelTileCols = kPanelCols / 16, kPanelTiles = (kPanelRows / 16) * kPanelTileCols;
+static_assert(kPanelRows % 16 == 0 && kPanelCols % 16 == 0 && kPanelDepth % 8 == 0, "whole WMMA tiles");
+
+// Panel (r0, c0, k0)'s operands into pa (kPanelRows x kPanelDepth) and pb (kPanelDepth x
+// kPanelCols), row-major, zeros beyond the product's edges; then a barrier.
+template <typename A, typename B>
+DF_HD void StagePanels(const Block& blk, int64_t rows, int64_t cols, int64_t depth, int64_t r0, int64_t c0,
+                       int64_t k0, A a, B b, float* pa, float* pb) {
+  for (int e = blk.tid; e < kPanelRows * kPanelDepth; e += blk.size) {
+    const int64_t r = r0 + e / kPanelDepth, k = k0 + e % kPanelDepth;
+    pa[e] = r < rows && k < depth ? a(r, k) : 0.0f;
+  }
+  for (int e = blk.tid; e < kPanelDepth * kPanelCols; e += blk.size) {
+    const int64_t k = k0 + e / kPanelCols, c = c0 + e % kPanelCols;
+    pb[e] = k < depth && c < cols ? b(k, c) : 0.0f;
+  }
+  blk.Sync();
+}
+
+// Tile `tile` of a panel: its first row and column inside the panel; and where its operands'
+// 8-deep step at kk starts in pa (leading dimension kPanelDepth) and pb (kPanelCols).
+DF_HD inline int TileRow(int tile) { return (tile / kPanelTileCols) * 16; }
+DF_HD inline int TileCol(int tile) { return (tile % kPanelTileCols) * 16; }
+DF_HD inline const float* TileA(const float* pa, int tile, int kk) { return pa + TileRow(tile) * kPanelDepth + kk; }
+DF_HD inline const float* TileB(const float* pb, int tile, int kk) { return pb + kk * kPanelCols + TileCol(tile); }
+
+// A finished 16 x 16 tile (row-major in pc) of panel (r0, c0) to `out`, lanes [lane, 32) step 32
+// apart of it, inside the product's edges.
+template <typename Out>
+DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int64_t c0, int tile, int lane,
+                    int lanes, Out out) {
+  for (int e = lane; e < 256; e += lanes) {
+    const int64_t r = r0 + TileRow(tile) + e / 16, c = c0 + TileCol(tile) + e % 16;
+    if (r < rows && c < cols) out(r, c, pc[e]);
+  }
+}
+
 #ifdef DF_TENSOR_CORES
-// Warp w of the block takes output tiles w, w + warps, ...; its tiles in shared memory
-// (Block::tiles, kTileFloats per warp): A 16 x 8, B 8 x 16, C 16 x 16, row-major.
+// Warp w takes tiles w, w + warps, ... of each panel (kPanelTiles / warps each: kThreads warps
+// cover a panel in one pass); tiles and steps beyond the product's edges are skipped whole.
 template <typename A, typename B, typename Out>
 __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, int64_t depth, A a, B b, Out out) {
   namespace wmma = nvcuda::wmma;
-  const int warp = blk.tid / 32, lane = blk.tid % 32, warps = blk.size / 32;
-  float* ta = blk.tiles + warp * kTileFloats;
-  float* tb = ta + 16 * 8;
-  float* tc = tb + 8 * 16;
-  const int64_t col_tiles = (cols + 15) / 16, tiles = ((rows + 15) / 16) * col_tiles;
-  for (int64_t tile = warp; tile < tiles; tile += warps) {
-    const int64_t r0 = (tile / col_tiles) * 16, c0 = (tile % col_tiles) * 16;
-    wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc;
-    wmma::fill_fragment(acc, 0.0f);
-    for (int64_t k0 = 0; k0 < depth; k0 += 8) {
-      for (int e = lane; e < 128; e += 32) {
-        const int64_t r = r0 + e / 8, ka = k0 + e % 8, kb = k0 + e / 16, c = c0 + e % 16;
-        ta[e] = r < rows && ka < depth ? a(r, ka) : 0.0f;
-        tb[e] = kb < depth && c < cols ? b(kb, c) : 0.0f;
+  constexpr int kWarps = kThreads / 32, kTilesPerWarp = kPanelTiles / kWarps;
+  static_assert(kPanelTiles % kWarps == 0, "every warp the same number of tiles");
+  const int warp = blk.tid / 32, lane = blk.tid % 32;
+  float* pa = blk.tiles;
+  float* pb = pa + kPanelRows * kPanelDepth;
+  float* pc = pb + kPanelDepth * kPanelCols + warp * 256;
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
+      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[kTilesPerWarp];
+#pragma unroll
+      for (int t = 0; t < kTilesPerWarp; ++t) wmma::fill_fragment(acc[t], 0.0f);
+      for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
+        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, pa, pb);
+#pragma unroll  // the accumulators stay in registers
+        for (int t = 0; t < kTilesPerWarp; ++t) {
+          const int tile = warp + t * kWarps;
+          if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;  // uniform in the warp
+          for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += 8) {
+            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a_hi, a_lo;
+            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_hi, b_lo;
+            wmma::load_matrix_sync(a_hi, TileA(pa, tile, kk), kPanelDepth);
+            wmma::load_matrix_sync(b_hi, TileB(pb, tile, kk), kPanelCols);
+            for (int i = 0; i < a_hi.num_elements; ++i) {
+              const float x = a_hi.x[i], hi = wmma::__float_to_tf32(x);
+              a_hi.x[i] = hi;
+              a_lo.x[i] = wmma::__float_to_tf32(x - hi);
+            }
+            for (int i = 0; i < b_hi.num_elements; ++i) {
+              const float x = b_hi.x[i], hi = wmma::__float_to_tf32(x);
+              b_hi.x[i] = hi;
+              b_lo.x[i] = wmma::__float_to_tf32(x - hi);
+            }
+            wmma::mma_sync(acc[t], a_hi, b_lo, acc[t]);
+            wmma::mma_sync(acc[t], a_lo, b_hi, acc[t]);
+            wmma::mma_sync(acc[t], a_hi, b_hi, acc[t]);
+          }
+        }
+        blk.Sync();  // every warp has read the panels before the next step stages its own
       }
-      __syncwarp();
-      wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a_hi, a_lo;
-      wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_hi, b_lo;
-      wmma::load_matrix_sync(a_hi, ta, 8);
-      wmma::load_matrix_sync(b_hi, tb, 16);
-      for (int i = 0; i < a_hi.num_elements; ++i) {
-        const float x = a_hi.x[i], hi = wmma::__float_to_tf32(x);
-        a_hi.x[i] = hi;
-        a_lo.x[i] = wmma::__float_to_tf32(x - hi);
+#pragma unroll
+      for (int t = 0; t < kTilesPerWarp; ++t) {
+        const int tile = warp + t * kWarps;
+        if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
+        wmma::store_matrix_sync(pc, acc[t], 16, wmma::mem_row_major);
+        __syncwarp();
+        EmitTile(pc, rows, cols, r0, c0, tile, lane, 32, out);
+        __syncwarp();  // the tile is read before the next one is stored
       }
-      for (int i = 0; i < b_hi.num_elements; ++i) {
-        const float x = b_hi.x[i], hi = wmma::__float_to_tf32(x);
-        b_hi.x[i] = hi;
-        b_lo.x[i] = wmma::__float_to_tf32(x - hi);
-      }
-      wmma::mma_sync(acc, a_hi, b_lo, acc);
-      wmma::mma_sync(acc, a_lo, b_hi, acc);
-      wmma::mma_sync(acc, a_hi, b_hi, acc);
-      __syncwarp();  // every lane has loaded its fragments before the next step overwrites the tiles
     }
-    wmma::store_matrix_sync(tc, acc, 16, wmma::mem_row_major);
-    __syncwarp();
-    for (int e = lane; e < 256; e += 32) {
-      const int64_t r = r0 + e / 16, c = c0 + e % 16;
-      if (r < rows && c < cols) out(r, c, tc[e]);
-    }
-    __syncwarp();  // the tile is read before the next one is stored
   }
   blk.Sync();
 }
 #endif
+
+// The host's emulation of TensorCoreMatMul: the same panels and tiles, one thread holding every
+// tile of a panel; each tile's sums in order of k, each product in 3xTF32 (Tf32x3Product).
+constexpr int kEmulatedMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + kPanelTiles * 256;
+template <typename A, typename B, typename Out>
+void EmulatedTensorCoreMatMul(const Block& blk, float* shared, int64_t rows, int64_t cols, int64_t depth, A a,
+                              B b, Out out) {
+  float* pa = shared;
+  float* pb = pa + kPanelRows * kPanelDepth;
+  float* pc = pb + kPanelDepth * kPanelCols;  // every tile of the panel, 256 floats each
+  for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
+    for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
+      for (int e = 0; e < kPanelTiles * 256; ++e) pc[e] = 0.0f;
+      for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
+        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, pa, pb);
+        for (int tile = 0; tile < kPanelTiles; ++tile) {
+          if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
+          for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += 8) {
+            const float *ta = TileA(pa, tile, kk), *tb = TileB(pb, tile, kk);
+            for (int e = 0; e < 256; ++e) {
+              const int i = e / 16, j = e % 16;
+              for (int k = 0; k < 8 && k0 + kk + k < depth; ++k) {
+                pc[tile * 256 + e] += Tf32x3Product(ta[i * kPanelDepth + k], tb[k * kPanelCols + j]);
+              }
+            }
+          }
+        }
+      }
+      for (int tile = 0; tile < kPanelTiles; ++tile) {
+        if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
+        EmitTile(pc + tile * 256, rows, cols, r0, c0, tile, 0, 1, out);
+      }
+    }
+  }
+}
 
 // out(r, c, sum) for every output, then a barrier (a step, as ParallelFor). The operands must not
 // read what `out` writes.
@@ -107,16 +194,16 @@ DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t col
     return;
   }
 #endif
+#ifndef __CUDA_ARCH__
+  if (tensor_cores) {
+    thread_local std::vector<float> shared(kEmulatedMatMulFloats);  // the block's shared memory
+    EmulatedTensorCoreMatMul(blk, shared.data(), rows, cols, depth, a, b, out);
+    return;
+  }
+#endif
   ParallelFor(blk, rows * cols, [&](int64_t idx) {
     const int64_t r = idx / cols, c = idx % cols;
     float acc = 0.0f;
-#ifndef __CUDA_ARCH__
-    if (tensor_cores) {
-      for (int64_t k = 0; k < depth; ++k) acc += Tf32x3Product(a(r, k), b(k, c));
-      out(r, c, acc);
-      return;
-    }
-#endif
     for (int64_t k = 0; k < depth; ++k) acc += a(r, k) * b(k, c);
     out(r, c, acc);
   });

@@ -1,0 +1,132 @@
+// op: cuda's matrix products (ops/cuda_scan_matmul.h) as the host emulation runs them: the
+// tensor-core path walks panels of kPanelRows x kPanelCols outputs, kPanelDepth deep per staged
+// step, and its tiles and offsets are the device's. Shapes here cross every panel edge in every
+// direction (several panels each way, ragged last ones, a depth that ends inside a WMMA step),
+// through strided operands and an epilogue that reads what it writes over, as the scan's are.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "attention/ops/cuda_scan_matmul.h"
+
+namespace darkformer {
+namespace {
+
+using cuda_scan::Block;
+using cuda_scan::kPanelCols;
+using cuda_scan::kPanelDepth;
+using cuda_scan::kPanelRows;
+using cuda_scan::MatMul;
+using cuda_scan::Tf32x3Product;
+
+struct Shape {
+  int64_t rows, cols, depth;
+};
+
+// Shapes around the panels: one short tile, exact panels, one past them, several ragged ones.
+std::vector<Shape> Shapes() {
+  return {{1, 1, 1},
+          {5, 17, 3},
+          {kPanelRows, kPanelCols, kPanelDepth},
+          {kPanelRows + 1, kPanelCols + 1, kPanelDepth + 1},
+          {3 * kPanelRows - 7, 2 * kPanelCols + 1, 5 * kPanelDepth - 3},  // Dv + 1 = 257 columns
+          {kPanelRows / 2 + 3, 3 * kPanelCols - 5, 4}};
+}
+
+// A (rows x depth) read transposed from a (depth x rows) buffer, B (depth x cols) at a row
+// stride wider than cols: the scan's operands are rarely plain row-major.
+struct Operands {
+  int64_t rows, cols, depth, b_stride;
+  std::vector<float> at, b;
+};
+
+Operands Make(const Shape& s, uint32_t seed) {
+  std::mt19937 gen(seed);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  Operands o{s.rows, s.cols, s.depth, s.cols + 3, {}, {}};
+  o.at.resize(s.depth * s.rows);
+  o.b.resize(s.depth * o.b_stride);
+  for (auto& x : o.at) x = normal(gen);
+  for (auto& x : o.b) x = normal(gen);
+  return o;
+}
+
+TEST(CudaScanMatMulTest, PanelsGiveTheInOrderTf32x3SumsToTheBit) {
+  // The emulation's contract (cuda_scan_matmul.h): each output is sum_k Tf32x3Product(a, b) in
+  // order of k, whatever the panels; so it equals the plain loop bit for bit.
+  uint32_t seed = 1;
+  for (const auto& s : Shapes()) {
+    const auto o = Make(s, seed++);
+    std::vector<float> got(s.rows * s.cols, NAN);
+    MatMul(
+        Block{}, /*tensor_cores=*/true, s.rows, s.cols, s.depth, [&](int64_t r, int64_t k) { return o.at[k * s.rows + r]; },
+        [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; },
+        [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
+    int64_t mismatches = 0;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (int64_t c = 0; c < s.cols; ++c) {
+        float want = 0.0f;
+        for (int64_t k = 0; k < s.depth; ++k) want += Tf32x3Product(o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
+        mismatches += got[r * s.cols + c] != want;  // NaN (never written) counts too
+      }
+    }
+    EXPECT_EQ(mismatches, 0) << s.rows << " x " << s.cols << " x " << s.depth;
+  }
+}
+
+TEST(CudaScanMatMulTest, TensorCoreSumsStayWithinTheirBoundOfTheFp64Product) {
+  // Against fp64. One 3xTF32 product: hi = TF32(x) is within 2^-11 |x| of x and lo = TF32(x - hi)
+  // within 2^-11 of the rest, so hi + lo = x (1 + d), |d| <= 2^-22, for a and b; dropping
+  // a_lo b_lo costs <= 2^-22 |a b|; the three partial products (11 x 11 bits) are exact in fp32
+  // and their two sums round by <= 2^-24 each: <= 4 2^-22 |a b| in all. The fp32 sum of `depth`
+  // such terms adds <= depth 2^-24 (1 + 2^-10) sum_k |a_k b_k| (the factor covers the terms'
+  // own excess over |a_k b_k| and gamma_n's denominator at n <= 317).
+  uint32_t seed = 100;
+  for (const auto& s : Shapes()) {
+    const auto o = Make(s, seed++);
+    std::vector<float> got(s.rows * s.cols);
+    MatMul(
+        Block{}, /*tensor_cores=*/true, s.rows, s.cols, s.depth, [&](int64_t r, int64_t k) { return o.at[k * s.rows + r]; },
+        [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; },
+        [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
+    double worst = 0.0;
+    for (int64_t r = 0; r < s.rows; ++r) {
+      for (int64_t c = 0; c < s.cols; ++c) {
+        double exact = 0.0, magnitude = 0.0;
+        for (int64_t k = 0; k < s.depth; ++k) {
+          const double p = double(o.at[k * s.rows + r]) * double(o.b[k * o.b_stride + c]);
+          exact += p;
+          magnitude += std::fabs(p);
+        }
+        const double bound = (4 * std::ldexp(1.0, -22) + s.depth * std::ldexp(1.0, -24) * (1 + std::ldexp(1.0, -10))) * magnitude;
+        worst = std::max(worst, std::fabs(got[r * s.cols + c] - exact) / bound);
+      }
+    }
+    EXPECT_LE(worst, 1.0) << s.rows << " x " << s.cols << " x " << s.depth;
+  }
+}
+
+TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
+  // As the fold's `state = decay state + sum`: each output's epilogue runs once, after its sum.
+  const Shape s{2 * kPanelRows + 5, kPanelCols + 9, 2 * kPanelDepth + 1};
+  const auto o = Make(s, 7);
+  std::vector<float> state(s.rows * s.cols, 2.0f), want(s.rows * s.cols);
+  for (int64_t r = 0; r < s.rows; ++r) {
+    for (int64_t c = 0; c < s.cols; ++c) {
+      float sum = 0.0f;
+      for (int64_t k = 0; k < s.depth; ++k) sum += Tf32x3Product(o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
+      want[r * s.cols + c] = 0.5f * 2.0f + sum;
+    }
+  }
+  MatMul(
+      Block{}, /*tensor_cores=*/true, s.rows, s.cols, s.depth, [&](int64_t r, int64_t k) { return o.at[k * s.rows + r]; },
+      [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; },
+      [&](int64_t r, int64_t c, float sum) { state[r * s.cols + c] = 0.5f * state[r * s.cols + c] + sum; });
+  EXPECT_EQ(state, want);
+}
+
+}  // namespace
+}  // namespace darkformer
