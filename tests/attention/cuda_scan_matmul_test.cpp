@@ -54,6 +54,14 @@ Operands Make(const Shape& s, uint32_t seed) {
   return o;
 }
 
+// The operands' product on the emulated tensor-core path, each output to `out`.
+template <typename Out>
+void TensorCoreProduct(const Operands& o, Out out) {
+  MatMul(
+      Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, [&](int64_t r, int64_t k) { return o.at[k * o.rows + r]; },
+      [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; }, out);
+}
+
 TEST(CudaScanMatMulTest, PanelsGiveTheInOrderTf32x3SumsToTheBit) {
   // The emulation's contract (cuda_scan_matmul.h): each output is sum_k Tf32x3Product(a, b) in
   // order of k, whatever the panels; so it equals the plain loop bit for bit.
@@ -61,10 +69,7 @@ TEST(CudaScanMatMulTest, PanelsGiveTheInOrderTf32x3SumsToTheBit) {
   for (const auto& s : Shapes()) {
     const auto o = Make(s, seed++);
     std::vector<float> got(s.rows * s.cols, NAN);
-    MatMul(
-        Block{}, /*tensor_cores=*/true, s.rows, s.cols, s.depth, [&](int64_t r, int64_t k) { return o.at[k * s.rows + r]; },
-        [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; },
-        [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
+    TensorCoreProduct(o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
     int64_t mismatches = 0;
     for (int64_t r = 0; r < s.rows; ++r) {
       for (int64_t c = 0; c < s.cols; ++c) {
@@ -88,10 +93,7 @@ TEST(CudaScanMatMulTest, TensorCoreSumsStayWithinTheirBoundOfTheFp64Product) {
   for (const auto& s : Shapes()) {
     const auto o = Make(s, seed++);
     std::vector<float> got(s.rows * s.cols);
-    MatMul(
-        Block{}, /*tensor_cores=*/true, s.rows, s.cols, s.depth, [&](int64_t r, int64_t k) { return o.at[k * s.rows + r]; },
-        [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; },
-        [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
+    TensorCoreProduct(o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
     double worst = 0.0;
     for (int64_t r = 0; r < s.rows; ++r) {
       for (int64_t c = 0; c < s.cols; ++c) {
@@ -121,10 +123,7 @@ TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
       want[r * s.cols + c] = 0.5f * 2.0f + sum;
     }
   }
-  MatMul(
-      Block{}, /*tensor_cores=*/true, s.rows, s.cols, s.depth, [&](int64_t r, int64_t k) { return o.at[k * s.rows + r]; },
-      [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; },
-      [&](int64_t r, int64_t c, float sum) { state[r * s.cols + c] = 0.5f * state[r * s.cols + c] + sum; });
+  TensorCoreProduct(o, [&](int64_t r, int64_t c, float sum) { state[r * s.cols + c] = 0.5f * state[r * s.cols + c] + sum; });
   EXPECT_EQ(state, want);
 }
 
