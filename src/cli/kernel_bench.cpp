@@ -15,6 +15,7 @@
 #include <optional>
 #include <random>
 
+#include <ATen/Context.h>
 #include <ATen/SDPBackend.h>
 #include <torch/csrc/autograd/profiler_kineto.h>
 #include <torch/cuda.h>
@@ -229,6 +230,14 @@ void RunKernelBench(const KernelBenchOptions& o) {
   DF_CHECK(o.dtype == "fp32" || o.dtype == "bf16", "--dtype must be fp32 or bf16, got '" << o.dtype << "'");
   bench_dtype = o.dtype == "bf16" ? torch::kBFloat16 : torch::kFloat32;
   DF_CHECK(!bench_device.is_cuda() || torch::cuda::is_available(), "--device " << o.device << ": no CUDA device here");
+  DF_CHECK(o.tf32 == "auto" || o.tf32 == "true" || o.tf32 == "false", "--tf32 must be auto, true or false, got '" << o.tf32 << "'");
+  DF_CHECK(o.tf32 != "true" || bench_device.is_cuda(), "--tf32 true: the CPU has no TF32 (use auto or false)");
+  // As a training run sets it (train.tf32, ApplyTf32), for every call of this process.
+  const bool tf32 = bench_device.is_cuda() && o.tf32 != "false";
+  if (bench_device.is_cuda()) {
+    at::globalContext().setAllowTF32CuBLAS(tf32);
+    at::globalContext().setAllowTF32CuDNN(tf32);
+  }
   auto fused_options = YAML::Load(o.options);
   DF_CHECK(!fused_options["op"] && !fused_options["fused"],
            "--options: give the operator's form with --op, not as op/fused in the kernel options");
@@ -252,9 +261,9 @@ void RunKernelBench(const KernelBenchOptions& o) {
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
   std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
-                           "median of {} alternating repeats after a warm-up; {} intra-op threads\n",
+                           "median of {} alternating repeats after a warm-up; {} intra-op threads; TF32 {}\n",
                            o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
-                           torch::get_num_threads());
+                           torch::get_num_threads(), tf32 ? "on" : "off");
   std::cout << fmt::format("{:>4} {:>6} {:>14} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
                            "GFLOP/s", "vs exact", "mem/exact");
   std::vector<Json> lines;
@@ -347,6 +356,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
                      {"peak_mib", mib}, {"gflops", gflops}};
         line["device"] = o.device;
         line["dtype"] = o.dtype;
+        line["tf32"] = tf32;  // CUDA's fp32 products on TF32 operands (--tf32)
         line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
         line["bench_norm"] = o.norm;  // 0: ordinary rows
         if (impl.twin >= 0) {

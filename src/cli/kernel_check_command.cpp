@@ -352,6 +352,13 @@ void AddKernelCheckCommand(CLI::App& app) {
       ->check(CLI::IsMember({"fp32", "bf16"}))
       ->capture_default_str()
       ->needs(bench);
+  cmd->add_option("--tf32", b.tf32,
+                  "--bench: auto | true | false, as train.tf32: TF32 operands in CUDA's fp32 matrix products (our "
+                  "operator's chunk forms, SDPA's fp32 kernels); auto = on for CUDA, as training runs; true on the CPU "
+                  "is refused")
+      ->check(CLI::IsMember({"auto", "true", "false"}))
+      ->capture_default_str()
+      ->needs(bench);
   cmd->add_flag("--naive", b.naive, "--bench: also time the naive composite path (op: naive)")
       ->needs(bench);
   cmd->add_option("--bench-norm", b.norm,

@@ -80,6 +80,11 @@ def command_line_errors(tmp):
                          (["kernel-check", "--bench", "--kernel", "performer", "--device", "cpu", "--op", "auto,cuda",
                            "--heads", "2", "--kv-heads", "1", "--bench-head-dims", "8", "--bench-lengths", "16",
                            "--options", "{num_features: 16}", "--repeats", "1"], "--op cuda"),
+                         # TF32 as train.tf32: the CPU has none, so true there is refused, naming the flag.
+                         (["kernel-check", "--bench", "--kernel", "performer", "--device", "cpu", "--tf32", "true",
+                           "--heads", "2", "--kv-heads", "1", "--bench-head-dims", "8", "--bench-lengths", "16",
+                           "--options", "{num_features: 16}", "--repeats", "1"], "--tf32 true"),
+                         (["kernel-check", "--bench", "--kernel", "performer", "--tf32", "maybe"], "--tf32"),
                          # The bench's options do nothing without --bench: refused, naming both.
                          (["kernel-check", "--kernel", "performer", "--op", "cuda"], "--op requires --bench"),
                          (["kernel-check", "--kernel", "performer", "--bench-norm", "60"], "--bench-norm requires --bench"),
