@@ -2,6 +2,7 @@
 #include "attention/darkformer_kernel.h"
 
 #include "attention/kernel_registry.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/positive_features.h"
 #include "attention/softmax_estimator.h"
 
@@ -42,7 +43,7 @@ DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Optio
 torch::Tensor DarkformerKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                                     bool /*is_query*/) const {
   const auto m_NRD = params.at(0).to(x_BNLD.scalar_type());
-  const auto mx_BNLR = torch::matmul(x_BNLD, m_NRD.transpose(-1, -2).unsqueeze(0));
+  const auto mx_BNLR = Fp32Matmul(x_BNLD, m_NRD.transpose(-1, -2).unsqueeze(0));
   return LogPositiveFeatures(mx_BNLR, params.at(1));
 }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/ops/fp32_products.h"
 #include "attention/positive_features.h"
 #include "util/error.h"
 
@@ -129,11 +130,11 @@ torch::Tensor DerfLogFeatures(const torch::Tensor& x_BNLD, const torch::Tensor& 
   const auto w = w_MD.to(x.device(), dtype), a = a_D.to(x.device(), dtype), p = p_DD.to(x.device(), dtype);
   const double m = static_cast<double>(w.size(-2));
   const auto one_minus_4a = 1 - 4 * a;
-  const auto z = torch::matmul(x, p.t());
+  const auto z = Fp32Matmul(x, p.t());
   // log D + sum_l a_l w_l^2 - log(m) / 2 per feature, then B w^T x + x^T C x per position
   // (w is M x D, or a stack of draws N x M x D against x of batch 1 or N).
   const auto per_feature_M = 0.25 * one_minus_4a.log().sum() + torch::matmul(w.pow(2), a) - 0.5 * std::log(m);
-  return torch::matmul(z * one_minus_4a.sqrt(), w.transpose(-1, -2)) + per_feature_M.unsqueeze(-2) -
+  return Fp32Matmul(z * one_minus_4a.sqrt(), w.transpose(-1, -2)) + per_feature_M.unsqueeze(-2) -
          0.5 * z.pow(2).sum(-1, /*keepdim=*/true);
 }
 

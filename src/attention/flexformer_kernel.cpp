@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention/kernel_registry.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -35,13 +36,13 @@ torch::Tensor FlexformerKernelImpl::FourierFeatures(const torch::Tensor& x_BHLD)
   const auto w = frequencies.to(x.scalar_type());
   const double n = static_cast<double>(w.size(-2));
   if (!nonstationary_) {
-    const auto proj_BHLN = torch::matmul(x, w.transpose(-1, -2).unsqueeze(0));
+    const auto proj_BHLN = Fp32Matmul(x, w.transpose(-1, -2).unsqueeze(0));
     return torch::cat({proj_BHLN.cos(), proj_BHLN.sin()}, -1) / std::sqrt(n);
   }
   // 004 eq. 6: W1' = (W1 + W2)/2, W2' = (W1 - W2)/2.
   const auto w1 = 0.5 * (w.select(1, 0) + w.select(1, 1)), w2 = 0.5 * (w.select(1, 0) - w.select(1, 1));
-  const auto p1_BHLN = torch::matmul(x, w1.transpose(-1, -2).unsqueeze(0));
-  const auto c2_BHLN = torch::matmul(x, w2.transpose(-1, -2).unsqueeze(0)).cos();
+  const auto p1_BHLN = Fp32Matmul(x, w1.transpose(-1, -2).unsqueeze(0));
+  const auto c2_BHLN = Fp32Matmul(x, w2.transpose(-1, -2).unsqueeze(0)).cos();
   return torch::cat({p1_BHLN.cos() * c2_BHLN, p1_BHLN.sin() * c2_BHLN}, -1) / std::sqrt(n);
 }
 

@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "attention/kernel_registry.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/positive_features.h"
 #include "attention/softmax_estimator.h"
 
@@ -38,7 +39,7 @@ torch::Tensor GerfLogFeatures(const torch::Tensor& x_BNLD, const torch::Tensor& 
   const auto one_minus_4a = 1 - 4 * a_t;
   // log D + A |w|^2 - log(m) / 2 per feature, then B w^T x - |x|^2 / 2 per position (002 eq. 10).
   const auto per_feature_M = 0.25 * d * one_minus_4a.log() + a_t * w.pow(2).sum(1) - 0.5 * std::log(m);
-  const auto proj_BNLM = torch::matmul(x, w.t()) * one_minus_4a.sqrt();
+  const auto proj_BNLM = Fp32Matmul(x, w.t()) * one_minus_4a.sqrt();
   return proj_BNLM + per_feature_M - 0.5 * x.pow(2).sum(-1, /*keepdim=*/true);
 }
 

@@ -3,6 +3,7 @@
 
 #include <cmath>
 
+#include "attention/ops/fp32_products.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -22,7 +23,7 @@ torch::Tensor LogPositiveFeatures(const torch::Tensor& x_BHLD, const torch::Tens
   const auto w_cast = w.to(x.device(), dtype);
   const int64_t m = w.size(-2);
   // Shared W: one matmul; per-head W_HMD broadcasts over the batch.
-  const auto proj_BHLM = w.dim() == 2 ? torch::matmul(x, w_cast.t()) : torch::matmul(x, w_cast.transpose(-1, -2).unsqueeze(0));
+  const auto proj_BHLM = w.dim() == 2 ? Fp32Matmul(x, w_cast.t()) : Fp32Matmul(x, w_cast.transpose(-1, -2).unsqueeze(0));
   // One pass over the L x m block, in place on the fresh matmul output (its backward needs only x
   // and W): log phi = Wx - |x|^2 / 2 - log(m) / 2.
   const auto offset_BHL1 = 0.5 * x.pow(2).sum(-1, /*keepdim=*/true) + 0.5 * std::log(static_cast<double>(m));

@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attention/kernel_registry.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/positive_features.h"
 
 namespace darkformer {
@@ -60,13 +61,13 @@ torch::Tensor SlayKernelImpl::Features(const torch::Tensor& x_BNLD) const {
   torch::Tensor poly_BNLP;
   if (sketch_dim_ > 0) {
     const auto s = sketch_.to(x.device(), x.scalar_type());
-    poly_BNLP = torch::matmul(unit, s[0].t()) * torch::matmul(unit, s[1].t()) / std::sqrt(double(sketch_dim_));
+    poly_BNLP = Fp32Matmul(unit, s[0].t()) * Fp32Matmul(unit, s[1].t()) / std::sqrt(double(sketch_dim_));
   } else {
     poly_BNLP = (unit.unsqueeze(-1) * unit.unsqueeze(-2)).flatten(-2);
   }
   const auto [u, a] = GaussLaguerre(nodes_);
   const double c = 2 + epsilon_, m = static_cast<double>(projection_.size(0));
-  const auto proj_BNLM = torch::matmul(unit, projection_.to(x.device(), x.scalar_type()).t());
+  const auto proj_BNLM = Fp32Matmul(unit, projection_.to(x.device(), x.scalar_type()).t());
   std::vector<torch::Tensor> parts;
   for (int64_t i = 0; i < nodes_; ++i) {
     const double beta = 2 * u[i].item<double>() / c, weight = std::sqrt(a[i].item<double>() / c);

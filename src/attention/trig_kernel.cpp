@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "attention/kernel_registry.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/positive_features.h"
 #include "attention/softmax_estimator.h"
 
@@ -23,7 +24,7 @@ TrigKernelImpl::TrigKernelImpl(const KernelShape& shape, const Options& options)
 
 torch::Tensor TrigKernelImpl::SignedFeatures(const torch::Tensor& x_BNLD) const {
   const auto x = x_BNLD.to(FeatureDtype(x_BNLD.scalar_type()));
-  const auto proj_BNLM = torch::matmul(x, projection_.to(x.device(), x.scalar_type()).t());
+  const auto proj_BNLM = Fp32Matmul(x, projection_.to(x.device(), x.scalar_type()).t());
   const double m = static_cast<double>(projection_.size(0));
   return torch::cat({proj_BNLM.sin(), proj_BNLM.cos()}, -1) / std::sqrt(m);
 }

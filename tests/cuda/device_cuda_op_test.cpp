@@ -104,17 +104,17 @@ double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 // the inputs' gradients; the parameters' stay fp32).
 void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature,
                    const torch::Tensor& document_ids_BL = {}, bool bf16 = false, int64_t chunk = kChunk,
-                   int64_t features = kFeatures) {
+                   int64_t features = kFeatures, const std::string& op = "cuda") {
   const auto device = testing::TestDevice();
   const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
   const auto in = MakeInputs(pattern);
   auto reference = Make(name, "chunk_loop", projection_norm, kChunk, features);
   const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL, bf16);
-  auto kernel = Make(name, "cuda", projection_norm, chunk, features);
+  auto kernel = Make(name, op, projection_norm, chunk, features);
   const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL, bf16);
   const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
   const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
-  const std::string where = name + " " + pattern + " on " + device.str() + (bf16 ? " bf16" : "");
+  const std::string where = name + " " + op + " " + pattern + " on " + device.str() + (bf16 ? " bf16" : "");
   ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
   EXPECT_LE(RelativeError(got.out, ref.out), std::max(out_tol, storage)) << where << " output";
   ASSERT_EQ(got.grads.size(), ref.grads.size()) << where;
@@ -188,6 +188,21 @@ TEST(DeviceCudaOpTest, TensorCoresHoldTheBf16RuleAtExtremeScale) {
   std::vector<int64_t> ids(kLength, 3);
   for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
   ExpectMatches("darkformer", "jump", 900.0, torch::tensor(ids).view({1, kLength}), true);
+}
+
+// Under a training run's TF32 (train.tf32: auto, on for CUDA) every form of the positive kernels
+// keeps the bf16 rule at every scale above: the products feeding the features' exponents stay
+// fp32-accurate (ops/fp32_products.h), the chunk forms' other products take TF32 operands (each
+// term within 2^-10, in averages of positive weights: no scale enters), op: cuda's are 3xTF32.
+TEST(DeviceCudaOpTest, TrainingsTf32KeepsTheBf16RuleAtExtremeScale) {
+  const testing::Tf32Scope tf32(true);
+  for (const std::string op : {"auto", "chunk_parallel", "chunk_loop", "cuda"}) {
+    for (const std::string name : {"performer", "darkformer"}) {
+      ExpectMatches(name, "ordinary", 0, {}, /*bf16=*/true, kChunk, kFeatures, op);
+      ExpectMatches(name, "sharp", 3600.0 / std::sqrt(8.0), {}, true, kChunk, kFeatures, op);
+      ExpectMatches(name, "jump", 900.0, {}, true, kChunk, kFeatures, op);
+    }
+  }
 }
 
 // Decoding after a prefill by the CUDA operator (its scan's state, recurrent_step.h's layout): the

@@ -150,6 +150,24 @@ TEST_P(DeviceFormsTest, EveryFormEqualsTheCpuFp64Reference) {
   }
 }
 
+// A training run's TF32 (train.tf32: auto, on for CUDA): bf16 inputs, every form of every kernel,
+// the same rule; the products feeding features stay fp32-accurate (ops/fp32_products.h).
+TEST_P(DeviceFormsTest, UnderTrainingsTf32EveryFormKeepsTheBf16Rule) {
+  const std::string& name = GetParam();
+  const testing::Tf32Scope tf32(true);
+  const auto device = testing::TestDevice();
+  const auto in = MakeInputs();
+  const auto forms = HasForms(name) ? kForms : std::vector<std::string>{""};
+  auto reference_kernel = Make(name, forms.front());
+  const auto ref = RunOn(reference_kernel, in, torch::kCPU, torch::kBFloat16, torch::kFloat64);
+  for (const auto& form : forms) {
+    auto kernel = Make(name, form);
+    const std::string where = name + " " + (form.empty() ? "-" : form) + " on " + device.str() + " bf16, TF32";
+    ExpectMatches(RunOn(kernel, in, device, torch::kBFloat16, torch::kFloat32), ref, torch::kBFloat16,
+                  HasForms(name) ? 1.0 : 4.0, where);
+  }
+}
+
 // Prefill of the first half, then one recurrent step per token, on the device.
 TEST_P(DeviceFormsTest, PrefillAndRecurrentStepsEqualTheReference) {
   const std::string& name = GetParam();

@@ -11,6 +11,12 @@
 
 namespace darkformer::testing {
 
+// Whether a Tf32Scope (below) is open.
+inline bool& Tf32ScopeHolds() {
+  static bool holds = false;
+  return holds;
+}
+
 inline torch::Device TestDevice() {
   const char* env = std::getenv("DARKFORMER_TEST_DEVICE");
   const std::string name = env ? env : "cpu";
@@ -23,10 +29,32 @@ inline torch::Device TestDevice() {
     std::fprintf(stderr, "DARKFORMER_TEST_DEVICE=cuda, but no CUDA device is available to this build\n");
     std::exit(2);
   }
-  at::globalContext().setAllowTF32CuBLAS(false);
-  at::globalContext().setAllowTF32CuDNN(false);
+  // Off on every call (a training run's ApplyTf32 turns it on), unless a test's Tf32Scope holds.
+  if (!Tf32ScopeHolds()) {
+    at::globalContext().setAllowTF32CuBLAS(false);
+    at::globalContext().setAllowTF32CuDNN(false);
+  }
   return torch::kCUDA;
 }
+
+// TF32 in CUDA's fp32 products as a training run sets it (train.tf32, ApplyTf32) for the scope,
+// TestDevice's calls inside it included; off again after it, as TestDevice leaves it.
+struct Tf32Scope {
+  explicit Tf32Scope(bool on) {
+    Tf32ScopeHolds() = true;
+    Set(on);
+  }
+  ~Tf32Scope() {
+    Tf32ScopeHolds() = false;
+    Set(false);
+  }
+  Tf32Scope(const Tf32Scope&) = delete;
+  Tf32Scope& operator=(const Tf32Scope&) = delete;
+  static void Set(bool on) {
+    at::globalContext().setAllowTF32CuBLAS(on);
+    at::globalContext().setAllowTF32CuDNN(on);
+  }
+};
 
 // The device's name for the train config's `train.device`.
 inline std::string TestDeviceKey() { return TestDevice().is_cuda() ? "cuda" : "cpu"; }

@@ -5,6 +5,7 @@
 #include <optional>
 
 #include "attention/ops/dtype_probe.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/ops/per_feature_chunks.h"
 
 namespace darkformer::causal_ops {
@@ -47,11 +48,11 @@ torch::Tensor BackpropChunk(const torch::Tensor& out, const torch::Tensor& d_out
 // needs no gradient).
 torch::Tensor PositiveFeatureBackward(const torch::Tensor& dl_NCM, const torch::Tensor& x_NCD, const torch::Tensor& w_MD,
                                       bool with_norm, torch::Tensor* dw) {
-  auto dx_NCD = torch::matmul(dl_NCM, w_MD);
+  auto dx_NCD = Fp32Matmul(dl_NCM, w_MD);
   if (with_norm) dx_NCD.sub_(x_NCD * dl_NCM.sum(-1, /*keepdim=*/true));
   if (dw != nullptr) {
     const int64_t m = dl_NCM.size(-1), d = x_NCD.size(-1);
-    const auto g_MD = torch::matmul(dl_NCM.reshape({-1, m}).t(), x_NCD.reshape({-1, d}));
+    const auto g_MD = Fp32Matmul(dl_NCM.reshape({-1, m}).t(), x_NCD.reshape({-1, d}));
     *dw = dw->defined() ? *dw + g_MD : g_MD;
   }
   return dx_NCD;
@@ -72,14 +73,14 @@ class ChunkLogFeatures {
     }
   }
   torch::Tensor Queries(const torch::Tensor& x_1HCD, const std::vector<torch::Tensor>& params) const {
-    const auto lq = map_.positive_features ? torch::matmul(x_1HCD, w_DM_)
+    const auto lq = map_.positive_features ? Fp32Matmul(x_1HCD, w_DM_)
                                            : map_.log_features(x_1HCD, params, /*is_query=*/true);
     RecordDtype(ProbeField::kFeatures, lq);
     return lq.view({1, l_.kv_heads, l_.group, x_1HCD.size(2), lq.size(-1)});
   }
   torch::Tensor Keys(const torch::Tensor& y_1RCD, const std::vector<torch::Tensor>& params) const {
     if (!map_.positive_features) return map_.log_features(y_1RCD, params, /*is_query=*/false);
-    return torch::matmul(y_1RCD, w_DM_).sub_((y_1RCD * y_1RCD).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
+    return Fp32Matmul(y_1RCD, w_DM_).sub_((y_1RCD * y_1RCD).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
   }
 
  private:

@@ -10,6 +10,7 @@
 #include "attention/ops/cuda_op.h"
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/feature_gradients.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/ops/sub_chunk.h"
 #include "util/error.h"
 
@@ -117,10 +118,10 @@ torch::Tensor KeyNorms(const FeatureMap& map, const std::vector<torch::Tensor>& 
   } else {
     const auto a = p.at(1).detach().to(torch::kFloat32)[0];  // N x D x R
     if (a.size(0) == 1) {
-      mapped = torch::matmul(y32, a[0]).unsqueeze(2);
+      mapped = Fp32Matmul(y32, a[0]).unsqueeze(2);
     } else {
       DF_CHECK(a.size(0) == rows, "op: cuda: the input map has " << a.size(0) << " heads for " << rows << " key rows");
-      mapped = torch::matmul(y32.unsqueeze(2), a.view({1, kv_heads, rows / kv_heads, a.size(1), a.size(2)}));
+      mapped = Fp32Matmul(y32.unsqueeze(2), a.view({1, kv_heads, rows / kv_heads, a.size(1), a.size(2)}));
     }
   }
   const auto norms = (mapped * mapped).sum(-1).mul_(0.5 * causal_ops::kLog2E);
@@ -141,7 +142,7 @@ ScanFeatures MakeScanFeatures(const FeatureMap& map, const std::vector<torch::Te
   if (queries_inside || keys_inside) {
     f.w = p[0].detach().to(torch::kFloat32).contiguous();
     const auto w_RM = f.w.t();
-    f.proj = (map.input_map ? torch::matmul(p.at(1).detach().to(torch::kFloat32)[0], w_RM)
+    f.proj = (map.input_map ? Fp32Matmul(p.at(1).detach().to(torch::kFloat32)[0], w_RM)
                             : (w_RM * map.input_scale).unsqueeze(0))
                  .mul_(causal_ops::kLog2E)
                  .contiguous();

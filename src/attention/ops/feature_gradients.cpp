@@ -1,6 +1,7 @@
 // The features' side of the whole-sequence forms (see feature_gradients.h).
 #include "attention/ops/feature_gradients.h"
 
+#include "attention/ops/fp32_products.h"
 #include "util/error.h"
 
 namespace darkformer::causal_ops {
@@ -18,7 +19,7 @@ bool MapsInputs(const FeatureMap& map) { return map.input_map || map.input_scale
 
 torch::Tensor MappedInput(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x,
                           torch::ScalarType dtype) {
-  if (map.input_map) return torch::matmul(x.to(dtype), p.at(1).to(dtype));
+  if (map.input_map) return Fp32Matmul(x.to(dtype), p.at(1).to(dtype));
   if (map.input_scale == 1.0) return x.to(dtype);
   // Converted and scaled in one fresh tensor (outside autograd, in place).
   if (!torch::GradMode::is_enabled()) return x.to(dtype, /*non_blocking=*/false, /*copy=*/true).mul_(map.input_scale);
@@ -44,7 +45,7 @@ torch::Tensor SideLogFeatures(const FeatureMap& map, const std::vector<torch::Te
   if (!map.positive_features) return map.log_features(in.to(dtype), p, is_query);
   const auto w_DM = p.at(0).detach().to(dtype).t();
   const auto mapped = MappedInput(map, p, in, dtype);
-  auto features = torch::matmul(mapped, w_DM);
+  auto features = Fp32Matmul(mapped, w_DM);
   if (!is_query) features.sub_((mapped * mapped).sum(-1, /*keepdim=*/true), /*alpha=*/0.5);
   return features;
 }
@@ -62,11 +63,13 @@ namespace {
 // dW += (d log phi)^T in where dw is given (undefined: this side makes it).
 torch::Tensor PositiveSideBackward(const torch::Tensor& w_MD, const torch::Tensor& in, const torch::Tensor& dl,
                                    torch::Tensor* dw) {
-  auto d_in = torch::matmul(dl, w_MD).addcmul_(in, dl.sum(-1, /*keepdim=*/true), -1);
+  auto d_in = Fp32Matmul(dl, w_MD).addcmul_(in, dl.sum(-1, /*keepdim=*/true), -1);
   if (dw != nullptr) {
     const int64_t m = w_MD.size(0), d = w_MD.size(1);
     const auto dl_m = dl.reshape({-1, m}).t(), in_d = in.reshape({-1, d});
-    *dw = dw->defined() ? dw->addmm_(dl_m, in_d) : torch::matmul(dl_m, in_d);
+    *dw = !dw->defined() ? Fp32Matmul(dl_m, in_d)
+          : SplitsForTf32(dl_m, in_d) ? dw->add_(SplitMatmul(dl_m, in_d))
+                                      : dw->addmm_(dl_m, in_d);
   }
   return d_in;
 }
@@ -104,13 +107,13 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
         mapped ? std::move(dl) : PositiveSideBackward(w_MD, MappedInput(map, p, in, dtype), dl, want_w ? &dw : nullptr);
     dl = torch::Tensor();
     if (want_a) {
-      const auto t = torch::matmul(in.transpose(-1, -2), d_mapped);
+      const auto t = Fp32Matmul(in.transpose(-1, -2), d_mapped);
       const auto part = a_1NDR.size(1) == 1 ? t.sum(std::vector<int64_t>{0, 1}, /*keepdim=*/true)
                                             : t.sum(0, /*keepdim=*/true);
       da = da.defined() ? da.add_(part) : part;
     }
     in = torch::Tensor();
-    return torch::matmul(d_mapped, a_1NDR.transpose(-1, -2));
+    return Fp32Matmul(d_mapped, a_1NDR.transpose(-1, -2));
   };
   auto grouped_keys = [&](const torch::Tensor& y_BKLD, torch::Tensor& dl) {
     const int64_t batch = dl.size(0), kv = y_BKLD.size(1), group = dl.size(1) / kv, length = dl.size(2);
@@ -122,7 +125,7 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
     const auto a_KGDR =
         per_row ? a_1NDR[0].view({1, kv, group, a_1NDR.size(2), a_1NDR.size(3)}) : torch::Tensor();
     auto mapped_keys = [&] {  // B x K x (G|1) x L x R
-      return !map.input_map ? in * map.input_scale : torch::matmul(in, per_row ? a_KGDR : a_1NDR[0][0]);
+      return !map.input_map ? in * map.input_scale : Fp32Matmul(in, per_row ? a_KGDR : a_1NDR[0][0]);
     };
     auto d_mapped = [&] {
       if (want_w) {
@@ -136,7 +139,7 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
       {
         const auto dl_grouped = dl.view({batch, kv, group, length, dl.size(3)});
         sums = dl_grouped.sum(-1, /*keepdim=*/true);
-        d_in = torch::matmul(dl_grouped, w_MD);
+        d_in = Fp32Matmul(dl_grouped, w_MD);
       }
       dl = torch::Tensor();
       return d_in.addcmul_(mapped_keys(), sums, -1);
@@ -144,13 +147,13 @@ FeatureGrads MappedInputsBackward(const FeatureMap& map, const std::vector<torch
     dl = torch::Tensor();
     if (!map.input_map) return d_mapped.sum(2).mul_(map.input_scale);
     if (want_a) {
-      const auto t = torch::matmul(in.transpose(-1, -2), d_mapped);  // B x K x G x D x R
+      const auto t = Fp32Matmul(in.transpose(-1, -2), d_mapped);  // B x K x G x D x R
       const auto part = per_row ? t.sum(0).view({1, kv * group, t.size(3), t.size(4)})
                                 : t.sum(std::vector<int64_t>{0, 1, 2}).view({1, 1, t.size(3), t.size(4)});
       da = da.defined() ? da.add_(part) : part;
     }
-    if (!per_row) return torch::matmul(d_mapped.sum(2), a_1NDR[0][0].t());
-    return torch::matmul(d_mapped, a_KGDR.transpose(-1, -2)).sum(2);
+    if (!per_row) return Fp32Matmul(d_mapped.sum(2), a_1NDR[0][0].t());
+    return Fp32Matmul(d_mapped, a_KGDR.transpose(-1, -2)).sum(2);
   };
   FeatureGrads g;
   g.dx = side(x_in, dlq_BHLM, queries_mapped);
