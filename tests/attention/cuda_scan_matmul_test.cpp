@@ -1,7 +1,8 @@
 // op: cuda's matrix products (ops/cuda_scan_matmul.h) as the host emulation runs them: the
 // tensor-core path walks panels of kPanelRows x kPanelCols outputs, kPanelDepth deep per staged
 // step, and its tiles and offsets are the device's. Shapes here cross every panel edge in every
-// direction (several panels each way, ragged last ones, a depth that ends inside a WMMA step),
+// direction (several panels each way, ragged last ones, a depth that ends inside a WMMA step, a
+// column or a few past the last whole panel, which one thread each sums: ThreadTailCols),
 // through strided operands and an epilogue that reads what it writes over, as the scan's are.
 #include <gtest/gtest.h>
 

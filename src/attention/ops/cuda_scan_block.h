@@ -20,7 +20,7 @@ namespace darkformer::cuda_scan {
 // step; and the floats of shared memory a block holds for them: the two operand panels and one
 // 16 x 16 output tile per warp.
 constexpr int kThreads = 256;
-constexpr int kPanelRows = 32, kPanelCols = 128, kPanelDepth = 16;
+constexpr int kPanelRows = 32, kPanelCols = 128, kPanelDepth = 32;
 constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 
 // The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x, tiles its kMatMulFloats of

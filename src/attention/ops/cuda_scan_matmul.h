@@ -29,17 +29,26 @@
 
 namespace darkformer::cuda_scan {
 
-// TF32's rounding of x, on the host (the device converts fragments with wmma::__float_to_tf32).
-inline float RoundToTf32(float x) {
+// TF32's rounding of x, as wmma::__float_to_tf32 converts the device's fragments (the host
+// emulation's, and both executors' for the columns past the last panel, below).
+DF_HD inline float RoundToTf32(float x) {
+#ifdef __CUDA_ARCH__
+  uint32_t u = __float_as_uint(x);
+#else
   uint32_t u;
   std::memcpy(&u, &x, sizeof u);
+#endif
   if ((u & 0x7f800000u) != 0x7f800000u) u = (u + 0x1000u) & 0xffffe000u;  // inf and NaN stay
+#ifdef __CUDA_ARCH__
+  return __uint_as_float(u);
+#else
   std::memcpy(&x, &u, sizeof x);
   return x;
+#endif
 }
 
 // a b in 3xTF32, as the tensor cores form it (the host emulation's).
-inline float Tf32x3Product(float a, float b) {
+DF_HD inline float Tf32x3Product(float a, float b) {
   const float a_hi = RoundToTf32(a), b_hi = RoundToTf32(b);
   const float a_lo = RoundToTf32(a - a_hi), b_lo = RoundToTf32(b - b_hi);
   return a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;  // the small terms first, as the device's order
@@ -184,20 +193,40 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, int64_t rows, int
   }
 }
 
+// The columns past the last whole panel that the panels leave to one thread each: at most this
+// many (less than a tile's width). The scan's [v, 1] products have Dv + 1 = 257 columns, and a
+// panel round for their one normaliser column cost as much as a round for 128 columns: 3 rounds
+// where 2 do. Such a column sums in order of k in 3xTF32, the sums the emulation's tiles form.
+constexpr int64_t kThreadTailCols = 15;
+DF_HD inline int64_t ThreadTailCols(int64_t cols) {
+  const int64_t tail = cols % kPanelCols;
+  return cols > kPanelCols && tail <= kThreadTailCols ? tail : 0;
+}
+
 // out(r, c, sum) for every output, then a barrier (a step, as ParallelFor). The operands must not
 // read what `out` writes.
 template <typename A, typename B, typename Out>
 DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t cols, int64_t depth, A a, B b, Out out) {
+#if defined(DF_TENSOR_CORES) || !defined(__CUDA_ARCH__)  // else (a device before sm_80): fp32, below
+  if (tensor_cores) {
+    const int64_t tail = ThreadTailCols(cols), panels = cols - tail;
 #ifdef DF_TENSOR_CORES
-  if (tensor_cores) {
-    TensorCoreMatMul(blk, rows, cols, depth, a, b, out);
-    return;
-  }
-#endif
-#ifndef __CUDA_ARCH__
-  if (tensor_cores) {
+    TensorCoreMatMul(blk, rows, panels, depth, a, b, out);
+#else
     thread_local std::vector<float> shared(kEmulatedMatMulFloats);  // the block's shared memory
-    EmulatedTensorCoreMatMul(blk, shared.data(), rows, cols, depth, a, b, out);
+    EmulatedTensorCoreMatMul(blk, shared.data(), rows, panels, depth, a, b, out);
+#endif
+    if (tail > 0) {
+      ParallelFor(blk, rows * tail, [&](int64_t idx) {
+        const int64_t r = idx / tail, c = panels + idx % tail;
+        float acc = 0.0f;
+#ifdef __CUDA_ARCH__
+#pragma unroll 1  // one column per thread, rarely: its code small beside the panels' (registers)
+#endif
+        for (int64_t k = 0; k < depth; ++k) acc += Tf32x3Product(a(r, k), b(k, c));
+        out(r, c, acc);
+      });
+    }
     return;
   }
 #endif
