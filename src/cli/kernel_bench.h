@@ -26,9 +26,10 @@ struct KernelBenchOptions {
   // forward under autocast, as a bf16 user's model calls attention: SDPA computes in bf16 (flash
   // on a GPU), our operator as it does under autocast (fp32 features and state).
   std::string dtype = "fp32";
-  // auto | true | false, as train.tf32: whether CUDA's fp32 matrix products (our chunk forms', SDPA's
-  // fp32 kernels) take TF32 operands. auto: on for CUDA, as a training run has it by default, so
-  // the bench times what training runs; the CPU has no TF32 (true there is refused).
+  // auto | true | false, as train.tf32: whether CUDA's fp32 matrix products (SDPA's fp32 kernels,
+  // op: cuda's for fp32 inputs; our chunk forms keep fp32) take TF32 operands. auto: on for CUDA,
+  // as a training run has it by default, so the bench times what training runs; the CPU has no
+  // TF32 (true there is refused).
   std::string tf32 = "auto";
   bool naive = false;                             // also time the naive composite path (op: naive)
   // > 0: sharp, opposed attention (issue 38's fallback cost): queries near one direction, keys near

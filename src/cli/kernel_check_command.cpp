@@ -353,8 +353,8 @@ void AddKernelCheckCommand(CLI::App& app) {
       ->capture_default_str()
       ->needs(bench);
   cmd->add_option("--tf32", b.tf32,
-                  "--bench: auto | true | false, as train.tf32: TF32 operands in CUDA's fp32 matrix products (our "
-                  "operator's chunk forms, SDPA's fp32 kernels); auto = on for CUDA, as training runs; true on the CPU "
+                  "--bench: auto | true | false, as train.tf32: TF32 operands in CUDA's fp32 matrix products (SDPA's "
+                  "fp32 kernels, op: cuda's for fp32 inputs); auto = on for CUDA, as training runs; true on the CPU "
                   "is refused")
       ->check(CLI::IsMember({"auto", "true", "false"}))
       ->capture_default_str()

@@ -5,9 +5,11 @@
 // term within 2^-19.6 of |a_k b_k| with the split, where one TF32 product may miss by 2^-11 and more.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
+#include <ATen/ExpandUtils.h>
 
 #include <cmath>
 #include <cstdint>
+#include <vector>
 
 #include "attention/ops/fp32_products.h"
 #include "rounding_bounds.h"
@@ -98,6 +100,52 @@ TEST(Fp32ProductsTest, GradientsThroughTheSplitAreTf32Close) {
   const auto da = torch::matmul(g64, b64.t()), db = torch::matmul(a64.t(), g64);
   EXPECT_TRUE(((a.grad().to(torch::kFloat64) - da).abs() <= tol * torch::matmul(g64.abs(), b64.abs().t())).all().item<bool>());
   EXPECT_TRUE(((b.grad().to(torch::kFloat64) - db).abs() <= tol * torch::matmul(a64.abs().t(), g64.abs())).all().item<bool>());
+}
+
+// The autograd node Fp32Matmul takes on CUDA: its gradients, batch dimensions broadcast either way
+// and summed back, against fp64 autograd within fp32's bound (a sum of n terms: gamma_n, the
+// broadcast batch's sum on top). On a CPU its products are plain; on a GPU under TF32 they split.
+TEST(Fp32ProductsTest, TrackedProductsGradientsAreTheProducts) {
+  struct Case {
+    std::vector<int64_t> a, b;
+  };
+  for (const auto& c : {Case{{2, 3, 5, 7}, {7, 4}}, Case{{5, 7}, {2, 3, 7, 4}}, Case{{2, 1, 5, 7}, {1, 3, 7, 4}}}) {
+    torch::manual_seed(9);
+    const auto a = torch::randn(c.a).requires_grad_(), b = torch::randn(c.b).requires_grad_();
+    const auto out = TrackedFp32Matmul(a, b);
+    const auto g = torch::randn(out.sizes());
+    out.backward(g);
+    const auto a64 = a.detach().to(torch::kFloat64).requires_grad_(), b64 = b.detach().to(torch::kFloat64).requires_grad_();
+    const auto want = torch::matmul(a64, b64);
+    want.backward(g.to(torch::kFloat64));
+    const auto magnitude = torch::matmul(a64.detach().abs(), b64.detach().abs());
+    EXPECT_TRUE(((out.to(torch::kFloat64) - want.detach()).abs() <= testing::Gamma(7) * magnitude).all().item<bool>());
+    // Each gradient element sums at most 7 * 6 products (depth times the broadcast batch).
+    const double tol = testing::Gamma(7 * 6);
+    const auto g64 = g.to(torch::kFloat64).abs();
+    const auto da_scale = at::sum_to(torch::matmul(g64, b64.detach().abs().transpose(-1, -2)), a.sizes());
+    const auto db_scale = at::sum_to(torch::matmul(a64.detach().abs().transpose(-1, -2), g64), b.sizes());
+    EXPECT_TRUE(((a.grad().to(torch::kFloat64) - a64.grad()).abs() <= tol * da_scale).all().item<bool>());
+    EXPECT_TRUE(((b.grad().to(torch::kFloat64) - b64.grad()).abs() <= tol * db_scale).all().item<bool>());
+  }
+}
+
+// NoTf32Scope: TF32 off inside, the setting before back after, whichever it was.
+TEST(Fp32ProductsTest, NoTf32ScopeRestoresTheSettingBefore) {
+  auto& context = at::globalContext();
+  for (const bool before : {true, false}) {
+    context.setAllowTF32CuBLAS(before);
+    context.setAllowTF32CuDNN(before);
+    {
+      const NoTf32Scope scope;
+      EXPECT_FALSE(context.allowTF32CuBLAS());
+      EXPECT_FALSE(context.allowTF32CuDNN());
+    }
+    EXPECT_EQ(context.allowTF32CuBLAS(), before);
+    EXPECT_EQ(context.allowTF32CuDNN(), before);
+  }
+  context.setAllowTF32CuBLAS(false);
+  context.setAllowTF32CuDNN(false);
 }
 
 }  // namespace

@@ -192,8 +192,8 @@ TEST(DeviceCudaOpTest, TensorCoresHoldTheBf16RuleAtExtremeScale) {
 
 // Under a training run's TF32 (train.tf32: auto, on for CUDA) every form of the positive kernels
 // keeps the bf16 rule at every scale above: the products feeding the features' exponents stay
-// fp32-accurate (ops/fp32_products.h), the chunk forms' other products take TF32 operands (each
-// term within 2^-10, in averages of positive weights: no scale enters), op: cuda's are 3xTF32.
+// fp32-accurate (ops/fp32_products.h), the chunk forms' others run with TF32 off (NoTf32Scope),
+// op: cuda's are 3xTF32.
 TEST(DeviceCudaOpTest, TrainingsTf32KeepsTheBf16RuleAtExtremeScale) {
   const testing::Tf32Scope tf32(true);
   for (const std::string op : {"auto", "chunk_parallel", "chunk_loop", "cuda"}) {

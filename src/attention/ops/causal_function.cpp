@@ -16,6 +16,7 @@
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/cuda_op.h"
 #include "attention/ops/feature_gradients.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/ops/raw_cpu.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/ops/saved_bytes.h"
@@ -226,8 +227,10 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs) {
-    // A backward called inside an autocast scope must not turn the scans' products bf16.
+    // A backward called inside an autocast scope must not turn the scans' products bf16; nor a
+    // run's TF32 take their operands (FusedCausalLinearAttention).
     NoAutocastGuard no_autocast;
+    NoTf32Scope fp32_products;
     const auto saved = ctx->get_saved_variables();
     const auto &x_1NLD = saved[0], &y_1NLD = saved[1], &v_1NLD = saved[2];
     const auto &den_1NL = saved[4], &states_1RS = saved[5], &refs_1RN = saved[6];
@@ -328,6 +331,9 @@ torch::Tensor FusedCausalLinearAttention(const torch::Tensor& x_BHLD, const torc
   // op: cuda takes the inputs as given: it saves them so (a bf16 input is the caller's tensor, not
   // an fp32 copy) and computes in fp32.
   if (form == CausalForm::kCuda) return CudaCausalAttention(x_BHLD, y_BKLD, v_BKLD, map, chunk_size, document_ids_BL);
+  // The LibTorch forms' products in full fp32 under a run's TF32 (fp32_products.h: the backward's
+  // g . v_j and g . out cancel on sharp rows); their backwards take the same scope.
+  NoTf32Scope fp32_products;
   if (causal_ops::MapsInputs(map)) {
     // The other forms read the mapped inputs, mapped here under autograd; keys per query head
     // (A per head) take H KV heads, values with them.

@@ -12,6 +12,7 @@
 
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/ops/per_feature_chunks.h"
 #include "attention/ops/saved_bytes.h"
 #include "util/error.h"
@@ -188,8 +189,9 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   const FeatureMap& map = capsule->map;
   const auto s = MakeShape(x_BHLD, y_BKLD, v_BKLD, map, ctx->saved_data["chunk"].toInt());
   // A backward called inside an autocast scope must not turn the recomputed features, states and
-  // products bf16.
+  // products bf16; nor a run's TF32 take their operands (fp32_products.h).
   NoAutocastGuard no_autocast;
+  NoTf32Scope fp32_products;
   torch::NoGradGuard no_grad;
   const auto x = Pad(x_BHLD, s), y = Pad(causal_ops::PerRow(y_BKLD, s.rows), s), v = Pad(causal_ops::PerRow(v_BKLD, s.rows), s);
   const auto documents = ctx->saved_data.find("documents");

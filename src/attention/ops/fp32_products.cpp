@@ -2,6 +2,7 @@
 #include "attention/ops/fp32_products.h"
 
 #include <ATen/Context.h>
+#include <ATen/ExpandUtils.h>
 
 namespace darkformer {
 
@@ -37,8 +38,57 @@ torch::Tensor SplitMatmul(const torch::Tensor& a, const torch::Tensor& b) {
   return torch::matmul(a_hi, b_lo).add_(torch::matmul(a_lo, b_hi)).add_(torch::matmul(a_hi, b_hi));
 }
 
-torch::Tensor Fp32Matmul(const torch::Tensor& a, const torch::Tensor& b) {
+namespace {
+
+torch::Tensor UntrackedProduct(const torch::Tensor& a, const torch::Tensor& b) {
   return SplitsForTf32(a, b) ? SplitMatmul(a, b) : torch::matmul(a, b);
+}
+
+// a b for autograd with a backward of the same accuracy: dA = g B^T and dB = A^T g are products
+// too, each split where TF32 is on when the backward runs (which may differ from the forward's
+// setting: a chunk form's forward turns TF32 off, its inputs' autograd backward runs outside).
+// The gradients of broadcast batch dimensions are summed back to the operand's shape.
+class Fp32MatmulFunction : public torch::autograd::Function<Fp32MatmulFunction> {
+ public:
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& a, const torch::Tensor& b) {
+    ctx->save_for_backward({a, b});
+    return UntrackedProduct(a, b);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
+                                                 torch::autograd::variable_list grad_outputs) {
+    const auto saved = ctx->get_saved_variables();
+    const auto &a = saved[0], &b = saved[1], &g = grad_outputs[0];
+    torch::Tensor da, db;
+    if (ctx->needs_input_grad(0)) da = at::sum_to(UntrackedProduct(g, b.transpose(-1, -2)), a.sizes());
+    if (ctx->needs_input_grad(1)) db = at::sum_to(UntrackedProduct(a.transpose(-1, -2), g), b.sizes());
+    return {da, db};
+  }
+};
+
+}  // namespace
+
+torch::Tensor TrackedFp32Matmul(const torch::Tensor& a, const torch::Tensor& b) {
+  TORCH_CHECK(a.dim() >= 2 && b.dim() >= 2, "TrackedFp32Matmul takes matrices (or batches of them), got ", a.sizes(),
+              " and ", b.sizes());
+  return Fp32MatmulFunction::apply(a, b);
+}
+
+torch::Tensor Fp32Matmul(const torch::Tensor& a, const torch::Tensor& b) {
+  const bool tracked = torch::GradMode::is_enabled() && (a.requires_grad() || b.requires_grad());
+  const bool cuda_fp32 = a.is_cuda() && a.scalar_type() == torch::kFloat32 && b.scalar_type() == torch::kFloat32;
+  if (tracked && cuda_fp32 && a.dim() >= 2 && b.dim() >= 2) return TrackedFp32Matmul(a, b);
+  return UntrackedProduct(a, b);
+}
+
+NoTf32Scope::NoTf32Scope()
+    : cublas_(at::globalContext().allowTF32CuBLAS()), cudnn_(at::globalContext().allowTF32CuDNN()) {
+  if (cublas_) at::globalContext().setAllowTF32CuBLAS(false);
+  if (cudnn_) at::globalContext().setAllowTF32CuDNN(false);
+}
+
+NoTf32Scope::~NoTf32Scope() {
+  if (cublas_) at::globalContext().setAllowTF32CuBLAS(true);
+  if (cudnn_) at::globalContext().setAllowTF32CuDNN(true);
 }
 
 }  // namespace darkformer

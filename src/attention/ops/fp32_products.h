@@ -12,9 +12,14 @@
 // for log-features of magnitude 100 (Gemma-scale queries) that is 0.1 in the exponent, 10 % in a
 // feature, where the split keeps 2e-4 %. Elsewhere (the CPU, fp64, TF32 off) one plain product.
 //
-// Under autograd the split's gradient flows through lo (hi is a constant of the values), so it is
-// the TF32 product's, relative 2^-10 of its terms; the closed-form backwards (feature_gradients.h)
-// run outside autograd and take Fp32Matmul for their own products.
+// Under autograd on CUDA the product is a node of its own whose backward's two products split
+// the same way when TF32 is on as it runs (TrackedFp32Matmul); the closed-form backwards
+// (feature_gradients.h) run outside autograd and take Fp32Matmul for their own products.
+//
+// The chunk forms' other products (states, pairs, values, and the backward's, where g . v_j and
+// g . out cancel on sharp rows) run with TF32 off altogether (NoTf32Scope): plain TF32 missed the
+// bf16 rule there by 6-25x in the CUDA operator (cuda_scan_matmul.h), and splitting each of them
+// would add ten launches per product to forms of a fixed op count.
 #pragma once
 
 #include <torch/torch.h>
@@ -25,6 +30,24 @@ namespace darkformer {
 
 // torch::matmul(a, b) at fp32's accuracy wherever LibTorch would take TF32 operands.
 torch::Tensor Fp32Matmul(const torch::Tensor& a, const torch::Tensor& b);
+
+// The autograd node Fp32Matmul takes on CUDA, on any device (matrices or batches of them; batch
+// dimensions broadcast, their gradients summed back).
+torch::Tensor TrackedFp32Matmul(const torch::Tensor& a, const torch::Tensor& b);
+
+// LibTorch's CUDA products in full fp32 in its scope (TF32 off for cuBLAS and cuDNN); the setting
+// before comes back at its end. The setting is the process's: a product on another thread meanwhile
+// runs in fp32 too.
+class NoTf32Scope {
+ public:
+  NoTf32Scope();
+  ~NoTf32Scope();
+  NoTf32Scope(const NoTf32Scope&) = delete;
+  NoTf32Scope& operator=(const NoTf32Scope&) = delete;
+
+ private:
+  bool cublas_, cudnn_;
+};
 
 // Whether Fp32Matmul splits a b: fp32 operands on CUDA with TF32 allowed for cuBLAS.
 bool SplitsForTf32(const torch::Tensor& a, const torch::Tensor& b);
