@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "attention/ops/fp32_products.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -27,10 +28,10 @@ torch::Tensor NonCausal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM
   // Every key is visible to every query, so the global max of b is a legitimate common reference.
   const auto ref_BH1 = std::get<0>(b_BHL.max(-1, /*keepdim=*/true));
   const auto kw_BHLM = k_BHLM * torch::exp(b_BHL - ref_BH1).unsqueeze(-1);
-  const auto state_BHMD = torch::matmul(kw_BHLM.transpose(-1, -2), v_BHLD);
+  const auto state_BHMD = Fp32Matmul(kw_BHLM.transpose(-1, -2), v_BHLD);
   const auto norm_BHM = kw_BHLM.sum(-2);
-  const auto num_BHLD = torch::matmul(q_BHLM, state_BHMD);
-  const auto den_BHL = torch::matmul(q_BHLM, norm_BHM.unsqueeze(-1)).squeeze(-1);
+  const auto num_BHLD = Fp32Matmul(q_BHLM, state_BHMD);
+  const auto den_BHL = Fp32Matmul(q_BHLM, norm_BHM.unsqueeze(-1)).squeeze(-1);
   return SafeDivide(num_BHLD, den_BHL, signed_floor);
 }
 
@@ -60,14 +61,14 @@ torch::Tensor Causal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM, c
     // masked before the exp, so they can neither overflow nor touch query i.
     const auto tril = tril_CC.narrow(0, 0, c).narrow(1, 0, c);
     const auto log_w_BHCC = (b_BHC.unsqueeze(-2) - r_BHC.unsqueeze(-1)).masked_fill(tril.logical_not(), neg_inf);
-    const auto a_BHCC = torch::matmul(q_BHCM, k_BHCM.transpose(-1, -2)) * torch::exp(log_w_BHCC);
-    auto num_BHCD = torch::matmul(a_BHCC, v_BHCD);
+    const auto a_BHCC = Fp32Matmul(q_BHCM, k_BHCM.transpose(-1, -2)) * torch::exp(log_w_BHCC);
+    auto num_BHCD = Fp32Matmul(a_BHCC, v_BHCD);
     auto den_BHC = a_BHCC.sum(-1);
     if (state_BHMD.defined()) {
       // Earlier chunks, brought from their reference to r_i (>= it: the factor is <= 1).
       const auto factor_BHC = torch::exp(state_ref_BH.unsqueeze(-1) - r_BHC);
-      num_BHCD = num_BHCD + torch::matmul(q_BHCM, state_BHMD) * factor_BHC.unsqueeze(-1);
-      den_BHC = den_BHC + torch::matmul(q_BHCM, norm_BHM.unsqueeze(-1)).squeeze(-1) * factor_BHC;
+      num_BHCD = num_BHCD + Fp32Matmul(q_BHCM, state_BHMD) * factor_BHC.unsqueeze(-1);
+      den_BHC = den_BHC + Fp32Matmul(q_BHCM, norm_BHM.unsqueeze(-1)).squeeze(-1) * factor_BHC;
     }
     outputs.push_back(SafeDivide(num_BHCD, den_BHC, signed_floor));
     if (start + c >= length) break;
@@ -75,7 +76,7 @@ torch::Tensor Causal(const torch::Tensor& q_BHLM, const torch::Tensor& k_BHLM, c
     // rescaling the old state when the max grows keeps every exponent <= 0.
     const auto new_ref_BH = r_BHC.select(-1, c - 1);
     const auto kw_BHCM = k_BHCM * torch::exp(b_BHC - new_ref_BH.unsqueeze(-1)).unsqueeze(-1);
-    const auto chunk_state_BHMD = torch::matmul(kw_BHCM.transpose(-1, -2), v_BHCD);
+    const auto chunk_state_BHMD = Fp32Matmul(kw_BHCM.transpose(-1, -2), v_BHCD);
     const auto chunk_norm_BHM = kw_BHCM.sum(-2);
     if (state_BHMD.defined()) {
       const auto rescale_BH = torch::exp(state_ref_BH - new_ref_BH);

@@ -3,6 +3,7 @@
 
 #include <vector>
 
+#include "attention/ops/fp32_products.h"
 #include "attention/ops/state_fold.h"
 
 namespace darkformer {
@@ -31,7 +32,7 @@ torch::Tensor SignedFeatureDecode(std::unique_ptr<DecodeState>& state, const tor
     const auto b_BH = b.select(2, t);
     const auto ref_BH = s.sums.ref_X.defined() ? torch::maximum(s.sums.ref_X, b_BH) : b_BH;
     s.sums.Fold(k_BHTM.narrow(2, t, 1), b.narrow(2, t, 1), vh_BHTV.narrow(2, t, 1), ref_BH);
-    const auto n_BHV = torch::matmul(q_BHTM.select(2, t).unsqueeze(-2), s.sums.s_XMV).squeeze(-2);
+    const auto n_BHV = Fp32Matmul(q_BHTM.select(2, t).unsqueeze(-2), s.sums.s_XMV).squeeze(-2);
     const auto den_BH = n_BHV.select(-1, dv);
     const auto safe_BH = torch::where(den_BH >= 0, den_BH.clamp_min(normaliser_floor), den_BH.clamp_max(-normaliser_floor));
     outs.push_back((n_BHV.narrow(-1, 0, dv) / safe_BH.unsqueeze(-1)).unsqueeze(2));

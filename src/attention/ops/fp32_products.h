@@ -19,7 +19,9 @@
 // The chunk forms' other products (states, pairs, values, and the backward's, where g . v_j and
 // g . out cancel on sharp rows) run with TF32 off altogether (NoTf32Scope): plain TF32 missed the
 // bf16 rule there by 6-25x in the CUDA operator (cuda_scan_matmul.h), and splitting each of them
-// would add ten launches per product to forms of a fixed op count.
+// would add ten launches per product to forms of a fixed op count. The paths autograd
+// differentiates (the composite form, signed features' linear attention) take Fp32Matmul for
+// every product instead: a scope cannot reach their backward, the node's own backward does.
 #pragma once
 
 #include <torch/torch.h>

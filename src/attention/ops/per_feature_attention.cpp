@@ -3,6 +3,7 @@
 
 #include <limits>
 
+#include "attention/ops/fp32_products.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -25,7 +26,7 @@ torch::Tensor NonCausal(const torch::Tensor& a, const torch::Tensor& l, const to
   const auto s_BHL1 = (a.detach() + r_BH1M).amax(-1, /*keepdim=*/true);
   const auto q_BHLM = torch::exp(a + r_BH1M - s_BHL1);
   const auto k_BHLM = torch::exp(l - r_BH1M);
-  return Divide(torch::matmul(q_BHLM, torch::matmul(k_BHLM.transpose(-1, -2), WithOnes(v))));
+  return Divide(Fp32Matmul(q_BHLM, Fp32Matmul(k_BHLM.transpose(-1, -2), WithOnes(v))));
 }
 
 torch::Tensor Causal(const torch::Tensor& a, const torch::Tensor& l, const torch::Tensor& v, int64_t chunk_size) {
@@ -47,17 +48,17 @@ torch::Tensor Causal(const torch::Tensor& a, const torch::Tensor& l, const torch
     const auto args_BHCCM = (a_BHCM - s_BHC.unsqueeze(-1)).unsqueeze(3) + l_BHCM.unsqueeze(2);
     const auto later = later_CC1.narrow(0, 0, c).narrow(1, 0, c);
     const auto w_BHCC = torch::exp(args_BHCCM.masked_fill(later, kNegInf)).sum(-1);
-    auto n_BHCV = torch::matmul(w_BHCC, vh_BHCV);
+    auto n_BHCV = Fp32Matmul(w_BHCC, vh_BHCV);
     if (state_BHMV.defined()) {
       const auto q_BHCM = torch::exp(a_BHCM + ref_BHM.unsqueeze(2) - s_BHC.unsqueeze(-1));  // <= 1
-      n_BHCV = n_BHCV + torch::matmul(q_BHCM, state_BHMV);
+      n_BHCV = n_BHCV + Fp32Matmul(q_BHCM, state_BHMV);
     }
     outputs.push_back(Divide(n_BHCV));
     if (index + 1 == a_chunks.size()) break;
     // Fold the chunk at the new per-feature max; the old rows decay by exp(R_old - R_new) <= 1.
     const auto new_ref_BHM = r_BHCM.select(2, c - 1);
     const auto k_BHCM = torch::exp(l_BHCM - new_ref_BHM.unsqueeze(2));
-    const auto chunk_BHMV = torch::matmul(k_BHCM.transpose(-1, -2), vh_BHCV);
+    const auto chunk_BHMV = Fp32Matmul(k_BHCM.transpose(-1, -2), vh_BHCV);
     state_BHMV = state_BHMV.defined()
                      ? state_BHMV * torch::exp(ref_BHM - new_ref_BHM).unsqueeze(-1) + chunk_BHMV
                      : chunk_BHMV;
