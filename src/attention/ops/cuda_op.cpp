@@ -9,6 +9,7 @@
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
+#include "attention/ops/fp32_products.h"
 #include "attention/ops/saved_bytes.h"
 #include "util/error.h"
 #include "util/mixed_precision.h"
@@ -202,6 +203,9 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& y,
                                const torch::Tensor& v, at::TensorList params, const FeatureMap& map, int64_t rows,
                                int64_t chunk, const Documents& documents, bool tensor_cores) {
+    // LibTorch's products here (the key norms, A W^T) in plain fp32 under a run's TF32: no split
+    // operands beside L x D tensors (fp32_products.h); the scan's own follow tensor_cores.
+    NoTf32Scope fp32_products;
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     CallScan scan(map, p, x, y, v, rows, chunk, documents.ids_BL, tensor_cores);
     auto& launch = scan.launch;
@@ -239,6 +243,9 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grads) {
     NoAutocastGuard no_autocast;
+    // The features' backward in plain fp32 (as the forward's): a split of its L x m and L x D
+    // operands would hold four more of them at once.
+    NoTf32Scope fp32_products;
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &y = saved[1], &v = saved[2];
     const std::vector<torch::Tensor> p(saved.begin() + 4, saved.end());

@@ -1,27 +1,26 @@
-// Matrix products whose result enters a feature's exponent (log phi = W x - |x|^2 / 2, x = M q):
-// there an error is scaled by the features' magnitude, so they keep fp32's accuracy even where
-// LibTorch's CUDA products take TF32 operands (train.tf32, on by default for CUDA runs).
+// fp32's accuracy for LibTorch's products where a run's TF32 (train.tf32, on by default for CUDA
+// runs) would round their operands: random-feature attention's products feed a feature's exponent
+// (log phi = W x - |x|^2 / 2, x = M q), where an error is scaled by the features' magnitude, or
+// cancel (the backward's g . v_j against g . out on sharp rows; signed features' normaliser).
 //
-// Where they would (fp32 operands on CUDA, TF32 allowed), each operand splits into x = hi + lo:
-// hi keeps TF32's 10 mantissa bits (exact on tensor cores), lo = x - hi is exact in fp32 with
-// |lo| <= 2^-11 |x| (x normal; a subnormal's lo is below 2^-137); then a b = hi_a hi_b + hi_a lo_b + lo_a hi_b, the dropped lo_a lo_b at most
-// 2^-22 |a||b| per term: three TF32 products, still on tensor cores (3xTF32, as the CUDA
-// operator's own products, cuda_scan_matmul.h). A tensor core takes hi_a hi_b exactly and rounds
-// or truncates lo to TF32 (relative 2^-10 at worst, 2^-21 |x|), so each term a_k b_k lands within
-// 2^-21 + 2^-21 + 2^-22 < 2^-19.6 of |a_k b_k|, against 2^-10 of it for one TF32 product:
-// for log-features of magnitude 100 (Gemma-scale queries) that is 0.1 in the exponent, 10 % in a
-// feature, where the split keeps 2e-4 %. Elsewhere (the CPU, fp64, TF32 off) one plain product.
-//
-// Under autograd on CUDA the product is a node of its own whose backward's two products split
-// the same way when TF32 is on as it runs (TrackedFp32Matmul); the closed-form backwards
-// (feature_gradients.h) run outside autograd and take Fp32Matmul for their own products.
-//
-// The chunk forms' other products (states, pairs, values, and the backward's, where g . v_j and
-// g . out cancel on sharp rows) run with TF32 off altogether (NoTf32Scope): plain TF32 missed the
-// bf16 rule there by 6-25x in the CUDA operator (cuda_scan_matmul.h), and splitting each of them
-// would add ten launches per product to forms of a fixed op count. The paths autograd
-// differentiates (the composite form, signed features' linear attention) take Fp32Matmul for
-// every product instead: a scope cannot reach their backward, the node's own backward does.
+// Two ways, by where the product runs:
+// - Fp32Matmul: fp32 operands on CUDA with TF32 allowed split into x = hi + lo, hi with TF32's 10
+//   mantissa bits (exact on tensor cores), lo = x - hi exact in fp32, |lo| <= 2^-11 |x| (x normal;
+//   a subnormal's lo is below 2^-137); a b = hi_a hi_b + hi_a lo_b + lo_a hi_b, the dropped
+//   lo_a lo_b at most 2^-22 |a||b| per term. A tensor core takes hi_a hi_b exactly and rounds or
+//   truncates lo (relative 2^-10 at worst: 2^-21 |x|), so each term lands within 2^-21 + 2^-21 +
+//   2^-22 < 2^-19.6 of |a_k b_k|, against 2^-10 for one TF32 product: for log-features of 100
+//   (Gemma-scale queries) 0.1 in the exponent, a 10 % error in a feature, where the split keeps
+//   2e-4 %. Three TF32 products, still on tensor cores (3xTF32, as op: cuda's own,
+//   cuda_scan_matmul.h); elsewhere (the CPU, fp64, TF32 off) the plain product. Under autograd on
+//   CUDA it is a node whose backward splits its two products the same way (TrackedFp32Matmul).
+//   For the paths autograd differentiates (the composite form, signed features' linear
+//   attention) and the features' products outside the operator (decoding).
+// - NoTf32Scope: TF32 off in a scope, for the operator's forms, forward and custom backward: the
+//   chunk forms' ~25 products would each take ten more launches split, and op: cuda's LibTorch
+//   products (its scan keeps its own 3xTF32) would hold four more L x D tensors at once. Plain
+//   TF32 missed the bf16 rule by 6-25x in the backward's cancelling products (op: cuda's first
+//   build on an H200).
 #pragma once
 
 #include <torch/torch.h>
