@@ -15,8 +15,9 @@
 //   cuda_scan_matmul.h); elsewhere (the CPU, fp64, TF32 off) the plain product. Under autograd on
 //   CUDA it is a node whose backward splits its two products the same way (TrackedFp32Matmul).
 //   For the paths autograd differentiates (the composite form, signed features' linear
-//   attention) and the features' products outside the operator (decoding).
-// - NoTf32Scope: TF32 off in a scope, for the operator's forms, forward and custom backward: the
+//   attention and its decoding).
+// - NoTf32Scope: TF32 off in a scope, for the operator's forms, forward, custom backward, prefill
+//   and recurrent steps: the
 //   chunk forms' ~25 products would each take ten more launches split, and op: cuda's LibTorch
 //   products (its scan keeps its own 3xTF32) would hold four more L x D tensors at once. Plain
 //   TF32 missed the bf16 rule by 6-25x in the backward's cancelling products (op: cuda's first

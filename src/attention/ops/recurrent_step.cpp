@@ -5,6 +5,7 @@
 
 #include "attention/ops/chunk_common.h"
 #include "attention/ops/cuda_op.h"
+#include "attention/ops/fp32_products.h"
 #include "util/mixed_precision.h"
 
 namespace darkformer {
@@ -33,6 +34,7 @@ LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, co
                                                  int64_t chunk_size) {
   DF_CHECK(chunk_size > 0, "LinearAttentionPrefillState: chunk_size must be positive, got " << chunk_size);
   NoAutocastGuard no_autocast;
+  NoTf32Scope fp32_products;  // as the operator's forms (fp32_products.h)
   LinearAttentionState state;
   if (map.op == CausalOp::kCuda) {  // the CUDA operator's own scan
     std::tie(state.state_BKFMV, state.ref_BKFM) = CudaPrefillState(y_BKLD, v_BKLD, map, num_query_heads, chunk_size);
@@ -53,6 +55,7 @@ LinearAttentionState LinearAttentionPrefillState(const torch::Tensor& y_BKLD, co
 torch::Tensor LinearAttentionStep(LinearAttentionState& state, const torch::Tensor& x_BH1D,
                                   const torch::Tensor& y_BK1D, const torch::Tensor& v_BK1D, const FeatureMap& map) {
   NoAutocastGuard no_autocast;
+  NoTf32Scope fp32_products;
   const auto l = MakeLayout(x_BH1D, y_BK1D, v_BK1D, map);
   DF_CHECK(l.length == 1, "LinearAttentionStep takes one token, got " << l.length);
   const auto l_BKF1M = KeyLogFeatures(map, map.params, y_BK1D, l);
