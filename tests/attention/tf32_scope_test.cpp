@@ -14,6 +14,7 @@
 #include "attention/ops/causal_function.h"
 #include "attention/ops/feature_map.h"
 #include "attention/ops/recurrent_step.h"
+#include "cuda/test_device.h"
 #include "cuda_op_emulated.h"
 
 namespace darkformer {
@@ -36,15 +37,10 @@ FeatureMap RecordingMap(CausalOp op, std::vector<bool>& seen) {
   return map;
 }
 
-struct RunTf32 {
-  RunTf32() { at::globalContext().setAllowTF32CuBLAS(true); }
-  ~RunTf32() { at::globalContext().setAllowTF32CuBLAS(false); }
-};
-
 TEST(Tf32ScopeTest, OperatorFormsRunTheirProductsWithTf32Off) {
   for (const auto op : {CausalOp::kChunkLoop, CausalOp::kChunkParallel, CausalOp::kCuda}) {
     const std::string form = CausalOpName(op);
-    const RunTf32 run;
+    const testing::Tf32Scope run(true);
     std::vector<bool> seen;
     const auto map = RecordingMap(op, seen);
     torch::manual_seed(4);
@@ -65,7 +61,7 @@ TEST(Tf32ScopeTest, OperatorFormsRunTheirProductsWithTf32Off) {
 }
 
 TEST(Tf32ScopeTest, PrefillAndRecurrentStepsRunWithTf32Off) {
-  const RunTf32 run;
+  const testing::Tf32Scope run(true);
   std::vector<bool> seen;
   const auto map = RecordingMap(CausalOp::kChunkLoop, seen);
   torch::NoGradGuard no_grad;
