@@ -31,8 +31,10 @@
 # DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384], DOCUMENT_BATCH [4], FLA [1; 0 skips
 # 1c], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP [auto:
 # chunk_parallel on CUDA; a list, e.g. auto,cuda, times each], CHUNK [64: the feature kernels'
-# chunk_size], SHARP_NORM [60; 0 skips 3], SHARP_LENGTHS [8192], STEP_OP [the last form of OP: the
-# step's], STEP_KERNELS [exact performer darkformer], STEP_SHAPES [8x2048 1x16384], STEPS [4],
+# chunk_size], CUDA_CUTS [none; a list of chunk:sub_chunk, e.g. 64:32,256:32: part 1 also times
+# op: cuda in bf16 so cut, beside SDPA: kernels_<kernel>_bf16_c<chunk>s<sub>.jsonl and .log], SHARP_NORM
+# [60; 0 skips 3], SHARP_LENGTHS [8192], STEP_OP [the last form of OP: the step's], STEP_KERNELS
+# [exact performer darkformer], STEP_SHAPES [8x2048 1x16384], STEPS [4],
 # MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into
 # OUT; token ids only need to fit the model's vocabulary], PEAK_TFLOPS [989: H100/H200 dense
 # bf16], PYTHON [the project's .venv].
@@ -48,6 +50,12 @@ DOCUMENTS="${DOCUMENTS:-256}" DOCUMENT_LENGTHS="${DOCUMENT_LENGTHS:-4096,16384}"
 STEP_KERNELS="${STEP_KERNELS:-exact performer darkformer}" STEP_SHAPES="${STEP_SHAPES:-8x2048 1x16384}"
 STEPS="${STEPS:-4}" CHUNK="${CHUNK:-64}" SHARP_NORM="${SHARP_NORM:-60}" SHARP_LENGTHS="${SHARP_LENGTHS:-8192}"
 STEP_OP="${STEP_OP:-${OP##*,}}"
+CUDA_CUTS="${CUDA_CUTS:-}"
+for cut in ${CUDA_CUTS//,/ }; do  # checked before anything runs
+  [[ "$cut" =~ ^[1-9][0-9]*:[1-9][0-9]*$ ]] ||
+    { echo "[bench_gpu] CUDA_CUTS: '$cut' is not chunk:sub_chunk (two positive integers, e.g. 64:32)" >&2; exit 2; }
+done
+FEATURE_OPTIONS="num_features: $FEATURES, chunk_size: $CHUNK"  # every feature kernel's, in every part
 MODEL="${MODEL:-$ROOT/configs/model/gemma-2b.yaml}"
 PEAK_TFLOPS="${PEAK_TFLOPS:-989}"
 BIN="${DARKFORMER_BIN:-$ROOT/build/darkformer}"
@@ -78,15 +86,24 @@ peak_memory_of() {
 }
 
 # 1. Attention alone, per dtype; every call's whole output, profiles included, to kernels_*.log.
+# kernel-check for one kernel: attention_call KERNEL DTYPE OPS OPTIONS NAME (OUT/NAME.jsonl and .log).
+attention_call() {
+  "$BIN" kernel-check --bench --device "$DEVICE" --dtype "$2" --kernel "$1" --heads "$HEADS" \
+    --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 \
+    --op "$3" --options "{$4}" --repeats "$REPEATS" --profile \
+    --json "$OUT/$5.jsonl" > "$OUT/$5.log" 2>&1 || true
+  grep -v '^  [a-z]\|^profile' "$OUT/$5.log" || true
+}
 part_attention() {
   for dtype in $DTYPES; do
     for kernel in performer darkformer; do  # exact is timed beside each feature kernel, in the same run
-      suffix=$([[ $dtype == fp32 ]] && echo "" || echo "_$dtype")
-      "$BIN" kernel-check --bench --device "$DEVICE" --dtype "$dtype" --kernel "$kernel" --heads "$HEADS" \
-        --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 \
-        --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --profile \
-        --json "$OUT/kernels_$kernel$suffix.jsonl" > "$OUT/kernels_$kernel$suffix.log" 2>&1 || true
-      grep -v '^  [a-z]\|^profile' "$OUT/kernels_$kernel$suffix.log" || true
+      attention_call "$kernel" "$dtype" "$OP" "$FEATURE_OPTIONS" "kernels_$kernel$([[ $dtype == fp32 ]] || echo "_$dtype")"
+    done
+  done
+  for cut in ${CUDA_CUTS//,/ }; do  # op: cuda's sub_chunk (the other forms refuse it), bf16
+    for kernel in performer darkformer; do
+      attention_call "$kernel" bf16 cuda "num_features: $FEATURES, chunk_size: ${cut%:*}, sub_chunk: ${cut#*:}" \
+        "kernels_${kernel}_bf16_c${cut%:*}s${cut#*:}"
     done
   done
 }
@@ -98,7 +115,7 @@ part_documents() {
       "$BIN" kernel-check --bench --device "$DEVICE" --kernel "$kernel" --heads "$HEADS" --kv-heads "$KV_HEADS" \
         --bench-head-dims "$HEAD_DIM" --bench-lengths "$DOCUMENT_LENGTHS" --bench-batch "$DOCUMENT_BATCH" \
         --bench-documents "$DOCUMENTS" --exact-max-length 32768 --op "$OP" \
-        --options "{num_features: $FEATURES, chunk_size: $CHUNK}" \
+        --options "{$FEATURE_OPTIONS}" \
         --repeats "$REPEATS" --json "$OUT/documents_$kernel.jsonl"
     done
   fi
@@ -128,7 +145,7 @@ part_step() {
       run="$OUT/$name"
       rm -rf "$run"
       kernel_options=""
-      [[ $kernel != exact ]] && kernel_options="  $kernel: {num_features: $FEATURES, chunk_size: $CHUNK, op: $STEP_OP}"
+      [[ $kernel != exact ]] && kernel_options="  $kernel: {$FEATURE_OPTIONS, op: $STEP_OP}"
       {
         echo "model:"
         grep -v '^#' "$MODEL" | sed 's/^/  /'
@@ -178,7 +195,7 @@ part_sharp() {
       for norm in 0 "$SHARP_NORM"; do
         "$BIN" kernel-check --bench --device "$DEVICE" --dtype bf16 --kernel "$kernel" --heads "$HEADS" \
           --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$SHARP_LENGTHS" --exact-max-length 32768 \
-          --op "$OP" --options "{num_features: $FEATURES, chunk_size: $CHUNK}" --repeats "$REPEATS" --bench-norm "$norm" \
+          --op "$OP" --options "{$FEATURE_OPTIONS}" --repeats "$REPEATS" --bench-norm "$norm" \
           --json "$OUT/sharp_$kernel.part.jsonl"
         cat "$OUT/sharp_$kernel.part.jsonl" >> "$OUT/sharp_$kernel.jsonl" && rm -f "$OUT/sharp_$kernel.part.jsonl"
       done

@@ -45,9 +45,9 @@ def main():
     hf = json.load(open(hf_path)) if os.path.exists(hf_path) else None
     summary = {"device": device, "machine": machine, "stages": stages,
                "tests": tests_summary(os.path.join(out, "junit.xml")),
-               "kernels": [{k: r.get(k) for k in ("kernel", "impl", "dtype", "computes_in", "length", "ms_median",
-                                                  "peak_mib", "ops_forward", "ops_backward", "speedup_vs_exact",
-                                                  "memory_vs_exact")}
+               "kernels": [{k: r.get(k) for k in ("kernel", "impl", "chunk_size", "sub_chunk", "dtype", "computes_in", "length",
+                                                  "ms_median", "peak_mib", "ops_forward", "ops_backward",
+                                                  "speedup_vs_exact", "memory_vs_exact")}
                            for r in kernels],
                "fla": fla,
                "documents": [{k: r.get(k) for k in ("kernel", "impl", "length", "batch", "documents_mean_length",
@@ -67,9 +67,12 @@ def main():
         md += ["", "Attention alone, forward + backward (exact: SDPA, timed beside each kernel in the same run)", "",
                "| kernel | impl | dtype | computes in | L | ms | peak MiB | ops fwd/bwd | vs exact | memory/exact |",
                "|---|---|---|---|---|---|---|---|---|---|"]
-        for r in sorted(kernels, key=lambda r: (r["kernel"], r.get("dtype") or "", r["length"], r["impl"])):
+        for r in sorted(kernels, key=lambda r: (r["kernel"], r.get("dtype") or "", r["length"], r["impl"],
+                                                r.get("chunk_size") or 0, r.get("sub_chunk") or 0)):
+            # op: cuda's rows say how they were cut: chunk / sub-chunk.
+            impl = r["impl"] + (" %s/%s" % (r.get("chunk_size"), r["sub_chunk"]) if "sub_chunk" in r else "")
             md.append("| %s | %s | %s | %s | %d | %.2f | %.0f | %s/%s | %s | %s |" % (
-                r["kernel"], r["impl"], r.get("dtype", "fp32"), r.get("computes_in") or "-", r["length"],
+                r["kernel"], impl, r.get("dtype", "fp32"), r.get("computes_in") or "-", r["length"],
                 r["ms_median"], r["peak_mib"], r.get("ops_forward", "-"), r.get("ops_backward", "-"),
                 "%.2fx" % r["speedup_vs_exact"] if r.get("speedup_vs_exact") is not None else "-",
                 "%.2f" % r["memory_vs_exact"] if r.get("memory_vs_exact") is not None else "-"))

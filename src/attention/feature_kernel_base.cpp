@@ -25,6 +25,14 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
                                 KeySpec("causal form: auto = ops/causal_form.h (CPU: raw_cpu where it applies, else chunk_loop; CUDA: chunk_parallel)")
                                     .OneOf(CausalOpNames())),
         reader.KeyPath("op"));
+    o.sub_chunk = reader.Get<int64_t>(
+        "sub_chunk", o.sub_chunk,
+        KeySpec("op: cuda's sub-chunk: the largest divisor of the chunk up to this many positions (pairs inside one are summed feature by feature); other forms refuse it")
+            .Min(0, "0 = 8, the LibTorch forms' own"));
+    DF_CHECK(o.sub_chunk == 0 || o.op == CausalOp::kCuda,
+             "config key '" << reader.KeyPath("sub_chunk") << "' = " << o.sub_chunk << " applies to op: cuda only, and '"
+                            << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
+                            << ": set op: cuda, or drop sub_chunk (the LibTorch forms take 8, the raw CPU kernel 16)");
   }
   if (!with_redraw) return o;
   o.redraw = reader.GetEnum("redraw", o.redraw,

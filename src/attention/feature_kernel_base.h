@@ -32,9 +32,14 @@ struct FeatureKernelOptions {
   // Causal path: the operator's form (ops/feature_map.h): auto (the device's), naive (the composite
   // reference), chunk_loop, chunk_parallel or raw_cpu. The old `fused: true|false` reads as auto|naive.
   CausalOp op = CausalOp::kAuto;
+  // op: cuda's sub-chunk (cuda_op_launch.h's ChunkingFor): at most this many positions, the largest
+  // divisor of the chunk; 0: causal_ops::kMaxSubChunk, as the LibTorch forms take it. Other forms
+  // refuse it (their memory grows with it; the raw CPU kernel's is its own).
+  int64_t sub_chunk = 0;
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown, and
-  // `with_op` false (signed features: one composite path) leaves `op` and `fused` unknown keys.
+  // `with_op` false (signed features: one composite path) leaves `op`, `fused` and `sub_chunk`
+  // unknown keys.
   // `default_features`: num_features when absent (SLAY's is smaller), recorded as the default.
   static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw, bool with_op,
                                    int64_t default_features = kDefaultFeatures);

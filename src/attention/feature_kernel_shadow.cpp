@@ -6,6 +6,7 @@
 #include "attention/feature_kernel_base.h"
 #include "attention/log_feature_kernel.h"
 #include "attention/ops/causal_form.h"
+#include "attention/ops/cuda_op_launch.h"
 #include "attention/ops/cuda_scan_launch.h"
 #include "attention/ops/raw_cpu_kernel.h"
 #include "attention/ops/sub_chunk.h"
@@ -38,8 +39,8 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
     const int64_t dv_rows = cuda_scan::DvShared(rows / K, c.deterministic) ? K : rows;
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
-    const int64_t sub = causal_ops::SubChunk(chunk);
-    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, sub, std::max<int64_t>(1, chunk / sub), true);
+    const auto cut = cuda_op_launch::ChunkingFor(chunk, options.sub_chunk);
+    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, cut.sub, cut.chunk_subs, true);
     if (rg) {
       for (const auto& given : {q, key, v}) tape.Save(given);
       tape.Save(tape.New(T * H, kF32, true));  // normaliser
@@ -96,8 +97,9 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   if (form.causal_operator && resolved == CausalForm::kCuda) {
     // The CUDA operator on another log-form map (x, y, v in fp32 as above): its backward's working
     // set as for positive features, per chunk one state and at most a block's scratch.
-    const int64_t m = form.features, chunks = (L + chunk - 1) / chunk, sub = causal_ops::SubChunk(chunk);
-    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / K, sub, std::max<int64_t>(1, chunk / sub), true);
+    const int64_t m = form.features, chunks = (L + chunk - 1) / chunk;
+    const auto cut = cuda_op_launch::ChunkingFor(chunk, options.sub_chunk);
+    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / K, cut.sub, cut.chunk_subs, true);
     r.backward_bytes = std::max(r.backward_bytes, (2 * (T * H * m + T * K * m) + T * K * D +
                                                    B * K * chunks * (m * (D + 1) + m + 1 + scratch)) *
                                                       kF32);

@@ -20,6 +20,7 @@ FeatureMap LogFeatureKernel::MakeFeatureMap() const {
   map.keys_per_query_head = KeysPerQueryHead();
   map.params_per_head = FeatureParamsPerHead();
   map.op = options_.op;
+  map.sub_chunk = options_.sub_chunk;
   map.num_features = options_.num_features;
   return map;
 }
@@ -78,6 +79,7 @@ torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& 
     map.keys_per_query_head = form.input_map_NRD.size(0) > 1;
   }
   map.op = options_.op;
+  map.sub_chunk = options_.sub_chunk;
   map.num_features = form.w_MR.size(0);
   map.input_dtype = q_BHLD.scalar_type();
   // q, k and v as given: the operator maps them (op: cuda inside, so autograd keeps them as they

@@ -24,6 +24,7 @@
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
 #include "attention/ops/cuda_op.h"
+#include "attention/ops/cuda_op_launch.h"
 #include "attention/ops/dtype_probe.h"
 #include "train/size_terms.h"
 #include "util/error.h"
@@ -246,9 +247,15 @@ void RunKernelBench(const KernelBenchOptions& o) {
     CheckKernelOptionsFit(o.kernel, fused_options, d, o.batch, o.heads, *std::max_element(o.lengths.begin(), o.lengths.end()),
                           bench_device);
   }
-  // Log-form kernels take the operator's form; signed ones have their composite path only.
-  const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, fused_options, o.heads, 8).ptr()) != nullptr;
+  // Log-form kernels take the operator's form; signed ones have their composite path only. The
+  // probe is built as `op: auto`, which takes no sub_chunk (op: cuda's: checked below).
+  auto probe_options = YAML::Clone(fused_options);
+  probe_options.remove("sub_chunk");
+  const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, probe_options, o.heads, 8).ptr()) != nullptr;
   DF_CHECK(!o.ops.empty(), "--op: give at least one form");
+  DF_CHECK(!fused_options["sub_chunk"] || (o.ops == std::vector<std::string>{"cuda"} && !o.naive),
+           "--options: sub_chunk is op: cuda's, and the forms timed here are --op " << fmt::format("{}", fmt::join(o.ops, ","))
+               << (o.naive ? " and --naive" : "") << ": give --op cuda alone, or drop sub_chunk");
   // As a run's config is (run_config.cpp), before anything is timed or printed.
   if (std::find(o.ops.begin(), o.ops.end(), "cuda") != o.ops.end()) {
     DF_CHECK(bench_device.is_cuda(), "--op cuda: op: cuda runs on a CUDA device; this bench runs on --device " << o.device);
@@ -260,6 +267,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
   if (log_form) naive_options["op"] = "naive";
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
+  const int64_t sub_chunk = fused_options["sub_chunk"] ? fused_options["sub_chunk"].as<int64_t>() : 0;
   std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads; TF32 {}\n",
                            o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
@@ -357,6 +365,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
         line["device"] = o.device;
         line["dtype"] = o.dtype;
         line["tf32"] = tf32;  // CUDA's fp32 products on TF32 operands (--tf32)
+        // op: cuda's sub-chunk as it ran (its sub_chunk key, or the default) at this length.
+        if (impl.name == "cuda") line["sub_chunk"] = cuda_op_launch::ChunkingFor(std::min(chunk, length), sub_chunk).sub;
         line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
         line["bench_norm"] = o.norm;  // 0: ordinary rows
         if (impl.twin >= 0) {

@@ -70,6 +70,11 @@ def cuda_op_on_a_cpu_run(tmp):
     path, run_dir, _ = setup_run(tmp)
     expect_bad(train(path, "attention.performer.op=cuda", "train.device=cpu"), "attention.performer.op",
                "CUDA device", run_dir=run_dir, what="op: cuda on a CPU run")
+    # sub_chunk is op: cuda's: another form would not read it, so it is refused, naming both keys.
+    expect_bad(train(path, "attention.performer.sub_chunk=32"), "attention.performer.sub_chunk",
+               "attention.performer.op", run_dir=run_dir, what="sub_chunk without op: cuda")
+    expect_bad(train(path, "attention.performer.op=cuda", "attention.performer.sub_chunk=-1"),
+               "attention.performer.sub_chunk", run_dir=run_dir, what="a negative sub_chunk")
 
 
 def main(argv):

@@ -21,11 +21,12 @@ namespace {
 
 constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 
+// sub_chunk: op: cuda's key (0: absent, its default).
 AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm, int64_t chunk = kChunk,
-                     int64_t features = kFeatures, int64_t heads = kHeads) {
+                     int64_t features = kFeatures, int64_t heads = kHeads, int64_t sub_chunk = 0) {
   KernelShape shape{heads, kDim};
   const std::string yaml = "{num_features: " + std::to_string(features) + ", chunk_size: " + std::to_string(chunk) +
-                           ", op: " + op + "}";
+                           ", op: " + op + (sub_chunk > 0 ? ", sub_chunk: " + std::to_string(sub_chunk) : "") + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
   torch::NoGradGuard no_grad;
   if (projection_norm > 0) {  // rows projection_norm e_i: a key along e_i raises feature i by ~norm^2 / 2
@@ -104,17 +105,18 @@ double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 // the inputs' gradients; the parameters' stay fp32).
 void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature,
                    const torch::Tensor& document_ids_BL = {}, bool bf16 = false, int64_t chunk = kChunk,
-                   int64_t features = kFeatures, const std::string& op = "cuda") {
+                   int64_t features = kFeatures, const std::string& op = "cuda", int64_t sub_chunk = 0) {
   const auto device = testing::TestDevice();
   const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
   const auto in = MakeInputs(pattern);
   auto reference = Make(name, "chunk_loop", projection_norm, kChunk, features);
   const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL, bf16);
-  auto kernel = Make(name, op, projection_norm, chunk, features);
+  auto kernel = Make(name, op, projection_norm, chunk, features, kHeads, sub_chunk);
   const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL, bf16);
   const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
   const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
-  const std::string where = name + " " + op + " " + pattern + " on " + device.str() + (bf16 ? " bf16" : "");
+  const std::string where = name + " " + op + " " + pattern + " on " + device.str() + (bf16 ? " bf16" : "") +
+                            " chunk " + std::to_string(chunk) + " sub_chunk " + std::to_string(sub_chunk);
   ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
   EXPECT_LE(RelativeError(got.out, ref.out), std::max(out_tol, storage)) << where << " output";
   ASSERT_EQ(got.grads.size(), ref.grads.size()) << where;
@@ -294,6 +296,24 @@ TEST(DeviceCudaOpTest, OneSubChunkPerBlockAndSeveralFeatureSlices) {
   ExpectMatches("performer", "jump", 900.0, torch::tensor(ids).view({1, kLength}), false, 8);
   ExpectMatches("darkformer", "jump", 900.0, {}, false, 8, /*features=*/40);
   ExpectMatches("performer", "ordinary", 0, torch::tensor(ids).view({1, kLength}), true, 8, 40);
+}
+
+// Longer sub-chunks (the sub_chunk key): chunk 32 in sub-chunks of 16 ([0, 16), [16, 32), [32, 40):
+// the jump at 11 inside a sub-chunk, the one at 32 a chunk's first, a document starting after
+// each); and sub_chunk 32 at chunk 64, which 40 positions cut to one chunk of 40 in sub-chunks of
+// 20, the largest divisor up to 32 (both jumps inside one). fp32, and bf16 on the tensor cores.
+TEST(DeviceCudaOpTest, LongerSubChunksAtTheJumpsAndDocuments) {
+  std::vector<int64_t> ids(kLength, 3);
+  for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
+  const auto around = torch::tensor(ids).view({1, kLength});
+  for (const std::string name : {"performer", "darkformer"}) {
+    for (const bool bf16 : {false, true}) {
+      ExpectMatches(name, "jump", 900.0, {}, bf16, /*chunk=*/32, kFeatures, "cuda", /*sub_chunk=*/16);
+      ExpectMatches(name, "jump", 900.0, around, bf16, 32, kFeatures, "cuda", 16);
+      ExpectMatches(name, "jump", 900.0, around, bf16, 64, kFeatures, "cuda", 32);
+    }
+    ExpectMatches(name, "sharp", 3600.0 / std::sqrt(8.0), {}, true, 64, kFeatures, "cuda", 32);
+  }
 }
 
 // The scan reads the queries where they lie (cuda_scan_queries.h): a batch of 2 whose queries are

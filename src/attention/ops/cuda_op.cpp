@@ -112,7 +112,7 @@ struct CallScan {
       : features(MakeScanFeatures(map, p, x, y, rows)),
         values(AsRead(v)),
         options(v.options().dtype(torch::kFloat32)) {
-    const auto cut = ChunkingFor(chunk);
+    const auto cut = ChunkingFor(chunk, map.sub_chunk);
     launch = MakeLaunch(x.size(1), rows, FeatureCount(), values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
     PointFeatures(launch, features);
     launch.tensor_cores = tensor_cores;
@@ -321,7 +321,7 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
                      .contiguous();
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
   torch::Tensor ids, resets;
-  const auto cut = ChunkingFor(chunk);
+  const auto cut = ChunkingFor(chunk, map.sub_chunk);
   auto launch = MakeLaunch(rows, rows, l.size(3), v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets);
   launch.l = l.data_ptr<float>();
   launch.a = l.data_ptr<float>();  // never read: a prefill folds keys only

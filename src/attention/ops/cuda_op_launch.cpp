@@ -20,8 +20,8 @@
 
 namespace darkformer::cuda_op_launch {
 
-Chunking ChunkingFor(int64_t chunk) {
-  const int64_t sub = causal_ops::SubChunk(chunk);
+Chunking ChunkingFor(int64_t chunk, int64_t longest_sub) {
+  const int64_t sub = causal_ops::SubChunk(chunk, longest_sub > 0 ? longest_sub : causal_ops::kMaxSubChunk);
   return {sub, std::max<int64_t>(1, chunk / sub)};
 }
 

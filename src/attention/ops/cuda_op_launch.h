@@ -22,7 +22,8 @@ namespace darkformer::cuda_op_launch {
 struct Chunking {
   int64_t sub, chunk_subs;
 };
-Chunking ChunkingFor(int64_t chunk);
+// S is the largest divisor of the chunk up to `longest_sub` (the kernel's sub_chunk; 0: causal_ops::kMaxSubChunk).
+Chunking ChunkingFor(int64_t chunk, int64_t longest_sub);
 
 // The scan's Launch for `heads` query heads and `rows` key rows per sequence, m features, and v
 // (B x K x L x Dv, fp32 or bf16, read as given at its strides), with the document ids (B x L; undefined: none) that the

@@ -60,6 +60,8 @@ struct FeatureMap {
   bool input_map = false;
   double input_scale = 1.0;
   CausalOp op = CausalOp::kAuto;
+  // op: cuda's longest sub-chunk (FeatureKernelOptions::sub_chunk; 0: its default).
+  int64_t sub_chunk = 0;
   // m, the features per head (0: not said).
   int64_t num_features = 0;
   // The dtype the caller's queries arrived in, before the features' fp32: a 16-bit one (what users
