@@ -129,7 +129,7 @@ void ExpectMatches(const std::string& name, const std::string& pattern, double m
 }
 
 // Every path the kernels have, small: fp32 on CUDA cores; bf16 on tensor cores (shared memory)
-// with documents read on the device, and 3 slices of features over 5 chunks.
+// with documents read on the device, and 2 slices of features over 5 chunks.
 TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) {
   ExpectMatches("performer", "ordinary", 0);
   const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
@@ -287,8 +287,8 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
 }
 
 // chunk_size 8: blocks of one sub-chunk each (5 per row, both ways), so every entering state the
-// backward recomputes is a chunk boundary; m = 40 also splits the scans over chunks into 3 slices
-// of features (16, 16, 8), one block each.
+// backward recomputes is a chunk boundary; m = 40 also splits the scans over chunks into 2 slices
+// of features (32 and 8 at Dv + 1 = 9: Launch::SliceFeatures), one block each.
 TEST(DeviceCudaOpTest, OneSubChunkPerBlockAndSeveralFeatureSlices) {
   ExpectMatches("darkformer", "jump", 900.0, {}, false, /*chunk=*/8);
   std::vector<int64_t> ids(kLength, 3);

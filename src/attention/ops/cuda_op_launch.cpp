@@ -83,7 +83,7 @@ int64_t BackwardBlocks(const cuda_scan::Launch& x, const torch::Tensor& on) {
 }
 
 torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({backward ? x.rows * x.backward_blocks : std::max(x.forward_blocks, x.rows * x.Slices()),
+  return torch::empty({backward ? x.rows * x.backward_blocks : x.forward_blocks,
                        x.ScratchFloats(backward)},
                       options);
 }

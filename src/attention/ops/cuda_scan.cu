@@ -35,11 +35,13 @@ __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
   }
 }
 
-// Blocks (row, slice of features) for the scans over chunks.
-__global__ void __launch_bounds__(kThreads) EnteringStatesKernel(Launch x) {
+// The scans over chunks take no products, so no shared memory: kScanThreads threads, one block per
+// (row, slice of features).
+__device__ Block ScanBlock() { return Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), nullptr}; }
+
+__global__ void __launch_bounds__(kScanThreads) EnteringStatesKernel(Launch x) {
   const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
-  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
-                 x.ScratchOf(blockIdx.x, false));
+  EnteringStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row));
 }
 
 // A prefill's steps: every chunk's own state, the last's too (into the row's final state); then
@@ -55,10 +57,10 @@ __global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x, floa
   }
 }
 
-__global__ void __launch_bounds__(kThreads) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
+__global__ void __launch_bounds__(kScanThreads) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
   const int64_t mv = x.features * (x.value_dim + 1), row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
-  EnteringStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
-                 x.ScratchOf(blockIdx.x, false), final_states + row * mv, final_refs + row * x.features);
+  EnteringStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
+                 final_states + row * mv, final_refs + row * x.features);
 }
 
 __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
@@ -87,9 +89,9 @@ __global__ void __launch_bounds__(kThreads) ReverseShareKernel(Launch x) {
   }
 }
 
-__global__ void __launch_bounds__(kThreads) ReverseStatesKernel(Launch x) {
+__global__ void __launch_bounds__(kScanThreads) ReverseStatesKernel(Launch x) {
   const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
-  ReverseStates(ThisBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOf(row));
+  ReverseStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOf(row));
 }
 
 __global__ void __launch_bounds__(kThreads) KeySideKernel(Launch x) {
@@ -133,7 +135,7 @@ void StatesOnDevice(const Launch& x, void* stream) {
   const auto blocks = static_cast<unsigned>(x.forward_blocks), slices = static_cast<unsigned>(x.rows * x.Slices());
   ChunkOwnStateKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks' own states)");
-  EnteringStatesKernel<<<slices, kThreads, 0, on>>>(x);
+  EnteringStatesKernel<<<slices, kScanThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (entering states)");
 }
 
@@ -150,7 +152,7 @@ void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, vo
   const auto on = static_cast<cudaStream_t>(stream);
   PrefillOwnStateKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (chunks' own states)");
-  PrefillStatesKernel<<<static_cast<unsigned>(x.rows * x.Slices()), kThreads, 0, on>>>(x, final_states, final_refs);
+  PrefillStatesKernel<<<static_cast<unsigned>(x.rows * x.Slices()), kScanThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (states)");
 }
 
@@ -167,7 +169,7 @@ void KeySideOnDevice(const Launch& x, void* stream) {
              slices = static_cast<unsigned>(x.rows * x.Slices());
   ReverseShareKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (chunks' own reverse states)");
-  ReverseStatesKernel<<<slices, kThreads, 0, on>>>(x);
+  ReverseStatesKernel<<<slices, kScanThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (reverse states)");
   KeySideKernel<<<blocks, kThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (key side)");

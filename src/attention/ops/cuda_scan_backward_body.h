@@ -204,18 +204,34 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
 // (io.resets, from the forward's first step); Z(N - 2) = Z_own(N - 1). Slot n - 1 of z (N x m x V)
 // holds Z_own(n), chunk n's own share (step 1), and becomes Z(n - 1); the references are the
 // checkpoints'. Each element is completed alone, so a block takes features [f0, f1) of the row
-// (Launch::Slices).
+// (Launch::Slices) and a thread an element's whole chain, as EnteringStates: Z(n) in a register,
+// the own shares and decays of kScanDepth chunks loaded at once, no barrier.
 DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io, float* z) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  const int64_t span = (f1 - f0) * v;
-  for (int64_t n = chunks - 2; n >= 1; --n) {
-    if (io.resets[n] != 0.0f) continue;  // Z(n - 1) = Z_own(n), already in its slot
-    ParallelFor(b, span, [&](int64_t e) {
-      const int64_t idx = f0 * v + e, i = idx / v;
-      const float decay = DF_EXP2(io.refs[n * m + i] - io.refs[(n + 1) * m + i]);
-      z[(n - 1) * mv + idx] += decay * z[n * mv + idx];
-    });
+  const int64_t steps = chunks - 2;  // n = chunks - 2 down to 1
+  for (int64_t e = b.tid; steps > 0 && e < (f1 - f0) * v; e += b.size) {
+    const int64_t idx = f0 * v + e, i = idx / v;
+    float carry = z[(chunks - 2) * mv + idx];  // Z(N - 2) = Z_own(N - 1)
+    for (int64_t s0 = 0; s0 < steps; s0 += kScanDepth) {
+      float own[kScanDepth], decay[kScanDepth];
+      const int64_t depth = steps - s0 < kScanDepth ? steps - s0 : kScanDepth;
+      DF_UNROLL
+      for (int k = 0; k < kScanDepth; ++k) {  // loads independent of the chain: in flight together
+        if (k >= depth) continue;
+        const int64_t n = chunks - 2 - (s0 + k);
+        own[k] = z[(n - 1) * mv + idx];
+        decay[k] = DF_EXP2(io.refs[n * m + i] - io.refs[(n + 1) * m + i]);
+      }
+      DF_UNROLL
+      for (int k = 0; k < kScanDepth; ++k) {  // the chain, in a register
+        if (k >= depth) continue;
+        const int64_t n = chunks - 2 - (s0 + k);
+        carry = io.resets[n] != 0.0f ? own[k] : own[k] + decay[k] * carry;  // a start: Z_own(n) alone
+        z[(n - 1) * mv + idx] = carry;
+      }
+    }
   }
+  b.Sync();
 }
 
 }  // namespace darkformer::cuda_scan

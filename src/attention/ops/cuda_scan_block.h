@@ -12,6 +12,12 @@
 #define DF_HD
 #define DF_EXP2 std::exp2
 #endif
+// A loop of constant count unrolled on the device (its arrays then live in registers).
+#ifdef __CUDA_ARCH__
+#define DF_UNROLL _Pragma("unroll")
+#else
+#define DF_UNROLL
+#endif
 
 namespace darkformer::cuda_scan {
 
@@ -20,6 +26,11 @@ namespace darkformer::cuda_scan {
 // step; and the floats of shared memory a block holds for them: the two operand panels and one
 // 16 x 16 output tile per warp.
 constexpr int kThreads = 256;
+// The scans over chunks (EnteringStates, ReverseStates): threads per block, enough for one feature's
+// row of a state at Gemma's Dv + 1 = 257 one element each; and the chunks whose loads each element's
+// chain issues at once (they do not depend on the chain, so they are in flight together).
+constexpr int kScanThreads = 288;
+constexpr int kScanDepth = 8;
 constexpr int kPanelRows = 32, kPanelCols = 128, kPanelDepth = 32;
 constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 

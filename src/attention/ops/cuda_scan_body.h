@@ -328,33 +328,57 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
 // keeps its exact 1 in the normaliser. Where a document starts in chunk n (o.resets, step 1),
 // S_{n+1} = S'_n at R'_n. With `final_state` (a prefill: step 1 wrote the last chunk's own state
 // there) that becomes S_N, the state after the whole row, with its reference.
-// Each element merges alone (each feature's rows, each in place), so a block takes features
-// [f0, f1) of the row (Launch::Slices).
+// Each element merges alone, so a block takes features [f0, f1) of the row (Launch::Slices) and a
+// thread an element's whole chain over the chunks: its running state and reference in registers,
+// no barrier and no load that waits on the chain, the own states and references of kScanDepth
+// chunks loaded at once (ScanChain). Every thread of a feature computes its references alike from
+// the own ones in slots n + 1, which one thread per feature overwrites with R only after a barrier.
 DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const ForwardOut& o,
-                                 const Scratch& c, float* final_state = nullptr, float* final_ref = nullptr) {
+                                 float* final_state = nullptr, float* final_ref = nullptr) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  const int64_t span = (f1 - f0) * v;  // the block's elements of a state, from f0 * v on
-  float* own_factor = c.kk;            // m floats of the sub-chunk buffers, unused by this step
-  ParallelFor(b, span, [&](int64_t e) { o.states[f0 * v + e] = 0.0f; });
-  ParallelFor(b, f1 - f0, [&](int64_t e) { o.refs[f0 + e] = kNegInf; });
-  for (int64_t n = 0; n + 1 < chunks || (final_state != nullptr && n < chunks); ++n) {
-    const float *in = o.states + n * mv, *in_ref = o.refs + n * m;
-    const bool last = n + 1 == chunks;
-    float* next = last ? final_state : o.states + (n + 1) * mv;  // holds S'_n, becomes S_{n+1}
-    float* next_ref = last ? final_ref : o.refs + (n + 1) * m;
-    const bool reset = o.resets[n] != 0.0f;
-    ParallelFor(b, f1 - f0, [&](int64_t e) {
-      const int64_t i = f0 + e;
-      const float own_ref = next_ref[i], top = reset ? own_ref : Max(in_ref[i], own_ref);
-      c.decay[i] = DF_EXP2(in_ref[i] - top);  // 0 for the empty S_0
-      own_factor[i] = DF_EXP2(own_ref - top);
-      next_ref[i] = top;
-    });
-    ParallelFor(b, span, [&](int64_t e) {
-      const int64_t idx = f0 * v + e, i = idx / v;
-      next[idx] = reset ? next[idx] : c.decay[i] * in[idx] + own_factor[i] * next[idx];
-    });
+  // Merges n = 0 .. merges - 1, each into slot n + 1 (the last, with a prefill, into final_state).
+  const int64_t merges = chunks - 1 + (final_state != nullptr ? 1 : 0);
+  auto state_at = [&](int64_t n) { return n + 1 == chunks ? final_state : o.states + (n + 1) * mv; };
+  auto ref_at = [&](int64_t n) { return n + 1 == chunks ? final_ref : o.refs + (n + 1) * m; };
+  // R after merge n from the running one and chunk n's own (step 1's, still in its slot).
+  auto top_of = [&](int64_t n, float in_ref, float own_ref) {
+    return o.resets[n] != 0.0f ? own_ref : Max(in_ref, own_ref);
+  };
+  for (int64_t e = b.tid; e < (f1 - f0) * v; e += b.size) {
+    const int64_t idx = f0 * v + e, i = idx / v;
+    float in = 0.0f, in_ref = kNegInf;
+    o.states[idx] = 0.0f;
+    for (int64_t n0 = 0; n0 < merges; n0 += kScanDepth) {
+      float own[kScanDepth], own_ref[kScanDepth];
+      const int64_t depth = merges - n0 < kScanDepth ? merges - n0 : kScanDepth;
+      DF_UNROLL
+      for (int k = 0; k < kScanDepth; ++k) {  // loads independent of the chain: in flight together
+        if (k >= depth) continue;
+        own[k] = state_at(n0 + k)[idx];
+        own_ref[k] = ref_at(n0 + k)[i];
+      }
+      DF_UNROLL
+      for (int k = 0; k < kScanDepth; ++k) {  // the chain, in registers
+        if (k >= depth) continue;
+        const int64_t n = n0 + k;
+        const float top = top_of(n, in_ref, own_ref[k]);
+        const float decay = DF_EXP2(in_ref - top), own_factor = DF_EXP2(own_ref[k] - top);  // 0 for the empty S_0
+        in = o.resets[n] != 0.0f ? own[k] : decay * in + own_factor * own[k];
+        in_ref = top;
+        state_at(n)[idx] = in;
+      }
+    }
   }
+  b.Sync();  // every thread has read the own references
+  for (int64_t i = f0 + b.tid; i < f1; i += b.size) {
+    float in_ref = kNegInf;
+    o.refs[i] = kNegInf;
+    for (int64_t n = 0; n < merges; ++n) {
+      in_ref = top_of(n, in_ref, ref_at(n)[i]);
+      ref_at(n)[i] = in_ref;
+    }
+  }
+  b.Sync();
 }
 
 // 3. Chunk n's outputs, from its checkpoint, folding its sub-chunks into it in place (nothing

@@ -16,8 +16,7 @@ void StatesOnHost(const Launch& x) {
   }
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
     const int64_t row = block / x.Slices(), slice = block % x.Slices();
-    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
-                   x.ScratchOf(block, false));
+    EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row));
   }
 }
 
@@ -42,7 +41,7 @@ void PrefillOnHost(const Launch& x, float* final_states, float* final_refs) {
   for (int64_t block = 0; block < x.rows * x.Slices(); ++block) {
     const int64_t row = block / x.Slices(), slice = block % x.Slices();
     EnteringStates(Block{}, x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
-                   x.ScratchOf(block, false), final_states + row * mv, final_refs + row * x.features);
+                   final_states + row * mv, final_refs + row * x.features);
   }
 }
 

@@ -75,18 +75,23 @@ struct Launch {
   // and the backward's per row (each takes every W-th chunk of its row): their scratch stays
   // bounded however long the sequence.
   int64_t forward_blocks = 1, backward_blocks = 1;
-  // Forward: max(forward_blocks, rows x Slices()) x ScratchFloats(false), one per block of the
-  // forward's launches; backward: rows x backward_blocks x ScratchFloats(true).
+  // Forward: forward_blocks x ScratchFloats(false), one per block of the forward's per-chunk
+  // launches (the scans over chunks take none); backward: rows x backward_blocks x ScratchFloats(true).
   float* scratch = nullptr;
 
   DF_HD int64_t Chunks() const { return CheckpointCount(length, sub, group_subs); }
-  // The scans over chunks (EnteringStates, ReverseStates) take each row in slices of kSliceFeatures
-  // features, one block each: block s of row r is r * Slices() + s, features [First, Last).
-  static constexpr int64_t kSliceFeatures = 16;
-  DF_HD int64_t Slices() const { return (features + kSliceFeatures - 1) / kSliceFeatures; }
-  DF_HD int64_t SliceFirst(int64_t slice) const { return slice * kSliceFeatures; }
+  // The scans over chunks (EnteringStates, ReverseStates) take each row in slices of SliceFeatures()
+  // features, one block each: block s of row r is r * Slices() + s, features [First, Last). A slice
+  // is as many whole feature rows of a state (Dv + 1 elements each) as kScanThreads threads cover one
+  // element each, at least one: each element's chain over the chunks is one thread's.
+  DF_HD int64_t SliceFeatures() const {
+    const int64_t per = kScanThreads / (value_dim + 1);
+    return per > 0 ? per : 1;
+  }
+  DF_HD int64_t Slices() const { return (features + SliceFeatures() - 1) / SliceFeatures(); }
+  DF_HD int64_t SliceFirst(int64_t slice) const { return slice * SliceFeatures(); }
   DF_HD int64_t SliceLast(int64_t slice) const {
-    return (slice + 1) * kSliceFeatures < features ? (slice + 1) * kSliceFeatures : features;
+    return (slice + 1) * SliceFeatures() < features ? (slice + 1) * SliceFeatures() : features;
   }
   DF_HD int64_t ScratchFloats(bool backward) const {
     return Scratch::Floats(features, value_dim, group, sub, group_subs, backward);
