@@ -16,6 +16,8 @@
 #     length DOCUMENTS; exact also one call per document (`kernel-check --bench-documents`).
 #  1c. fla's chunk_linear_attn with Performer features in PyTorch, bf16, against SDPA in the same
 #     process (tools/bench_fla.py, fla.jsonl; a row saying why where CUDA, triton or fla is missing).
+#  1d. op: cuda cut otherwise (CUDA_CUTS: chunk_size and its sub_chunk key), bf16, beside SDPA:
+#     kernels_<kernel>_bf16_c<chunk>s<sub>.jsonl, each row's chunk_size and sub_chunk as they ran.
 #  2. The paper's step, Gemma 2B q/k/v-only finetuning (bf16 autocast, activation checkpointing,
 #     chunked loss), for each of STEP_KERNELS at each of STEP_SHAPES (batch x tokens): ms, tokens/s,
 #     MFU, peak device memory, and on CUDA the caching allocator's peak beside `inspect --memory`'s
@@ -27,12 +29,12 @@
 #   DEVICE=cuda tools/bench_gpu.sh
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/bench/gpu-$DEVICE], PARTS [attention
-# fla sharp step documents: 1, 1c, 3, 2, 1b], LENGTHS [2048,8192,32768], DTYPES [bf16 fp32],
+# cuts fla sharp step documents: 1, 1d, 1c, 3, 2, 1b], LENGTHS [2048,8192,32768], DTYPES [bf16 fp32],
 # DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384], DOCUMENT_BATCH [4], FLA [1; 0 skips
 # 1c], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP [auto:
 # chunk_parallel on CUDA; a list, e.g. auto,cuda, times each], CHUNK [64: the feature kernels'
-# chunk_size], CUDA_CUTS [none; a list of chunk:sub_chunk, e.g. 64:32,256:32: part 1 also times
-# op: cuda in bf16 so cut, beside SDPA: kernels_<kernel>_bf16_c<chunk>s<sub>.jsonl and .log], SHARP_NORM
+# chunk_size], CUDA_CUTS [none: 1d skipped; a list of chunk:sub_chunk, e.g. 64:32,256:32: op: cuda
+# in bf16 so cut, beside SDPA: kernels_<kernel>_bf16_c<chunk>s<sub>.jsonl and .log], SHARP_NORM
 # [60; 0 skips 3], SHARP_LENGTHS [8192], STEP_OP [the last form of OP: the step's], STEP_KERNELS
 # [exact performer darkformer], STEP_SHAPES [8x2048 1x16384], STEPS [4],
 # MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into
@@ -45,7 +47,8 @@ OUT="${OUT:-$ROOT/build/bench/gpu-$DEVICE}"
 LENGTHS="${LENGTHS:-2048,8192,32768}"
 HEADS="${HEADS:-8}" KV_HEADS="${KV_HEADS:-1}" HEAD_DIM="${HEAD_DIM:-256}" FEATURES="${FEATURES:-256}"
 REPEATS="${REPEATS:-3}" OP="${OP:-auto}" DTYPES="${DTYPES:-bf16 fp32}" FLA="${FLA:-1}"
-PARTS="${PARTS:-attention fla sharp step documents}"
+PARTS="${PARTS:-attention cuts fla sharp step documents}"
+PARTS="${PARTS//,/ }"  # commas too, so gpu_check.sh's BENCH_ENV (split on spaces) can give a list
 DOCUMENTS="${DOCUMENTS:-256}" DOCUMENT_LENGTHS="${DOCUMENT_LENGTHS:-4096,16384}" DOCUMENT_BATCH="${DOCUMENT_BATCH:-4}"
 STEP_KERNELS="${STEP_KERNELS:-exact performer darkformer}" STEP_SHAPES="${STEP_SHAPES:-8x2048 1x16384}"
 STEPS="${STEPS:-4}" CHUNK="${CHUNK:-64}" SHARP_NORM="${SHARP_NORM:-60}" SHARP_LENGTHS="${SHARP_LENGTHS:-8192}"
@@ -61,8 +64,8 @@ PEAK_TFLOPS="${PEAK_TFLOPS:-989}"
 BIN="${DARKFORMER_BIN:-$ROOT/build/darkformer}"
 PY="${PYTHON:-$ROOT/.venv/bin/python}"
 for part in $PARTS; do  # checked before anything runs
-  [[ " attention documents fla step sharp " == *" $part "* ]] ||
-    { echo "[bench_gpu] PARTS: unknown part '$part' (attention, documents, fla, step, sharp)" >&2; exit 2; }
+  [[ " attention cuts documents fla step sharp " == *" $part "* ]] ||
+    { echo "[bench_gpu] PARTS: unknown part '$part' (attention, cuts, documents, fla, step, sharp)" >&2; exit 2; }
 done
 mkdir -p "$OUT"
 echo "[bench_gpu] $(date -u '+%F %H:%M') device $DEVICE | uptime: $(uptime)"
@@ -100,7 +103,11 @@ part_attention() {
       attention_call "$kernel" "$dtype" "$OP" "$FEATURE_OPTIONS" "kernels_$kernel$([[ $dtype == fp32 ]] || echo "_$dtype")"
     done
   done
-  for cut in ${CUDA_CUTS//,/ }; do  # op: cuda's sub_chunk (the other forms refuse it), bf16
+}
+
+# 1d. op: cuda at other chunk:sub_chunk cuts (CUDA_CUTS; its sub_chunk key, which other forms refuse), bf16.
+part_cuts() {
+  for cut in ${CUDA_CUTS//,/ }; do
     for kernel in performer darkformer; do
       attention_call "$kernel" bf16 cuda "num_features: $FEATURES, chunk_size: ${cut%:*}, sub_chunk: ${cut#*:}" \
         "kernels_${kernel}_bf16_c${cut%:*}s${cut#*:}"
