@@ -331,7 +331,7 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
 // Each element merges alone, so a block takes features [f0, f1) of the row (Launch::Slices) and a
 // thread an element's whole chain over the chunks: its running state and reference in registers,
 // no barrier and no load that waits on the chain, the own states and references of kScanDepth
-// chunks loaded at once (ScanChain). Every thread of a feature computes its references alike from
+// chunks loaded at once. Every thread of a feature computes its references alike from
 // the own ones in slots n + 1, which one thread per feature overwrites with R only after a barrier.
 DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const ForwardOut& o,
                                  float* final_state = nullptr, float* final_ref = nullptr) {
