@@ -35,12 +35,13 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     // (cuda_scan::DvShared: darkformer's, unless train.deterministic), per KV head, the queries'
     // gradient at their mapped input (width R; where W trains, their features and their gradients,
     // ops/cuda_scan_queries.h), and per chunk and key row one state of m (D + 1) floats with its
-    // references and, at most, a block's scratch. (A 16-bit input is bf16 here: autocast's.)
+    // references (the chunk's and its sub-chunks') and, at most, a block's scratch. (A 16-bit input
+    // is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
     const int64_t dv_rows = cuda_scan::DvShared(rows / K, c.deterministic) ? K : rows;
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
     const auto cut = cuda_op_launch::ChunkingFor(chunk, options.sub_chunk);
-    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, cut.sub, cut.chunk_subs, true);
+    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, cut.sub, true);
     if (rg) {
       for (const auto& given : {q, key, v}) tape.Save(given);
       tape.Save(tape.New(T * H, kF32, true));  // normaliser
@@ -48,7 +49,7 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     ShadowAttention r;
     r.out = tape.New(T * H * D, v.esz == shadow::kBf16 ? shadow::kBf16 : kF32, rg);
     r.backward_bytes = (T * H + T * H * queries + T * rows * (m + 1) + T * dv_rows * D +
-                        B * rows * chunks * (m * (D + 1) + m + 1 + scratch)) *
+                        B * rows * chunks * (m * (D + 1) + m + 1 + cut.chunk_subs * m + scratch)) *
                        kF32;
     return r;
   }
@@ -96,12 +97,13 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   r.backward_bytes = 4 * T * H * D * kF32;
   if (form.causal_operator && resolved == CausalForm::kCuda) {
     // The CUDA operator on another log-form map (x, y, v in fp32 as above): its backward's working
-    // set as for positive features, per chunk one state and at most a block's scratch.
+    // set as for positive features, per chunk one state, its references and at most a block's scratch.
     const int64_t m = form.features, chunks = (L + chunk - 1) / chunk;
     const auto cut = cuda_op_launch::ChunkingFor(chunk, options.sub_chunk);
-    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / K, cut.sub, cut.chunk_subs, true);
+    const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / K, cut.sub, true);
     r.backward_bytes = std::max(r.backward_bytes, (2 * (T * H * m + T * K * m) + T * K * D +
-                                                   B * K * chunks * (m * (D + 1) + m + 1 + scratch)) *
+                                                   B * K * chunks *
+                                                       (m * (D + 1) + m + 1 + cut.chunk_subs * m + scratch)) *
                                                       kF32);
   }
   if (form.causal_operator && resolved == CausalForm::kChunkParallel) {

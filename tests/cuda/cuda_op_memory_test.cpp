@@ -125,8 +125,9 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   // as they come: here sum()'s broadcast, no bytes): g . out per query and head, the key features'
   // gradients and one norm per key and row (the scan projects the features themselves), dv, the
   // queries' gradient at their mapped input (width d: both maps keep it); per chunk and row, one
-  // state of m (Dv + 1) floats, its m references and its reset flag, and the host emulation's
-  // scratch (a block per chunk and row; the device's is capped). The features' backward after it
+  // state of m (Dv + 1) floats, its m references and its reset flag, its sub-chunks' m references
+  // each (the query side's, for the key side), and the host emulation's scratch (a block per chunk
+  // and row; the device's is capped). The features' backward after it
   // stays within it.
   cuda_scan::Launch launch;
   launch.features = m;
@@ -135,7 +136,8 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   const auto cut = cuda_op_launch::ChunkingFor(shape.chunk, shape.sub_chunk);
   launch.sub = cut.sub;
   launch.group_subs = cut.chunk_subs;
-  const double per_chunk = 4.0 * rows * (m * (dv + 1) + m + 1 + launch.ScratchFloats(/*backward=*/true));
+  const double per_chunk =
+      4.0 * rows * (m * (dv + 1) + m + 1 + cut.chunk_subs * m + launch.ScratchFloats(/*backward=*/true));
   const double working = 4.0 * (h + h * d + rows * (m + 1) + dv_rows * dv) + per_chunk / shape.chunk;
   // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
   // tensor alive (about 20 at the peak), a few bytes per position at these lengths.

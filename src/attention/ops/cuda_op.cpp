@@ -173,6 +173,9 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   launch.dl = result.dl.data_ptr<float>();
   launch.dv = result.dv.data_ptr<float>();
   launch.states = states.data_ptr<float>();
+  // Each sub-chunk's entering reference, from the query side to the key side (m floats each).
+  const auto sub_refs = torch::empty({launch.chunk_count * launch.group_subs, launch.features}, options);
+  launch.sub_refs = sub_refs.data_ptr<float>();
   Run(launch, on, Step::kQuerySide);
   // The query side consumed the states (the key side never reads them); the reverse states take
   // their place.

@@ -39,7 +39,7 @@ __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
 // (row, slice of features).
 __device__ Block ScanBlock() { return Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), nullptr}; }
 
-__global__ void __launch_bounds__(kScanThreads) EnteringStatesKernel(Launch x) {
+__global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) EnteringStatesKernel(Launch x) {
   const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
   EnteringStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row));
 }
@@ -57,7 +57,7 @@ __global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x, floa
   }
 }
 
-__global__ void __launch_bounds__(kScanThreads) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
+__global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
   const int64_t mv = x.features * (x.value_dim + 1), row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
   EnteringStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
                  final_states + row * mv, final_refs + row * x.features);
@@ -89,7 +89,7 @@ __global__ void __launch_bounds__(kThreads) ReverseShareKernel(Launch x) {
   }
 }
 
-__global__ void __launch_bounds__(kScanThreads) ReverseStatesKernel(Launch x) {
+__global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) ReverseStatesKernel(Launch x) {
   const int64_t row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
   ReverseStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOf(row));
 }

@@ -118,32 +118,22 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
 // - the key side, in reverse from Z at the chunk's end: the terms that read Z, added to dl and dv,
 //   and Z itself, which needs only the sub-chunks' references, not their states.
 
-// Each sub-chunk's entering reference into c.group_refs (m floats per slot k - first) and whether
-// a state enters it into c.group_has, from chunk n's checkpoint reference.
-DF_HD inline void SubChunkReferences(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const Scratch& c) {
-  const int64_t m = r.features, first = n * r.group_subs, end = ChunkEnd(r, n);
-  ParallelFor(b, m, [&](int64_t i) { c.group_refs[i] = io.refs[n * m + i]; });
-  for (int64_t k = first; k < end; ++k) {
-    const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-    const bool has = n > 0 || slot > 0;
-    ParallelFor(b, 1, [&](int64_t) { c.group_has[slot] = has ? 1.0f : 0.0f; });
-    if (k + 1 == end) break;
-    Maxima(b, r, pos, sl, /*queries=*/false, c.group_refs + slot * m, has, c);
-    float* next = c.group_refs + (slot + 1) * m;  // R at this sub-chunk's end
-    ParallelFor(b, m, [&](int64_t i) { next[i] = c.rrows[(sl - 1) * m + i]; });
-  }
-}
+// The row's sub-chunk k's entering reference (m floats), as the query side leaves it for the key side.
+DF_HD inline float* SubChunkRef(const Row& r, const BackwardIo& io, int64_t k) { return io.sub_refs + k * r.features; }
 
 // The query side of chunk n: its checkpoint (io.states, consumed: folded in place) read by each
-// sub-chunk's queries, and each sub-chunk's own pairs.
+// sub-chunk's queries, and each sub-chunk's own pairs. Each sub-chunk's entering reference is left
+// in io.sub_refs for the key side, which would otherwise rerun the chunk's maxima to find them.
 DF_HD inline void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const Scratch& c) {
   const int64_t m = r.features, mv = m * (r.value_dim + 1), first = n * r.group_subs, end = ChunkEnd(r, n);
   float* state = io.states + n * mv;
-  float* ref = c.group_refs;  // the current sub-chunk's entering reference (the checkpoint's is kept)
+  float* ref = c.group_ref;  // the current sub-chunk's entering reference (the checkpoint's is kept)
   ParallelFor(b, m, [&](int64_t i) { ref[i] = io.refs[n * m + i]; });
   for (int64_t k = first; k < end; ++k) {
     const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
     const bool has = n > 0 || k > first;
+    float* kept = SubChunkRef(r, io, k);
+    ParallelFor(b, m, [&](int64_t i) { kept[i] = ref[i]; });
     QuerySideGradients(b, r, io, pos, sl, state, ref, has, c);
     if (k + 1 < end) Fold(b, r, KeysOf(r, pos, c), sl, state, ref, has, c);
   }
@@ -152,16 +142,16 @@ DF_HD inline void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo&
 // The key side of chunk n, from `z`: the reverse state at the chunk's end (has_z; else none),
 // updated in place to the chunk's own start. With `gradients`, the terms of dl and dv that read it
 // are added; without, z ends as the chunk's own share of the reverse state at its entering
-// reference (step 1 of the reverse scan; ReverseStates is step 2).
+// reference (step 1 of the reverse scan; ReverseStates is step 2). The sub-chunks' entering
+// references are the query side's (io.sub_refs).
 DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, float* z, bool has_z,
                                bool gradients, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
   const int64_t first = n * r.group_subs, end = ChunkEnd(r, n);
-  SubChunkReferences(b, r, io, n, c);
   for (int64_t k = end - 1; k >= first; --k) {
-    const int64_t slot = k - first, pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
-    const float* ref = c.group_refs + slot * m;
-    const bool has_in = c.group_has[slot] != 0.0f;
+    const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
+    const float* ref = SubChunkRef(r, io, k);
+    const bool has_in = n > 0 || k > first;  // a state enters it
     if (gradients) LoadValues(b, r, pos, sl, c);
     Maxima(b, r, pos, sl, /*queries=*/true, ref, has_in, c);
     const float* l = KeysOf(r, pos, c);
@@ -211,23 +201,29 @@ DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_
   const int64_t steps = chunks - 2;  // n = chunks - 2 down to 1
   for (int64_t e = b.tid; steps > 0 && e < (f1 - f0) * v; e += b.size) {
     const int64_t idx = f0 * v + e, i = idx / v;
-    float carry = z[(chunks - 2) * mv + idx];  // Z(N - 2) = Z_own(N - 1)
+    // Step n reads and writes slot n - 1 and the references of n and n + 1: pointers that walk back.
+    float* slot = z + (chunks - 2) * mv + idx;
+    const float* ref = io.refs + (chunks - 2) * m + i;
+    float carry = *slot;  // Z(N - 2) = Z_own(N - 1)
     for (int64_t s0 = 0; s0 < steps; s0 += kScanDepth) {
       float own[kScanDepth], decay[kScanDepth];
       const int64_t depth = steps - s0 < kScanDepth ? steps - s0 : kScanDepth;
       DF_UNROLL
       for (int k = 0; k < kScanDepth; ++k) {  // loads independent of the chain: in flight together
         if (k >= depth) continue;
-        const int64_t n = chunks - 2 - (s0 + k);
-        own[k] = z[(n - 1) * mv + idx];
-        decay[k] = DF_EXP2(io.refs[n * m + i] - io.refs[(n + 1) * m + i]);
+        own[k] = slot[-(k + 1) * mv];
+        decay[k] = DF_EXP2(ref[-k * m] - ref[(1 - k) * m]);
       }
       DF_UNROLL
       for (int k = 0; k < kScanDepth; ++k) {  // the chain, in a register
         if (k >= depth) continue;
         const int64_t n = chunks - 2 - (s0 + k);
         carry = io.resets[n] != 0.0f ? own[k] : own[k] + decay[k] * carry;  // a start: Z_own(n) alone
-        z[(n - 1) * mv + idx] = carry;
+        slot[-(k + 1) * mv] = carry;
+      }
+      if (s0 + kScanDepth < steps) {  // the next batch's (never before the buffers' start)
+        slot -= kScanDepth * mv;
+        ref -= kScanDepth * m;
       }
     }
   }

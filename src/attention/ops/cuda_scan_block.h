@@ -31,6 +31,8 @@ constexpr int kThreads = 256;
 // chain issues at once (they do not depend on the chain, so they are in flight together).
 constexpr int kScanThreads = 288;
 constexpr int kScanDepth = 8;
+// Blocks of a scan per SM that its registers must allow (__launch_bounds__): more chains in flight.
+constexpr int kScanBlocksPerSm = 3;
 constexpr int kPanelRows = 32, kPanelCols = 128, kPanelDepth = 32;
 constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 

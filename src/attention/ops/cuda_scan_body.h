@@ -81,6 +81,8 @@ struct BackwardIo {
   // to the zeros it starts as; else the row's own.
   bool dv_shared;
   const float* resets;  // checkpoints: the forward's step 1 wrote them (the backward reruns it)
+  // checkpoints x group_subs x m: each sub-chunk's entering reference (the query side writes them)
+  float* sub_refs;
 };
 
 DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_subs) {
@@ -95,17 +97,17 @@ struct Scratch {
   // the sub-chunk, its document's first position there (-1: before it). The state a block folds
   // into lives outside: in the call's per-chunk buffer (forward) or in group_states (backward).
   float *qa, *ka, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
-  // The backward's: each sub-chunk's entering reference and whether a state enters it; h_t; da.
-  // The states it folds live in the call's per-chunk buffers (cuda_scan_backward_body.h).
-  float *group_refs = nullptr, *group_has = nullptr, *h = nullptr, *da = nullptr;
+  // The backward's: the query side's current sub-chunk's entering reference; h_t; da. The states
+  // it folds live in the call's per-chunk buffers (cuda_scan_backward_body.h).
+  float *group_ref = nullptr, *h = nullptr, *da = nullptr;
 
   // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
-  DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
+  DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, bool backward) {
     const int64_t v = dv + 1, gs = g * s;
     const int64_t forward = gs * m + 2 * s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
-    return forward + (backward ? group_subs * (m + 1) + gs * v + gs * m : 0);
+    return forward + (backward ? m + gs * v + gs * m : 0);
   }
-  DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, int64_t group_subs, bool backward) {
+  DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, bool backward) {
     const int64_t v = dv + 1, gs = g * s;
     Scratch c;
     auto take = [&p](int64_t n) {
@@ -126,8 +128,7 @@ struct Scratch {
     c.vh = take(s * v);
     c.starts = take(s);
     if (!backward) return c;
-    c.group_refs = take(group_subs * m);
-    c.group_has = take(group_subs);
+    c.group_ref = take(m);
     c.h = take(gs * v);
     c.da = take(gs * m);
     return c;

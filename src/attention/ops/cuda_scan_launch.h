@@ -68,6 +68,9 @@ struct Launch {
   // (AddShared: atomics on the device, whose order may change the last bits from run to run).
   float* dv = nullptr;
   bool dv_shared = false;
+  // chunk_count x group_subs x m: each sub-chunk's entering reference, which the backward's query
+  // side writes as it folds a chunk and its key side reads (it used to rerun the sub-chunks' maxima).
+  float* sub_refs = nullptr;
   // chunk_count x m x (Dv + 1): slot n of a row holds the reverse state at its chunk n's end (after
   // the backward's step 2; before it, chunk n + 1's own share of it: ZOwnOf).
   float* z = nullptr;
@@ -94,11 +97,10 @@ struct Launch {
     return (slice + 1) * SliceFeatures() < features ? (slice + 1) * SliceFeatures() : features;
   }
   DF_HD int64_t ScratchFloats(bool backward) const {
-    return Scratch::Floats(features, value_dim, group, sub, group_subs, backward);
+    return Scratch::Floats(features, value_dim, group, sub, backward);
   }
   DF_HD Scratch ScratchOf(int64_t block, bool backward) const {
-    return Scratch::Carve(scratch + block * ScratchFloats(backward), features, value_dim, group, sub, group_subs,
-                          backward);
+    return Scratch::Carve(scratch + block * ScratchFloats(backward), features, value_dim, group, sub, backward);
   }
 
   // Row `row`'s queries: given, or the G heads from (row % rows_per_sequence) G on of its sequence.
@@ -171,7 +173,7 @@ struct Launch {
             ElementAt(g, g_bf16, (row / rows_per_sequence) * g_strides[0] + HeadOf(row) * g_strides[1]), g_bf16,
             g_strides[1], g_strides[2], g_strides[3],
             dq + row * group * lq, lq, dl + row * lm, dv + (dv_shared ? row / value_rows_per : row) * ld, dv_shared,
-            resets + first};
+            resets + first, sub_refs + first * group_subs * features};
   }
   // Where step 1 of the forward puts chunk n < Chunks() - 1's own state and reference: the slot
   // of the state entering chunk n + 1, which step 2 merges in place (EnteringStates). The last
