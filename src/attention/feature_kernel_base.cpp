@@ -30,8 +30,9 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
         KeySpec("op: cuda's sub-chunk: the largest divisor of the chunk up to this many positions (pairs inside one are summed feature by feature); other forms refuse it")
             .Min(0, "0 = 8, the LibTorch forms' own"));
     DF_CHECK(o.sub_chunk == 0 || o.op == CausalOp::kCuda,
-             "config key '" << reader.KeyPath("sub_chunk") << "' = " << o.sub_chunk << " applies to op: cuda only, and '"
-                            << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
+             "config key '" << reader.KeyPath("sub_chunk") << "' = " << o.sub_chunk
+                            << ValueOrigin(reader.KeyPath("sub_chunk"), reader.node()["sub_chunk"])
+                            << " applies to op: cuda only, and '" << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
                             << ": set op: cuda, or drop sub_chunk (the LibTorch forms take 8, the raw CPU kernel 16)");
   }
   if (!with_redraw) return o;
