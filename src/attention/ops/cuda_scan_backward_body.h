@@ -207,18 +207,19 @@ DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_
     float carry = *slot;  // Z(N - 2) = Z_own(N - 1)
     for (int64_t s0 = 0; s0 < steps; s0 += kScanDepth) {
       float own[kScanDepth], decay[kScanDepth];
+      bool reset[kScanDepth];
       const int64_t depth = steps - s0 < kScanDepth ? steps - s0 : kScanDepth;
       DF_UNROLL
       for (int k = 0; k < kScanDepth; ++k) {  // loads independent of the chain: in flight together
         if (k >= depth) continue;
         own[k] = slot[-(k + 1) * mv];
         decay[k] = DF_EXP2(ref[-k * m] - ref[(1 - k) * m]);
+        reset[k] = io.resets[chunks - 2 - (s0 + k)] != 0.0f;
       }
       DF_UNROLL
       for (int k = 0; k < kScanDepth; ++k) {  // the chain, in a register
         if (k >= depth) continue;
-        const int64_t n = chunks - 2 - (s0 + k);
-        carry = io.resets[n] != 0.0f ? own[k] : own[k] + decay[k] * carry;  // a start: Z_own(n) alone
+        carry = reset[k] ? own[k] : own[k] + decay[k] * carry;  // a start: Z_own(n) alone
         slot[-(k + 1) * mv] = carry;
       }
       if (s0 + kScanDepth < steps) {  // the next batch's (never before the buffers' start)

@@ -341,42 +341,54 @@ DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64
   const int64_t merges = chunks - 1 + (final_state != nullptr ? 1 : 0);
   auto state_at = [&](int64_t n) { return n + 1 == chunks ? final_state : o.states + (n + 1) * mv; };
   auto ref_at = [&](int64_t n) { return n + 1 == chunks ? final_ref : o.refs + (n + 1) * m; };
-  // R after merge n from the running one and chunk n's own (step 1's, still in its slot).
-  auto top_of = [&](int64_t n, float in_ref, float own_ref) {
-    return o.resets[n] != 0.0f ? own_ref : Max(in_ref, own_ref);
-  };
+  // R after a merge from the running one and the chunk's own (step 1's, still in its slot).
+  auto top_of = [](bool reset, float in_ref, float own_ref) { return reset ? own_ref : Max(in_ref, own_ref); };
   for (int64_t e = b.tid; e < (f1 - f0) * v; e += b.size) {
     const int64_t idx = f0 * v + e, i = idx / v;
     float in = 0.0f, in_ref = kNegInf;
     o.states[idx] = 0.0f;
     for (int64_t n0 = 0; n0 < merges; n0 += kScanDepth) {
       float own[kScanDepth], own_ref[kScanDepth];
+      bool reset[kScanDepth];
       const int64_t depth = merges - n0 < kScanDepth ? merges - n0 : kScanDepth;
       DF_UNROLL
       for (int k = 0; k < kScanDepth; ++k) {  // loads independent of the chain: in flight together
         if (k >= depth) continue;
         own[k] = state_at(n0 + k)[idx];
         own_ref[k] = ref_at(n0 + k)[i];
+        reset[k] = o.resets[n0 + k] != 0.0f;
       }
       DF_UNROLL
       for (int k = 0; k < kScanDepth; ++k) {  // the chain, in registers
         if (k >= depth) continue;
-        const int64_t n = n0 + k;
-        const float top = top_of(n, in_ref, own_ref[k]);
+        const float top = top_of(reset[k], in_ref, own_ref[k]);
         const float decay = DF_EXP2(in_ref - top), own_factor = DF_EXP2(own_ref[k] - top);  // 0 for the empty S_0
-        in = o.resets[n] != 0.0f ? own[k] : decay * in + own_factor * own[k];
+        in = reset[k] ? own[k] : decay * in + own_factor * own[k];
         in_ref = top;
-        state_at(n)[idx] = in;
+        state_at(n0 + k)[idx] = in;
       }
     }
   }
   b.Sync();  // every thread has read the own references
-  for (int64_t i = f0 + b.tid; i < f1; i += b.size) {
+  for (int64_t i = f0 + b.tid; i < f1; i += b.size) {  // the same chain of R, its loads batched alike
     float in_ref = kNegInf;
     o.refs[i] = kNegInf;
-    for (int64_t n = 0; n < merges; ++n) {
-      in_ref = top_of(n, in_ref, ref_at(n)[i]);
-      ref_at(n)[i] = in_ref;
+    for (int64_t n0 = 0; n0 < merges; n0 += kScanDepth) {
+      float own_ref[kScanDepth];
+      bool reset[kScanDepth];
+      const int64_t depth = merges - n0 < kScanDepth ? merges - n0 : kScanDepth;
+      DF_UNROLL
+      for (int k = 0; k < kScanDepth; ++k) {
+        if (k >= depth) continue;
+        own_ref[k] = ref_at(n0 + k)[i];
+        reset[k] = o.resets[n0 + k] != 0.0f;
+      }
+      DF_UNROLL
+      for (int k = 0; k < kScanDepth; ++k) {
+        if (k >= depth) continue;
+        in_ref = top_of(reset[k], in_ref, own_ref[k]);
+        ref_at(n0 + k)[i] = in_ref;
+      }
     }
   }
   b.Sync();
