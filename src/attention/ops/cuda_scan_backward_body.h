@@ -198,35 +198,30 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
 // the own shares and decays of kScanDepth chunks loaded at once, no barrier.
 DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io, float* z) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  const int64_t steps = chunks - 2;  // n = chunks - 2 down to 1
+  const int64_t steps = chunks - 2;  // step s: n = chunks - 2 - s, from chunks - 2 down to 1
+  struct Share {  // chunk n's own share Z_own(n), its decay 2^(R(e_n) - R(e_{n+1})), a start in it
+    float own, decay;
+    bool reset;
+  };
   for (int64_t e = b.tid; steps > 0 && e < (f1 - f0) * v; e += b.size) {
     const int64_t idx = f0 * v + e, i = idx / v;
-    // Step n reads and writes slot n - 1 and the references of n and n + 1: pointers that walk back.
-    float* slot = z + (chunks - 2) * mv + idx;
+    float* slot = z + (chunks - 2) * mv + idx;  // step s0 + k reads and writes slot - (k + 1) mv
     const float* ref = io.refs + (chunks - 2) * m + i;
     float carry = *slot;  // Z(N - 2) = Z_own(N - 1)
-    for (int64_t s0 = 0; s0 < steps; s0 += kScanDepth) {
-      float own[kScanDepth], decay[kScanDepth];
-      bool reset[kScanDepth];
-      const int64_t depth = steps - s0 < kScanDepth ? steps - s0 : kScanDepth;
-      DF_UNROLL
-      for (int k = 0; k < kScanDepth; ++k) {  // loads independent of the chain: in flight together
-        if (k >= depth) continue;
-        own[k] = slot[-(k + 1) * mv];
-        decay[k] = DF_EXP2(ref[-k * m] - ref[(1 - k) * m]);
-        reset[k] = io.resets[chunks - 2 - (s0 + k)] != 0.0f;
-      }
-      DF_UNROLL
-      for (int k = 0; k < kScanDepth; ++k) {  // the chain, in a register
-        if (k >= depth) continue;
-        carry = reset[k] ? own[k] : own[k] + decay[k] * carry;  // a start: Z_own(n) alone
-        slot[-(k + 1) * mv] = carry;
-      }
-      if (s0 + kScanDepth < steps) {  // the next batch's (never before the buffers' start)
-        slot -= kScanDepth * mv;
-        ref -= kScanDepth * m;
-      }
-    }
+    BatchedChain(
+        steps,
+        [&](int64_t s0, int k) {
+          return Share{slot[-(k + 1) * mv], DF_EXP2(ref[-k * m] - ref[(1 - k) * m]),
+                       io.resets[chunks - 2 - (s0 + k)] != 0.0f};
+        },
+        [&](int64_t, int k, const Share& x) {
+          carry = x.reset ? x.own : x.own + x.decay * carry;  // a start: Z_own(n) alone
+          slot[-(k + 1) * mv] = carry;
+        },
+        [&] {  // the next batch's (never before the buffers' start)
+          slot -= kScanDepth * mv;
+          ref -= kScanDepth * m;
+        });
   }
   b.Sync();
 }

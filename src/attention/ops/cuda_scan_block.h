@@ -66,4 +66,30 @@ DF_HD void ParallelFor(const Block& b, int64_t n, F f) {
   b.Sync();
 }
 
+// A chain that one thread walks over steps 0 .. steps - 1, its running values in registers (the
+// scans over chunks), in batches of kScanDepth steps from s0 = 0, kScanDepth, ...: load(s0, k)
+// gives step s0 + k's inputs, which never depend on the chain, so a batch's loads are issued at
+// once and are in flight together; then step(s0, k, inputs) advances the chain, in order; next()
+// between batches (a caller whose pointers walk with the batch: offsets of k only, fewer registers).
+// No barrier inside.
+template <typename Load, typename Step, typename Next>
+DF_HD void BatchedChain(int64_t steps, Load load, Step step, Next next) {
+  using Inputs = decltype(load(int64_t{0}, 0));
+  for (int64_t s0 = 0; s0 < steps; s0 += kScanDepth) {
+    Inputs in[kScanDepth];
+    const int64_t depth = steps - s0 < kScanDepth ? steps - s0 : kScanDepth;
+    DF_UNROLL
+    for (int k = 0; k < kScanDepth; ++k) {
+      if (k >= depth) continue;
+      in[k] = load(s0, k);
+    }
+    DF_UNROLL
+    for (int k = 0; k < kScanDepth; ++k) {
+      if (k >= depth) continue;
+      step(s0, k, in[k]);
+    }
+    if (s0 + kScanDepth < steps) next();
+  }
+}
+
 }  // namespace darkformer::cuda_scan

@@ -332,7 +332,7 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
 // Each element merges alone, so a block takes features [f0, f1) of the row (Launch::Slices) and a
 // thread an element's whole chain over the chunks: its running state and reference in registers,
 // no barrier and no load that waits on the chain, the own states and references of kScanDepth
-// chunks loaded at once. Every thread of a feature computes its references alike from
+// chunks loaded at once (BatchedChain). Every thread of a feature computes its references alike from
 // the own ones in slots n + 1, which one thread per feature overwrites with R only after a barrier.
 DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const ForwardOut& o,
                                  float* final_state = nullptr, float* final_ref = nullptr) {
@@ -343,53 +343,41 @@ DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64
   auto ref_at = [&](int64_t n) { return n + 1 == chunks ? final_ref : o.refs + (n + 1) * m; };
   // R after a merge from the running one and the chunk's own (step 1's, still in its slot).
   auto top_of = [](bool reset, float in_ref, float own_ref) { return reset ? own_ref : Max(in_ref, own_ref); };
+  struct Merge {  // chunk n's own element, its own reference, and whether a document starts in it
+    float own, own_ref;
+    bool reset;
+  };
+  struct RefMerge {  // the same for the reference's chain alone
+    float own_ref;
+    bool reset;
+  };
   for (int64_t e = b.tid; e < (f1 - f0) * v; e += b.size) {
     const int64_t idx = f0 * v + e, i = idx / v;
     float in = 0.0f, in_ref = kNegInf;
     o.states[idx] = 0.0f;
-    for (int64_t n0 = 0; n0 < merges; n0 += kScanDepth) {
-      float own[kScanDepth], own_ref[kScanDepth];
-      bool reset[kScanDepth];
-      const int64_t depth = merges - n0 < kScanDepth ? merges - n0 : kScanDepth;
-      DF_UNROLL
-      for (int k = 0; k < kScanDepth; ++k) {  // loads independent of the chain: in flight together
-        if (k >= depth) continue;
-        own[k] = state_at(n0 + k)[idx];
-        own_ref[k] = ref_at(n0 + k)[i];
-        reset[k] = o.resets[n0 + k] != 0.0f;
-      }
-      DF_UNROLL
-      for (int k = 0; k < kScanDepth; ++k) {  // the chain, in registers
-        if (k >= depth) continue;
-        const float top = top_of(reset[k], in_ref, own_ref[k]);
-        const float decay = DF_EXP2(in_ref - top), own_factor = DF_EXP2(own_ref[k] - top);  // 0 for the empty S_0
-        in = reset[k] ? own[k] : decay * in + own_factor * own[k];
-        in_ref = top;
-        state_at(n0 + k)[idx] = in;
-      }
-    }
+    BatchedChain(
+        merges,
+        [&](int64_t n0, int k) { return Merge{state_at(n0 + k)[idx], ref_at(n0 + k)[i], o.resets[n0 + k] != 0.0f}; },
+        [&](int64_t n0, int k, const Merge& x) {
+          const float top = top_of(x.reset, in_ref, x.own_ref);
+          const float decay = DF_EXP2(in_ref - top), own_factor = DF_EXP2(x.own_ref - top);  // 0 for the empty S_0
+          in = x.reset ? x.own : decay * in + own_factor * x.own;
+          in_ref = top;
+          state_at(n0 + k)[idx] = in;
+        },
+        [] {});
   }
   b.Sync();  // every thread has read the own references
   for (int64_t i = f0 + b.tid; i < f1; i += b.size) {  // the same chain of R, its loads batched alike
     float in_ref = kNegInf;
     o.refs[i] = kNegInf;
-    for (int64_t n0 = 0; n0 < merges; n0 += kScanDepth) {
-      float own_ref[kScanDepth];
-      bool reset[kScanDepth];
-      const int64_t depth = merges - n0 < kScanDepth ? merges - n0 : kScanDepth;
-      DF_UNROLL
-      for (int k = 0; k < kScanDepth; ++k) {
-        if (k >= depth) continue;
-        own_ref[k] = ref_at(n0 + k)[i];
-        reset[k] = o.resets[n0 + k] != 0.0f;
-      }
-      DF_UNROLL
-      for (int k = 0; k < kScanDepth; ++k) {
-        if (k >= depth) continue;
-        in_ref = top_of(reset[k], in_ref, own_ref[k]);
-        ref_at(n0 + k)[i] = in_ref;
-      }
-    }
+    BatchedChain(
+        merges, [&](int64_t n0, int k) { return RefMerge{ref_at(n0 + k)[i], o.resets[n0 + k] != 0.0f}; },
+        [&](int64_t n0, int k, const RefMerge& x) {
+          in_ref = top_of(x.reset, in_ref, x.own_ref);
+          ref_at(n0 + k)[i] = in_ref;
+        },
+        [] {});
   }
   b.Sync();
 }
