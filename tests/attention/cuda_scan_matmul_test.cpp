@@ -3,13 +3,17 @@
 // step, and its tiles and offsets are the device's. Shapes here cross every panel edge in every
 // direction (several panels each way, ragged last ones, a depth that ends inside a WMMA step, a
 // column or a few past the last whole panel, which one thread each sums: ThreadTailCols),
-// through strided operands and an epilogue that reads what it writes over, as the scan's are.
+// through strided operands and an epilogue that reads what it writes over, as the scan's are; in
+// both splits (Split::kTf32, the projections'; Split::kBf16, every other product's).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <vector>
+
+#include <c10/util/BFloat16.h>
 
 #include "attention/ops/cuda_scan_matmul.h"
 
@@ -21,7 +25,14 @@ using cuda_scan::kPanelCols;
 using cuda_scan::kPanelDepth;
 using cuda_scan::kPanelRows;
 using cuda_scan::MatMul;
-using cuda_scan::Tf32x3Product;
+using cuda_scan::Split;
+using cuda_scan::SplitProduct;
+
+constexpr Split kSplits[] = {Split::kTf32, Split::kBf16};
+const char* Name(Split split) { return split == Split::kTf32 ? "3xTF32" : "bf16x3"; }
+float Product(Split split, float a, float b) {
+  return split == Split::kTf32 ? SplitProduct<Split::kTf32>(a, b) : SplitProduct<Split::kBf16>(a, b);
+}
 
 struct Shape {
   int64_t rows, cols, depth;
@@ -57,29 +68,35 @@ Operands Make(const Shape& s, uint32_t seed) {
 
 // The operands' product on the emulated tensor-core path, each output to `out`.
 template <typename Out>
-void TensorCoreProduct(const Operands& o, Out out) {
-  MatMul(
-      Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, [&](int64_t r, int64_t k) { return o.at[k * o.rows + r]; },
-      [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; }, out);
+void TensorCoreProduct(Split split, const Operands& o, Out out) {
+  auto a = [&](int64_t r, int64_t k) { return o.at[k * o.rows + r]; };
+  auto b = [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; };
+  if (split == Split::kTf32) {
+    MatMul<Split::kTf32>(Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, a, b, out);
+  } else {
+    MatMul<Split::kBf16>(Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, a, b, out);
+  }
 }
 
-TEST(CudaScanMatMulTest, PanelsGiveTheInOrderTf32x3SumsToTheBit) {
-  // The emulation's contract (cuda_scan_matmul.h): each output is sum_k Tf32x3Product(a, b) in
+TEST(CudaScanMatMulTest, PanelsGiveTheInOrderSplitSumsToTheBit) {
+  // The emulation's contract (cuda_scan_matmul.h): each output is sum_k SplitProduct(a, b) in
   // order of k, whatever the panels; so it equals the plain loop bit for bit.
-  uint32_t seed = 1;
-  for (const auto& s : Shapes()) {
-    const auto o = Make(s, seed++);
-    std::vector<float> got(s.rows * s.cols, NAN);
-    TensorCoreProduct(o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
-    int64_t mismatches = 0;
-    for (int64_t r = 0; r < s.rows; ++r) {
-      for (int64_t c = 0; c < s.cols; ++c) {
-        float want = 0.0f;
-        for (int64_t k = 0; k < s.depth; ++k) want += Tf32x3Product(o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
-        mismatches += got[r * s.cols + c] != want;  // NaN (never written) counts too
+  for (const Split split : kSplits) {
+    uint32_t seed = 1;
+    for (const auto& s : Shapes()) {
+      const auto o = Make(s, seed++);
+      std::vector<float> got(s.rows * s.cols, NAN);
+      TensorCoreProduct(split, o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
+      int64_t mismatches = 0;
+      for (int64_t r = 0; r < s.rows; ++r) {
+        for (int64_t c = 0; c < s.cols; ++c) {
+          float want = 0.0f;
+          for (int64_t k = 0; k < s.depth; ++k) want += Product(split, o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
+          mismatches += got[r * s.cols + c] != want;  // NaN (never written) counts too
+        }
       }
+      EXPECT_EQ(mismatches, 0) << Name(split) << " " << s.rows << " x " << s.cols << " x " << s.depth;
     }
-    EXPECT_EQ(mismatches, 0) << s.rows << " x " << s.cols << " x " << s.depth;
   }
 }
 
@@ -87,29 +104,65 @@ TEST(CudaScanMatMulTest, TensorCoreSumsStayWithinTheirBoundOfTheFp64Product) {
   // Against fp64. One 3xTF32 product: hi = TF32(x) is within 2^-11 |x| of x and lo = TF32(x - hi)
   // within 2^-11 of the rest, so hi + lo = x (1 + d), |d| <= 2^-22, for a and b; dropping
   // a_lo b_lo costs <= 2^-22 |a b|; the three partial products (11 x 11 bits) are exact in fp32
-  // and their two sums round by <= 2^-24 each: <= 4 2^-22 |a b| in all. The fp32 sum of `depth`
-  // such terms adds <= depth 2^-24 (1 + 2^-10) sum_k |a_k b_k| (the factor covers the terms'
-  // own excess over |a_k b_k| and gamma_n's denominator at n <= 317).
-  uint32_t seed = 100;
-  for (const auto& s : Shapes()) {
-    const auto o = Make(s, seed++);
-    std::vector<float> got(s.rows * s.cols);
-    TensorCoreProduct(o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
-    double worst = 0.0;
-    for (int64_t r = 0; r < s.rows; ++r) {
-      for (int64_t c = 0; c < s.cols; ++c) {
-        double exact = 0.0, magnitude = 0.0;
-        for (int64_t k = 0; k < s.depth; ++k) {
-          const double p = double(o.at[k * s.rows + r]) * double(o.b[k * o.b_stride + c]);
-          exact += p;
-          magnitude += std::fabs(p);
+  // and their two sums round by <= 2^-24 each: <= 4 2^-22 |a b| in all. One bf16x3 product, the
+  // same with 8-bit halves: hi + lo = x (1 + d), |d| <= 2^-9 2^-9 = 2^-18, so (1 + d_a)(1 + d_b)
+  // is within 2^-17 + 2^-36 of 1; a_lo b_lo <= (2^-9 + 2^-18)^2 |a b| < 2^-18 (1 + 2^-8) |a b|;
+  // the partial products (8 x 8 bits) are exact and the two sums round by <= 2^-24 each: under
+  // 3.1 2^-18 |a b|, so <= 4 2^-18 |a b|. The fp32 sum of `depth` such terms adds <= depth 2^-24
+  // (1 + 2^-10) sum_k |a_k b_k| (the factor covers the terms' own excess over |a_k b_k| and
+  // gamma_n's denominator at n <= 317).
+  for (const Split split : kSplits) {
+    const double per_term = split == Split::kTf32 ? 4 * std::ldexp(1.0, -22) : 4 * std::ldexp(1.0, -18);
+    uint32_t seed = 100;
+    for (const auto& s : Shapes()) {
+      const auto o = Make(s, seed++);
+      std::vector<float> got(s.rows * s.cols);
+      TensorCoreProduct(split, o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
+      double worst = 0.0;
+      for (int64_t r = 0; r < s.rows; ++r) {
+        for (int64_t c = 0; c < s.cols; ++c) {
+          double exact = 0.0, magnitude = 0.0;
+          for (int64_t k = 0; k < s.depth; ++k) {
+            const double p = double(o.at[k * s.rows + r]) * double(o.b[k * o.b_stride + c]);
+            exact += p;
+            magnitude += std::fabs(p);
+          }
+          const double bound = (per_term + s.depth * std::ldexp(1.0, -24) * (1 + std::ldexp(1.0, -10))) * magnitude;
+          worst = std::max(worst, std::fabs(got[r * s.cols + c] - exact) / bound);
         }
-        const double bound = (4 * std::ldexp(1.0, -22) + s.depth * std::ldexp(1.0, -24) * (1 + std::ldexp(1.0, -10))) * magnitude;
-        worst = std::max(worst, std::fabs(got[r * s.cols + c] - exact) / bound);
       }
+      EXPECT_LE(worst, 1.0) << Name(split) << " " << s.rows << " x " << s.cols << " x " << s.depth;
     }
-    EXPECT_LE(worst, 1.0) << s.rows << " x " << s.cols << " x " << s.depth;
   }
+}
+
+// Each product's halves as the device forms them: hi is x rounded to bf16 as LibTorch rounds it
+// (c10::BFloat16, to nearest even) and lo the rest rounded likewise, so the three partial
+// products are exact in fp32; x's whose bf16 rounding is a tie, or lands on a power of two, or
+// carries into the exponent, among them.
+TEST(CudaScanMatMulTest, Bf16HalvesAreLibTorchsRounding) {
+  std::mt19937 gen(5);
+  std::uniform_int_distribution<uint32_t> bits(0u, 0xffffffffu);
+  std::vector<float> xs = {1.0f, -1.0f, 1.00390625f /* a tie: 1 + 2^-8 */, 1.01171875f, 0.99999994f, 3.0e-39f,
+                           -2.5e38f, 1.5f * std::ldexp(1.0f, -126)};
+  for (int i = 0; i < 20000; ++i) {
+    float x;
+    const uint32_t u = bits(gen) & 0x7f7fffffu;  // finite, either sign below
+    std::memcpy(&x, &u, sizeof x);
+    xs.push_back(i % 2 ? -x : x);
+  }
+  int64_t mismatches = 0;
+  for (const float x : xs) {
+    const float hi = cuda_scan::RoundToBf16(x);
+    const float lo = cuda_scan::RoundToBf16(x - hi);
+    mismatches += hi != static_cast<float>(c10::BFloat16(x));
+    mismatches += lo != static_cast<float>(c10::BFloat16(x - hi));
+    // 8 significant bits each: their product is exact in fp32 (no rounding to find).
+    const double exact = double(hi) * double(lo);
+    const bool normal = std::fabs(exact) > 1e-30 && std::fabs(exact) < 1e30;  // fp32's range, no subnormal
+    mismatches += normal && double(hi * lo) != exact;
+  }
+  EXPECT_EQ(mismatches, 0);
 }
 
 TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
@@ -120,11 +173,13 @@ TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t c = 0; c < s.cols; ++c) {
       float sum = 0.0f;
-      for (int64_t k = 0; k < s.depth; ++k) sum += Tf32x3Product(o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
+      for (int64_t k = 0; k < s.depth; ++k) sum += Product(Split::kBf16, o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
       want[r * s.cols + c] = 0.5f * 2.0f + sum;
     }
   }
-  TensorCoreProduct(o, [&](int64_t r, int64_t c, float sum) { state[r * s.cols + c] = 0.5f * state[r * s.cols + c] + sum; });
+  TensorCoreProduct(Split::kBf16, o, [&](int64_t r, int64_t c, float sum) {
+    state[r * s.cols + c] = 0.5f * state[r * s.cols + c] + sum;
+  });
   EXPECT_EQ(state, want);
 }
 

@@ -178,9 +178,9 @@ TEST(DeviceCudaOpTest, DocumentsStartAroundTheJumps) {
   ExpectMatches("performer", "sharp", 3600.0 / std::sqrt(8.0), packed);
 }
 
-// bf16 inputs (what users train in): the scan's matrix products take TF32 operands on tensor cores
-// (the host emulation rounds them as the device does), held to the bf16 rule at every scale above,
-// documents included.
+// bf16 inputs (what users train in): the scan's matrix products run on tensor cores, their operands
+// split in TF32 or bf16 halves (the host emulation rounds them as the device does), held to the
+// bf16 rule at every scale above, documents included.
 TEST(DeviceCudaOpTest, TensorCoresHoldTheBf16RuleAtExtremeScale) {
   for (const std::string name : {"performer", "darkformer"}) {
     ExpectMatches(name, "ordinary", 0, {}, /*bf16=*/true);
@@ -195,7 +195,7 @@ TEST(DeviceCudaOpTest, TensorCoresHoldTheBf16RuleAtExtremeScale) {
 // Under a training run's TF32 (train.tf32: auto, on for CUDA) every form of the positive kernels
 // keeps the bf16 rule at every scale above: the products feeding the features' exponents stay
 // fp32-accurate (ops/fp32_products.h), the chunk forms' others run with TF32 off (NoTf32Scope),
-// op: cuda's are 3xTF32.
+// op: cuda's split their operands (3xTF32 or bf16x3, cuda_scan_matmul.h).
 TEST(DeviceCudaOpTest, TrainingsTf32KeepsTheBf16RuleAtExtremeScale) {
   const testing::Tf32Scope tf32(true);
   for (const std::string op : {"auto", "chunk_parallel", "chunk_loop", "cuda"}) {

@@ -76,7 +76,7 @@ void CheckWhere(const torch::Tensor& x) {
   DF_CHECK(x.scalar_type() != torch::kFloat64, "op: cuda computes in fp32; got fp64 inputs (op: auto takes them)");
 }
 
-// Whether the scan's matrix products take TF32 operands on tensor cores (cuda_scan_matmul.h): for
+// Whether the scan's matrix products run on tensor cores, their operands split (cuda_scan_matmul.h): for
 // queries that arrived in a 16-bit type (what users train in, under autocast or not), and for fp32
 // ones where LibTorch lets its own fp32 matrix products use TF32 (torch.backends.cuda.matmul's
 // setting), so fp32 means fp32 unless the user chose otherwise.

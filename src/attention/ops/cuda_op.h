@@ -6,8 +6,9 @@
 // short scan over chunks per row, the chunks' outputs), the backward in a query side and a key side
 // (cuda_scan_backward_body.h), with the per-feature stabiliser inside (normaliser >= 1 at any
 // scale; no guard, no host sync). fp32 state and sums; the
-// matrix products on tensor cores in 3xTF32 when the queries arrived in bf16 or fp16 (or fp32 where
-// LibTorch allows TF32), else fp32 on CUDA cores (cuda_scan_matmul.h). Deterministic (fixed orders,
+// matrix products on tensor cores when the queries arrived in bf16 or fp16 (or fp32 where LibTorch
+// allows TF32), in 3xTF32 for the projections and bf16x3 for the rest, else fp32 on CUDA cores
+// (cuda_scan_matmul.h). Deterministic (fixed orders,
 // no atomics). GQA: key features once per KV head, or per query head where the map's parameters are
 // (darkformer's per-head M). The map's own input map (FeatureMap::input_map, input_scale) is applied
 // here, so autograd saves q, k and v as given and the normaliser: O(L D), nothing copied; the

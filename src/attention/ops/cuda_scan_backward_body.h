@@ -85,12 +85,14 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
     io.dl[pos * m + idx] = acc;
   });
   // dv_j = sum_t w_tj h_t (w is 0 but for t's own pairs).
-  MatMul(
+  MatMul<Split::kBf16>(
       b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
       [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
       [&](int64_t j, int64_t kk, float sum) { StoreDv(io, io.dv + (pos + j) * dv + kk, sum, /*first=*/true); });
-  if (has) {  // da_t += qc_t * (S h_t); qc (Numerators) is 0 for queries whose document starts here
-    MatMul(
+  // da_t += qc_t * (S h_t); qc (Numerators) is 0 for queries whose document starts here. 3xTF32:
+  // S h cancels on sharp rows (cuda_scan_matmul.h); the dv products above and below take bf16x3.
+  if (has) {
+    MatMul<Split::kTf32>(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += c.qc[ht * m + i] * sum; });
@@ -159,12 +161,12 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     // Keys and values against the later sub-chunks' queries (the reverse state Z at R(f)).
     if (gradients && has_z) {
       KeysAtEnd(b, r, l, sl, c);
-      // dl_j += kk_j * (Z [v_j, 1]); dv_j += kk_j Z.
-      MatMul(
+      // dl_j += kk_j * (Z [v_j, 1]) (3xTF32: Z [v_j, 1] cancels); dv_j += kk_j Z.
+      MatMul<Split::kTf32>(
           b, r.tensor_cores, sl, m, v, [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
           [&](int64_t kk, int64_t i) { return z[i * v + kk]; },
           [&](int64_t j, int64_t i, float sum) { io.dl[(pos + j) * m + i] += c.kk[j * m + i] * sum; });
-      MatMul(
+      MatMul<Split::kBf16>(
           b, r.tensor_cores, sl, dv, m, [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
           [&](int64_t i, int64_t kk) { return z[i * v + kk]; },
           [&](int64_t j, int64_t kk, float sum) {
@@ -173,12 +175,13 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     }
     if (!has_in) break;  // the row's first sub-chunk
     // Z for the sub-chunk before, at its R: T + 2^(R(e') - R(f)) Z with T = sum_t qc_t h_t^T; T
-    // alone where a document starts in this sub-chunk (no later query sees an earlier key).
+    // alone where a document starts in this sub-chunk (no later query sees an earlier key). In
+    // 3xTF32, as Z [v_j, 1] reads it.
     Cotangents(b, r, io, pos, sl, /*numerators=*/false, c);
     StateReadFactors(b, r, sl, ref, c);  // 0 for queries whose document starts here
     const float* end_r = c.rrows + (sl - 1) * m;
     const bool had_z = has_z && !holds_start;
-    MatMul(
+    MatMul<Split::kTf32>(
         b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.qc[ht * m + i]; },
         [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t i, int64_t kk, float sum) {

@@ -47,7 +47,7 @@ struct Row {
   bool v_bf16;
   int64_t v_pos, v_dim;
   const int64_t* ids;  // the row's document ids (L); nullptr: one document
-  bool tensor_cores;   // the matrix products' operands in TF32 (cuda_scan_matmul.h)
+  bool tensor_cores;   // the matrix products on tensor cores, operands split (cuda_scan_matmul.h)
 
   // Whether a document starts at position p > 0 (p = 0 starts the row, which `has` covers).
   DF_HD bool StartsAt(int64_t p) const { return ids != nullptr && p > 0 && ids[p] != ids[p - 1]; }
@@ -230,7 +230,7 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
   KeysAtEnd(b, r, l, sl, c);
   ParallelFor(b, m, [&](int64_t i) { c.decay[i] = has ? DF_EXP2(ref[i] - end[i]) : 0.0f; });
   // state_ik = decay_i state_ik + sum_j kk_ji vh_jk.
-  MatMul(
+  MatMul<Split::kBf16>(
       b, r.tensor_cores, m, v, sl, [&](int64_t i, int64_t j) { return c.kk[j * m + i]; },
       [&](int64_t j, int64_t k) { return c.vh[j * v + k]; },
       [&](int64_t i, int64_t k, float sum) { state[i * v + k] = (has ? state[i * v + k] * c.decay[i] : 0.0f) + sum; });
@@ -258,13 +258,13 @@ DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t 
   });
   if (has) StateReadFactors(b, r, sl, ref, c);
   // n_t = sum_j w_tj [v_j, 1] (w is 0 but for t's own pairs), then + sum_i qc_ti S_i (qc is 0 for
-  // queries that do not read the state).
-  MatMul(
+  // queries that do not read the state). 3xTF32: the backward's g . out cancels against them.
+  MatMul<Split::kTf32>(
       b, r.tensor_cores, g * sl, v, sl, [&](int64_t ht, int64_t j) { return c.w[ht * sl + j]; },
       [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
       [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] = sum; });
   if (has) {
-    MatMul(
+    MatMul<Split::kTf32>(
         b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return c.qc[ht * m + i]; },
         [&](int64_t i, int64_t kk) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });

@@ -2,17 +2,25 @@
 // c < cols, the operands and the output given as functions of their indices, so one step serves
 // every layout, transpose and epilogue the scan needs. Two ways to sum, both fp32 accumulation:
 // - fp32 operands: each output by one thread in order of k (the first version's arithmetic);
-// - tensor cores (Row::tensor_cores: bf16 inputs, or fp32 ones where LibTorch allows TF32), in
-//   3xTF32: each operand split as x = hi + lo, hi = TF32(x), lo = TF32(x - hi) (TF32: 10 bits of
-//   mantissa, round to nearest, ties away from zero, as PTX's cvt.rna.tf32.f32), and
-//   a b ~ a_hi b_hi + a_hi b_lo + a_lo b_hi, relative error ~2^-21 per product where one TF32
-//   product has 2^-10. One TF32 product is not enough: the backward's S h and Z [v, 1] cancel
-//   (sharp rows: out ~ v_j, so g . v_j - g . out ~ 0), and plain TF32 missed the bf16 rule there
-//   by 6-25x (device_cuda_op_test's TensorCoresHoldTheBf16RuleAtExtremeScale).
+// - tensor cores (Row::tensor_cores: bf16 inputs, or fp32 ones where LibTorch allows TF32), each
+//   operand split as x = hi + lo and a b ~ a_hi b_lo + a_lo b_hi + a_hi b_hi, three products
+//   whose partial products are exact in fp32; each call site names its Split:
+//   - Split::kTf32 (3xTF32: hi = TF32(x), lo = TF32(x - hi), TF32 with 10 bits of mantissa, round
+//     to nearest, ties away from zero, as PTX's cvt.rna.tf32.f32): relative error ~2^-21 a
+//     product. For the projections (an error there is scaled by the features' magnitude, as
+//     fp32_products.h's) and for the products whose results the backward's cancellation reads:
+//     the numerators (out, so g . out), S h and the reverse state's two (sharp rows: out ~ v_j,
+//     so g . v_j - g . out ~ 0). One TF32 pass missed the bf16 rule there by 6-25x on an H200.
+//   - Split::kBf16 (bf16x3: hi = bf16(x), lo = bf16(x - hi), to nearest even): ~2^-16.5 a
+//     product, on bf16's tensor cores, twice TF32's rate on an H100 or H200. For the fold into a
+//     state, the two dv products and d x' = da W, where the host emulation's extreme-scale tests
+//     keep the errors they have under 3xTF32; everywhere, bf16x3 took aderf's gradients at
+//     |x| = 10 past their bound (docs/gpu.md, "bf16x3").
 //   Panels of outputs staged whole through shared memory (below), which also takes any layout and
-//   ragged edge; 16 x 16 output tiles per warp, 8 deep per step (WMMA m16n16k8). The host
-//   emulation walks the same panels, splits and rounds its operands the same way and sums in order
-//   of k; only the order of the fp32 sums inside a step differs on the device.
+//   ragged edge; 16 x 16 output tiles per warp, 8 deep per step in TF32 (WMMA m16n16k8), 16 in
+//   bf16 (m16n16k16). The host emulation walks the same panels, splits and rounds its operands the
+//   same way and sums in order of k; on the device the order of the fp32 sums inside a step
+//   differs, and each step adds its three products in turn.
 // Either way the result is the same from run to run (a fixed order, no atomics).
 #pragma once
 
@@ -21,10 +29,12 @@
 #include <vector>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
+#include <cuda_bf16.h>
 #include <mma.h>
 #define DF_TENSOR_CORES 1
 #endif
 
+#include "attention/ops/cuda_scan_bf16.h"
 #include "attention/ops/cuda_scan_block.h"
 
 namespace darkformer::cuda_scan {
@@ -54,6 +64,27 @@ DF_HD inline float Tf32x3Product(float a, float b) {
   return a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;  // the small terms first, as the device's order
 }
 
+// bf16's rounding of x (FloatToBf16: to nearest even, as __float2bfloat16_rn), as fp32.
+DF_HD inline float RoundToBf16(float x) { return Bf16ToFloat(FloatToBf16(x)); }
+
+// a b in bf16x3 (8-bit halves: each partial product exact in fp32), as the tensor cores form it.
+DF_HD inline float Bf16x3Product(float a, float b) {
+  const float a_hi = RoundToBf16(a), b_hi = RoundToBf16(b);
+  const float a_lo = RoundToBf16(a - a_hi), b_lo = RoundToBf16(b - b_hi);
+  return a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;
+}
+
+// How a tensor-core product splits its operands (the header above).
+enum class Split { kTf32, kBf16 };
+template <Split kSplit>
+DF_HD inline float SplitProduct(float a, float b) {
+  if constexpr (kSplit == Split::kTf32) {
+    return Tf32x3Product(a, b);
+  } else {
+    return Bf16x3Product(a, b);
+  }
+}
+
 // The tensor-core path works a product in panels (cuda_scan_block.h: kPanelRows x kPanelCols of
 // outputs at a time, kPanelDepth deep per step): the whole block stages the step's operand panels
 // into shared memory, each element once (consecutive threads take consecutive elements, so rows
@@ -64,18 +95,19 @@ DF_HD inline float Tf32x3Product(float a, float b) {
 constexpr int kPanelTileCols = kPanelCols / 16, kPanelTiles = (kPanelRows / 16) * kPanelTileCols;
 static_assert(kPanelRows % 16 == 0 && kPanelCols % 16 == 0 && kPanelDepth % 8 == 0, "whole WMMA tiles");
 
-// Panel (r0, c0, k0)'s operands into pa (kPanelRows x kPanelDepth) and pb (kPanelDepth x
-// kPanelCols), row-major, zeros beyond the product's edges; then a barrier.
-template <typename A, typename B>
+// Panel (r0, c0, k0)'s operands, element e of pa (kPanelRows x kPanelDepth) and of pb
+// (kPanelDepth x kPanelCols), row-major, to put_a(e, x) and put_b(e, x), zeros beyond the
+// product's edges; then a barrier.
+template <typename A, typename B, typename PutA, typename PutB>
 DF_HD void StagePanels(const Block& blk, int64_t rows, int64_t cols, int64_t depth, int64_t r0, int64_t c0,
-                       int64_t k0, A a, B b, float* pa, float* pb) {
+                       int64_t k0, A a, B b, PutA put_a, PutB put_b) {
   for (int e = blk.tid; e < kPanelRows * kPanelDepth; e += blk.size) {
     const int64_t r = r0 + e / kPanelDepth, k = k0 + e % kPanelDepth;
-    pa[e] = r < rows && k < depth ? a(r, k) : 0.0f;
+    put_a(e, r < rows && k < depth ? a(r, k) : 0.0f);
   }
   for (int e = blk.tid; e < kPanelDepth * kPanelCols; e += blk.size) {
     const int64_t k = k0 + e / kPanelCols, c = c0 + e % kPanelCols;
-    pb[e] = k < depth && c < cols ? b(k, c) : 0.0f;
+    put_b(e, k < depth && c < cols ? b(k, c) : 0.0f);
   }
   blk.Sync();
 }
@@ -84,8 +116,10 @@ DF_HD void StagePanels(const Block& blk, int64_t rows, int64_t cols, int64_t dep
 // 8-deep step at kk starts in pa (leading dimension kPanelDepth) and pb (kPanelCols).
 DF_HD inline int TileRow(int tile) { return (tile / kPanelTileCols) * 16; }
 DF_HD inline int TileCol(int tile) { return (tile % kPanelTileCols) * 16; }
-DF_HD inline const float* TileA(const float* pa, int tile, int kk) { return pa + TileRow(tile) * kPanelDepth + kk; }
-DF_HD inline const float* TileB(const float* pb, int tile, int kk) { return pb + kk * kPanelCols + TileCol(tile); }
+template <typename T>
+DF_HD inline const T* TileA(const T* pa, int tile, int kk) { return pa + TileRow(tile) * kPanelDepth + kk; }
+template <typename T>
+DF_HD inline const T* TileB(const T* pb, int tile, int kk) { return pb + kk * kPanelCols + TileCol(tile); }
 
 // A finished 16 x 16 tile (row-major in pc) of panel (r0, c0) to `out`, lanes [lane, 32) step 32
 // apart of it, inside the product's edges.
@@ -99,46 +133,103 @@ DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int
 }
 
 #ifdef DF_TENSOR_CORES
+// One WMMA step of tile `tile` at depth kk of the staged panels into acc, in three products (the
+// small terms first): TF32 fragments loaded from the fp32 panels and split in registers; or bf16
+// fragments loaded from the halves staged already split (TensorCoreMatMul).
+__device__ inline void Tf32x3Step(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>& acc,
+                                  const float* pa, const float* pb, int tile, int kk) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a_hi, a_lo;
+  wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_hi, b_lo;
+  wmma::load_matrix_sync(a_hi, TileA(pa, tile, kk), kPanelDepth);
+  wmma::load_matrix_sync(b_hi, TileB(pb, tile, kk), kPanelCols);
+  for (int i = 0; i < a_hi.num_elements; ++i) {
+    const float x = a_hi.x[i], hi = wmma::__float_to_tf32(x);
+    a_hi.x[i] = hi;
+    a_lo.x[i] = wmma::__float_to_tf32(x - hi);
+  }
+  for (int i = 0; i < b_hi.num_elements; ++i) {
+    const float x = b_hi.x[i], hi = wmma::__float_to_tf32(x);
+    b_hi.x[i] = hi;
+    b_lo.x[i] = wmma::__float_to_tf32(x - hi);
+  }
+  wmma::mma_sync(acc, a_hi, b_lo, acc);
+  wmma::mma_sync(acc, a_lo, b_hi, acc);
+  wmma::mma_sync(acc, a_hi, b_hi, acc);
+}
+
+// The bf16 halves of a staged panel: hi then lo, each as many elements as the fp32 panel, so both
+// fill the fp32 panel's bytes.
+struct Halves {
+  const __nv_bfloat16 *hi, *lo;
+};
+
+__device__ inline void Bf16x3Step(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>& acc,
+                                  Halves pa, Halves pb, int tile, int kk) {
+  namespace wmma = nvcuda::wmma;
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_hi, a_lo;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b_hi, b_lo;
+  wmma::load_matrix_sync(a_hi, TileA(pa.hi, tile, kk), kPanelDepth);
+  wmma::load_matrix_sync(a_lo, TileA(pa.lo, tile, kk), kPanelDepth);
+  wmma::load_matrix_sync(b_hi, TileB(pb.hi, tile, kk), kPanelCols);
+  wmma::load_matrix_sync(b_lo, TileB(pb.lo, tile, kk), kPanelCols);
+  wmma::mma_sync(acc, a_hi, b_lo, acc);
+  wmma::mma_sync(acc, a_lo, b_hi, acc);
+  wmma::mma_sync(acc, a_hi, b_hi, acc);
+}
+
 // Warp w takes tiles w, w + warps, ... of each panel (kPanelTiles / warps each: kThreads warps
-// cover a panel in one pass); tiles and steps beyond the product's edges are skipped whole.
-template <typename A, typename B, typename Out>
+// cover a panel in one pass); tiles and steps beyond the product's edges are skipped whole. In
+// bf16 the block splits each operand once as it stages it (hi and lo halves, FloatToBf16's
+// rounding), so the warps load fragments ready to multiply.
+template <Split kSplit, typename A, typename B, typename Out>
 __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, int64_t depth, A a, B b, Out out) {
   namespace wmma = nvcuda::wmma;
-  constexpr int kWarps = kThreads / 32, kTilesPerWarp = kPanelTiles / kWarps;
+  constexpr bool kBf16 = kSplit == Split::kBf16;
+  constexpr int kWarps = kThreads / 32, kTilesPerWarp = kPanelTiles / kWarps, kStep = kBf16 ? 16 : 8;
   static_assert(kPanelTiles % kWarps == 0, "every warp the same number of tiles");
+  static_assert(kPanelDepth % 16 == 0, "whole bf16 WMMA steps");
   const int warp = blk.tid / 32, lane = blk.tid % 32;
   float* pa = blk.tiles;
   float* pb = pa + kPanelRows * kPanelDepth;
   float* pc = pb + kPanelDepth * kPanelCols + warp * 256;
+  // The bf16 halves in the fp32 panels' place (32-byte aligned: WMMA's loads ask it).
+  uint16_t* a_halves = reinterpret_cast<uint16_t*>(pa);
+  uint16_t* b_halves = reinterpret_cast<uint16_t*>(pb);
+  const Halves ha{reinterpret_cast<const __nv_bfloat16*>(a_halves),
+                  reinterpret_cast<const __nv_bfloat16*>(a_halves + kPanelRows * kPanelDepth)};
+  const Halves hb{reinterpret_cast<const __nv_bfloat16*>(b_halves),
+                  reinterpret_cast<const __nv_bfloat16*>(b_halves + kPanelDepth * kPanelCols)};
+  auto put = [](float* panel, uint16_t* halves, int n) {
+    return [=](int e, float x) {
+      if constexpr (kBf16) {
+        const uint16_t hi = FloatToBf16(x);
+        halves[e] = hi;
+        halves[n + e] = FloatToBf16(x - Bf16ToFloat(hi));
+      } else {
+        panel[e] = x;
+      }
+    };
+  };
+  using Acc = wmma::fragment<wmma::accumulator, 16, 16, kStep, float>;
   for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
     for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
-      wmma::fragment<wmma::accumulator, 16, 16, 8, float> acc[kTilesPerWarp];
+      Acc acc[kTilesPerWarp];
 #pragma unroll
       for (int t = 0; t < kTilesPerWarp; ++t) wmma::fill_fragment(acc[t], 0.0f);
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
-        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, pa, pb);
+        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, put(pa, a_halves, kPanelRows * kPanelDepth),
+                    put(pb, b_halves, kPanelDepth * kPanelCols));
 #pragma unroll  // the accumulators stay in registers
         for (int t = 0; t < kTilesPerWarp; ++t) {
           const int tile = warp + t * kWarps;
           if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;  // uniform in the warp
-          for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += 8) {
-            wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a_hi, a_lo;
-            wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_hi, b_lo;
-            wmma::load_matrix_sync(a_hi, TileA(pa, tile, kk), kPanelDepth);
-            wmma::load_matrix_sync(b_hi, TileB(pb, tile, kk), kPanelCols);
-            for (int i = 0; i < a_hi.num_elements; ++i) {
-              const float x = a_hi.x[i], hi = wmma::__float_to_tf32(x);
-              a_hi.x[i] = hi;
-              a_lo.x[i] = wmma::__float_to_tf32(x - hi);
+          for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += kStep) {
+            if constexpr (kBf16) {
+              Bf16x3Step(acc[t], ha, hb, tile, kk);
+            } else {
+              Tf32x3Step(acc[t], pa, pb, tile, kk);
             }
-            for (int i = 0; i < b_hi.num_elements; ++i) {
-              const float x = b_hi.x[i], hi = wmma::__float_to_tf32(x);
-              b_hi.x[i] = hi;
-              b_lo.x[i] = wmma::__float_to_tf32(x - hi);
-            }
-            wmma::mma_sync(acc[t], a_hi, b_lo, acc[t]);
-            wmma::mma_sync(acc[t], a_lo, b_hi, acc[t]);
-            wmma::mma_sync(acc[t], a_hi, b_hi, acc[t]);
           }
         }
         blk.Sync();  // every warp has read the panels before the next step stages its own
@@ -159,9 +250,9 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
 #endif
 
 // The host's emulation of TensorCoreMatMul: the same panels and tiles, one thread holding every
-// tile of a panel; each tile's sums in order of k, each product in 3xTF32 (Tf32x3Product).
+// tile of a panel; each tile's sums in order of k, each product split as kSplit's (SplitProduct).
 constexpr int kEmulatedMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + kPanelTiles * 256;
-template <typename A, typename B, typename Out>
+template <Split kSplit, typename A, typename B, typename Out>
 void EmulatedTensorCoreMatMul(const Block& blk, float* shared, int64_t rows, int64_t cols, int64_t depth, A a,
                               B b, Out out) {
   float* pa = shared;
@@ -171,7 +262,9 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, int64_t rows, int
     for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
       for (int e = 0; e < kPanelTiles * 256; ++e) pc[e] = 0.0f;
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
-        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, pa, pb);
+        StagePanels(
+            blk, rows, cols, depth, r0, c0, k0, a, b, [&](int e, float x) { pa[e] = x; },
+            [&](int e, float x) { pb[e] = x; });
         for (int tile = 0; tile < kPanelTiles; ++tile) {
           if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
           for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += 8) {
@@ -179,7 +272,7 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, int64_t rows, int
             for (int e = 0; e < 256; ++e) {
               const int i = e / 16, j = e % 16;
               for (int k = 0; k < 8 && k0 + kk + k < depth; ++k) {
-                pc[tile * 256 + e] += Tf32x3Product(ta[i * kPanelDepth + k], tb[k * kPanelCols + j]);
+                pc[tile * 256 + e] += SplitProduct<kSplit>(ta[i * kPanelDepth + k], tb[k * kPanelCols + j]);
               }
             }
           }
@@ -196,7 +289,8 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, int64_t rows, int
 // The columns past the last whole panel that the panels leave to one thread each: at most this
 // many (less than a tile's width). The scan's [v, 1] products have Dv + 1 = 257 columns, and a
 // panel round for their one normaliser column cost as much as a round for 128 columns: 3 rounds
-// where 2 do. Such a column sums in order of k in 3xTF32, the sums the emulation's tiles form.
+// where 2 do. Such a column sums in order of k, split as the panels' (SplitProduct): the sums the
+// emulation's tiles form.
 constexpr int64_t kThreadTailCols = 15;
 DF_HD inline int64_t ThreadTailCols(int64_t cols) {
   const int64_t tail = cols % kPanelCols;
@@ -204,17 +298,17 @@ DF_HD inline int64_t ThreadTailCols(int64_t cols) {
 }
 
 // out(r, c, sum) for every output, then a barrier (a step, as ParallelFor). The operands must not
-// read what `out` writes.
-template <typename A, typename B, typename Out>
+// read what `out` writes. kSplit: how tensor cores split the operands (the header above).
+template <Split kSplit, typename A, typename B, typename Out>
 DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t cols, int64_t depth, A a, B b, Out out) {
 #if defined(DF_TENSOR_CORES) || !defined(__CUDA_ARCH__)  // else (a device before sm_80): fp32, below
   if (tensor_cores) {
     const int64_t tail = ThreadTailCols(cols), panels = cols - tail;
 #ifdef DF_TENSOR_CORES
-    TensorCoreMatMul(blk, rows, panels, depth, a, b, out);
+    TensorCoreMatMul<kSplit>(blk, rows, panels, depth, a, b, out);
 #else
     thread_local std::vector<float> shared(kEmulatedMatMulFloats);  // the block's shared memory
-    EmulatedTensorCoreMatMul(blk, shared.data(), rows, panels, depth, a, b, out);
+    EmulatedTensorCoreMatMul<kSplit>(blk, shared.data(), rows, panels, depth, a, b, out);
 #endif
     if (tail > 0) {
       ParallelFor(blk, rows * tail, [&](int64_t idx) {
@@ -223,7 +317,7 @@ DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t col
 #ifdef __CUDA_ARCH__
 #pragma unroll 1  // one column per thread, rarely: its code small beside the panels' (registers)
 #endif
-        for (int64_t k = 0; k < depth; ++k) acc += Tf32x3Product(a(r, k), b(k, c));
+        for (int64_t k = 0; k < depth; ++k) acc += SplitProduct<kSplit>(a(r, k), b(k, c));
         out(r, c, acc);
       });
     }

@@ -39,7 +39,8 @@ struct Queries {
   }
 };
 
-// The base-2 log-features of the G sl queries at pos into qa (G sl x m, head-major).
+// The base-2 log-features of the G sl queries at pos into qa (G sl x m, head-major); on tensor
+// cores in 3xTF32, as the keys' (cuda_scan_keys.h).
 DF_HD inline void QueryFeatures(const Block& b, const Queries& q, bool tensor_cores, int64_t m, int64_t g,
                                 int64_t pos, int64_t sl, float* qa) {
   if (!q.Inside()) {
@@ -50,7 +51,7 @@ DF_HD inline void QueryFeatures(const Block& b, const Queries& q, bool tensor_co
     return;
   }
   if (q.proj_head_stride == 0) {  // one projection: every head's queries in one product
-    MatMul(
+    MatMul<Split::kTf32>(
         b, tensor_cores, g * sl, m, q.dim, [&](int64_t ht, int64_t d) { return q.X(ht / sl, pos + ht % sl, d); },
         [&](int64_t d, int64_t i) { return q.proj[d * m + i]; },
         [&](int64_t ht, int64_t i, float sum) { qa[ht * m + i] = sum; });
@@ -58,7 +59,7 @@ DF_HD inline void QueryFeatures(const Block& b, const Queries& q, bool tensor_co
   }
   for (int64_t h = 0; h < g; ++h) {
     const float* proj = q.proj + h * q.proj_head_stride;
-    MatMul(
+    MatMul<Split::kTf32>(
         b, tensor_cores, sl, m, q.dim, [&](int64_t t, int64_t d) { return q.X(h, pos + t, d); },
         [&](int64_t d, int64_t i) { return proj[d * m + i]; },
         [&](int64_t t, int64_t i, float sum) { qa[(h * sl + t) * m + i] = sum; });
@@ -67,7 +68,7 @@ DF_HD inline void QueryFeatures(const Block& b, const Queries& q, bool tensor_co
 
 // The backward's query gradients of the G sl queries at pos from da (G sl x m, d log phi, natural
 // log): given features, da itself into out (head h at h * out_head_stride, L x m each); inside,
-// d x' = da W into out (L x mapped_dim each).
+// d x' = da W into out (L x mapped_dim each), on tensor cores in bf16x3 (cuda_scan_matmul.h).
 DF_HD inline void QueryGradients(const Block& b, const Queries& q, bool tensor_cores, int64_t m, int64_t g,
                                  int64_t pos, int64_t sl, const float* da, float* out, int64_t out_head_stride) {
   if (!q.Inside()) {
@@ -78,7 +79,7 @@ DF_HD inline void QueryGradients(const Block& b, const Queries& q, bool tensor_c
     return;
   }
   const int64_t r = q.mapped_dim;
-  MatMul(
+  MatMul<Split::kBf16>(
       b, tensor_cores, g * sl, r, m, [&](int64_t ht, int64_t i) { return da[ht * m + i]; },
       [&](int64_t i, int64_t k) { return q.w[i * r + k]; },
       [&](int64_t ht, int64_t k, float sum) { out[(ht / sl) * out_head_stride + (pos + ht % sl) * r + k] = sum; });

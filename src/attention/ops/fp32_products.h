@@ -19,7 +19,7 @@
 // - NoTf32Scope: TF32 off in a scope, for the operator's forms, forward, custom backward, prefill
 //   and recurrent steps: the
 //   chunk forms' ~25 products would each take ten more launches split, and op: cuda's LibTorch
-//   products (its scan keeps its own 3xTF32) would hold four more L x D tensors at once. Plain
+//   products (its scan splits its own: 3xTF32 or bf16x3) would hold four more L x D tensors at once. Plain
 //   TF32 missed the bf16 rule by 6-25x in the backward's cancelling products (op: cuda's first
 //   build on an H200).
 #pragma once
