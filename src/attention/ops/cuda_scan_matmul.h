@@ -121,6 +121,16 @@ DF_HD inline const T* TileA(const T* pa, int tile, int kk) { return pa + TileRow
 template <typename T>
 DF_HD inline const T* TileB(const T* pb, int tile, int kk) { return pb + kk * kPanelCols + TileCol(tile); }
 
+// A staged element x of a bf16x3 product's panel as its halves: hi = bf16(x) at e, lo =
+// bf16(x - hi) at n + e (n: the panel's elements), so the panel's halves fill its fp32 bytes.
+// The block splits each operand once as it stages it; the warps load fragments ready to multiply.
+DF_HD inline void StoreHalves(uint16_t* halves, int n, int e, float x) {
+  const uint16_t hi = FloatToBf16(x);
+  halves[e] = hi;
+  halves[n + e] = FloatToBf16(x - Bf16ToFloat(hi));
+}
+constexpr int kPanelA = kPanelRows * kPanelDepth, kPanelB = kPanelDepth * kPanelCols;
+
 // A finished 16 x 16 tile (row-major in pc) of panel (r0, c0) to `out`, lanes [lane, 32) step 32
 // apart of it, inside the product's edges.
 template <typename Out>
@@ -135,7 +145,7 @@ DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int
 #ifdef DF_TENSOR_CORES
 // One WMMA step of tile `tile` at depth kk of the staged panels into acc, in three products (the
 // small terms first): TF32 fragments loaded from the fp32 panels and split in registers; or bf16
-// fragments loaded from the halves staged already split (TensorCoreMatMul).
+// fragments loaded from the halves staged already split (StoreHalves).
 __device__ inline void Tf32x3Step(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>& acc,
                                   const float* pa, const float* pb, int tile, int kk) {
   namespace wmma = nvcuda::wmma;
@@ -180,8 +190,7 @@ __device__ inline void Bf16x3Step(nvcuda::wmma::fragment<nvcuda::wmma::accumulat
 
 // Warp w takes tiles w, w + warps, ... of each panel (kPanelTiles / warps each: kThreads warps
 // cover a panel in one pass); tiles and steps beyond the product's edges are skipped whole. In
-// bf16 the block splits each operand once as it stages it (hi and lo halves, FloatToBf16's
-// rounding), so the warps load fragments ready to multiply.
+// bf16 the block stages the operands' halves (StoreHalves).
 template <Split kSplit, typename A, typename B, typename Out>
 __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, int64_t depth, A a, B b, Out out) {
   namespace wmma = nvcuda::wmma;
@@ -197,15 +206,13 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
   uint16_t* a_halves = reinterpret_cast<uint16_t*>(pa);
   uint16_t* b_halves = reinterpret_cast<uint16_t*>(pb);
   const Halves ha{reinterpret_cast<const __nv_bfloat16*>(a_halves),
-                  reinterpret_cast<const __nv_bfloat16*>(a_halves + kPanelRows * kPanelDepth)};
+                  reinterpret_cast<const __nv_bfloat16*>(a_halves + kPanelA)};
   const Halves hb{reinterpret_cast<const __nv_bfloat16*>(b_halves),
-                  reinterpret_cast<const __nv_bfloat16*>(b_halves + kPanelDepth * kPanelCols)};
+                  reinterpret_cast<const __nv_bfloat16*>(b_halves + kPanelB)};
   auto put = [](float* panel, uint16_t* halves, int n) {
     return [=](int e, float x) {
       if constexpr (kBf16) {
-        const uint16_t hi = FloatToBf16(x);
-        halves[e] = hi;
-        halves[n + e] = FloatToBf16(x - Bf16ToFloat(hi));
+        StoreHalves(halves, n, e, x);
       } else {
         panel[e] = x;
       }
@@ -218,8 +225,7 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
 #pragma unroll
       for (int t = 0; t < kTilesPerWarp; ++t) wmma::fill_fragment(acc[t], 0.0f);
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
-        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, put(pa, a_halves, kPanelRows * kPanelDepth),
-                    put(pb, b_halves, kPanelDepth * kPanelCols));
+        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, put(pa, a_halves, kPanelA), put(pb, b_halves, kPanelB));
 #pragma unroll  // the accumulators stay in registers
         for (int t = 0; t < kTilesPerWarp; ++t) {
           const int tile = warp + t * kWarps;
@@ -251,28 +257,43 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
 
 // The host's emulation of TensorCoreMatMul: the same panels and tiles, one thread holding every
 // tile of a panel; each tile's sums in order of k, each product split as kSplit's (SplitProduct).
-constexpr int kEmulatedMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + kPanelTiles * 256;
+// In bf16 it stages and reads the halves as the device does (StoreHalves, TileA and TileB on
+// them), so their layout is proven here; the sums are Bf16x3Product's to the bit.
+constexpr int kEmulatedMatMulFloats = kPanelA + kPanelB + kPanelTiles * 256;
 template <Split kSplit, typename A, typename B, typename Out>
-void EmulatedTensorCoreMatMul(const Block& blk, float* shared, int64_t rows, int64_t cols, int64_t depth, A a,
-                              B b, Out out) {
+void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves, int64_t rows, int64_t cols,
+                              int64_t depth, A a, B b, Out out) {
   float* pa = shared;
-  float* pb = pa + kPanelRows * kPanelDepth;
-  float* pc = pb + kPanelDepth * kPanelCols;  // every tile of the panel, 256 floats each
+  float* pb = pa + kPanelA;
+  float* pc = pb + kPanelB;  // every tile of the panel, 256 floats each
+  uint16_t* a_halves = halves;  // 2 kPanelA, then 2 kPanelB: the device's bytes of pa and pb
+  uint16_t* b_halves = halves + 2 * kPanelA;
+  constexpr bool kBf16 = kSplit == Split::kBf16;
   for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
     for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
       for (int e = 0; e < kPanelTiles * 256; ++e) pc[e] = 0.0f;
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
         StagePanels(
-            blk, rows, cols, depth, r0, c0, k0, a, b, [&](int e, float x) { pa[e] = x; },
-            [&](int e, float x) { pb[e] = x; });
+            blk, rows, cols, depth, r0, c0, k0, a, b,
+            [&](int e, float x) { kBf16 ? StoreHalves(a_halves, kPanelA, e, x) : void(pa[e] = x); },
+            [&](int e, float x) { kBf16 ? StoreHalves(b_halves, kPanelB, e, x) : void(pb[e] = x); });
         for (int tile = 0; tile < kPanelTiles; ++tile) {
           if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
           for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += 8) {
             const float *ta = TileA(pa, tile, kk), *tb = TileB(pb, tile, kk);
+            const uint16_t *ta_hi = TileA(a_halves, tile, kk), *tb_hi = TileB(b_halves, tile, kk);
+            const uint16_t *ta_lo = ta_hi + kPanelA, *tb_lo = tb_hi + kPanelB;
             for (int e = 0; e < 256; ++e) {
               const int i = e / 16, j = e % 16;
               for (int k = 0; k < 8 && k0 + kk + k < depth; ++k) {
-                pc[tile * 256 + e] += SplitProduct<kSplit>(ta[i * kPanelDepth + k], tb[k * kPanelCols + j]);
+                const int at = i * kPanelDepth + k, bt = k * kPanelCols + j;
+                if constexpr (kBf16) {
+                  const float a_hi = Bf16ToFloat(ta_hi[at]), a_lo = Bf16ToFloat(ta_lo[at]);
+                  const float b_hi = Bf16ToFloat(tb_hi[bt]), b_lo = Bf16ToFloat(tb_lo[bt]);
+                  pc[tile * 256 + e] += a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;  // Bf16x3Product's
+                } else {
+                  pc[tile * 256 + e] += Tf32x3Product(ta[at], tb[bt]);
+                }
               }
             }
           }
@@ -308,7 +329,8 @@ DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t col
     TensorCoreMatMul<kSplit>(blk, rows, panels, depth, a, b, out);
 #else
     thread_local std::vector<float> shared(kEmulatedMatMulFloats);  // the block's shared memory
-    EmulatedTensorCoreMatMul<kSplit>(blk, shared.data(), rows, panels, depth, a, b, out);
+    thread_local std::vector<uint16_t> halves(2 * (kPanelA + kPanelB));  // its bf16 view (device: the same bytes)
+    EmulatedTensorCoreMatMul<kSplit>(blk, shared.data(), halves.data(), rows, panels, depth, a, b, out);
 #endif
     if (tail > 0) {
       ParallelFor(blk, rows * tail, [&](int64_t idx) {
