@@ -200,8 +200,8 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
   static_assert(kPanelDepth % 16 == 0, "whole bf16 WMMA steps");
   const int warp = blk.tid / 32, lane = blk.tid % 32;
   float* pa = blk.tiles;
-  float* pb = pa + kPanelRows * kPanelDepth;
-  float* pc = pb + kPanelDepth * kPanelCols + warp * 256;
+  float* pb = pa + kPanelA;
+  float* pc = pb + kPanelB + warp * 256;
   // The bf16 halves in the fp32 panels' place (32-byte aligned: WMMA's loads ask it).
   uint16_t* a_halves = reinterpret_cast<uint16_t*>(pa);
   uint16_t* b_halves = reinterpret_cast<uint16_t*>(pb);
@@ -225,7 +225,8 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
 #pragma unroll
       for (int t = 0; t < kTilesPerWarp; ++t) wmma::fill_fragment(acc[t], 0.0f);
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
-        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, put(pa, a_halves, kPanelA), put(pb, b_halves, kPanelB));
+        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, put(pa, a_halves, kPanelA),
+                    put(pb, b_halves, kPanelB));
 #pragma unroll  // the accumulators stay in registers
         for (int t = 0; t < kTilesPerWarp; ++t) {
           const int tile = warp + t * kWarps;
@@ -329,7 +330,7 @@ DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t col
     TensorCoreMatMul<kSplit>(blk, rows, panels, depth, a, b, out);
 #else
     thread_local std::vector<float> shared(kEmulatedMatMulFloats);  // the block's shared memory
-    thread_local std::vector<uint16_t> halves(2 * (kPanelA + kPanelB));  // its bf16 view (device: the same bytes)
+    thread_local std::vector<uint16_t> halves(2 * (kPanelA + kPanelB));  // its panels' bf16 halves
     EmulatedTensorCoreMatMul<kSplit>(blk, shared.data(), halves.data(), rows, panels, depth, a, b, out);
 #endif
     if (tail > 0) {
