@@ -57,11 +57,15 @@ DF_HD inline float RoundToTf32(float x) {
 #endif
 }
 
+// a b from its operands' halves, a_lo b_lo dropped: the small terms first, as the device's order.
+DF_HD inline float SplitSum(float a_hi, float a_lo, float b_hi, float b_lo) {
+  return a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;
+}
+
 // a b in 3xTF32, as the tensor cores form it (the host emulation's).
 DF_HD inline float Tf32x3Product(float a, float b) {
   const float a_hi = RoundToTf32(a), b_hi = RoundToTf32(b);
-  const float a_lo = RoundToTf32(a - a_hi), b_lo = RoundToTf32(b - b_hi);
-  return a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;  // the small terms first, as the device's order
+  return SplitSum(a_hi, RoundToTf32(a - a_hi), b_hi, RoundToTf32(b - b_hi));
 }
 
 // bf16's rounding of x (FloatToBf16: to nearest even, as __float2bfloat16_rn), as fp32.
@@ -70,8 +74,7 @@ DF_HD inline float RoundToBf16(float x) { return Bf16ToFloat(FloatToBf16(x)); }
 // a b in bf16x3 (8-bit halves: each partial product exact in fp32), as the tensor cores form it.
 DF_HD inline float Bf16x3Product(float a, float b) {
   const float a_hi = RoundToBf16(a), b_hi = RoundToBf16(b);
-  const float a_lo = RoundToBf16(a - a_hi), b_lo = RoundToBf16(b - b_hi);
-  return a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;
+  return SplitSum(a_hi, RoundToBf16(a - a_hi), b_hi, RoundToBf16(b - b_hi));
 }
 
 // How a tensor-core product splits its operands (the header above).
@@ -288,10 +291,9 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves,
               const int i = e / 16, j = e % 16;
               for (int k = 0; k < 8 && k0 + kk + k < depth; ++k) {
                 const int at = i * kPanelDepth + k, bt = k * kPanelCols + j;
-                if constexpr (kBf16) {
-                  const float a_hi = Bf16ToFloat(ta_hi[at]), a_lo = Bf16ToFloat(ta_lo[at]);
-                  const float b_hi = Bf16ToFloat(tb_hi[bt]), b_lo = Bf16ToFloat(tb_lo[bt]);
-                  pc[tile * 256 + e] += a_hi * b_lo + a_lo * b_hi + a_hi * b_hi;  // Bf16x3Product's
+                if constexpr (kBf16) {  // Bf16x3Product's sum, from the staged halves
+                  pc[tile * 256 + e] += SplitSum(Bf16ToFloat(ta_hi[at]), Bf16ToFloat(ta_lo[at]),
+                                                 Bf16ToFloat(tb_hi[bt]), Bf16ToFloat(tb_lo[bt]));
                 } else {
                   pc[tile * 256 + e] += Tf32x3Product(ta[at], tb[bt]);
                 }
