@@ -127,7 +127,7 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   // queries' gradient at their mapped input (width d: both maps keep it); per chunk and row, one
   // state of m (Dv + 1) floats, its m references and its reset flag, its sub-chunks' m references
   // each (the query side's, for the key side), and the host emulation's scratch (a block per chunk
-  // and row; the device's is capped). The features' backward after it
+  // and row; the device's is capped, or in shared memory where it fits). The features' backward after it
   // stays within it.
   cuda_scan::Launch launch;
   launch.features = m;

@@ -12,6 +12,7 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/ops/cuda_op.h"
+#include "cuda/cuda_op_cases.h"
 #include "cuda/test_device.h"
 #include "cuda_op_emulated.h"
 #include "util/host_syncs.h"
@@ -19,121 +20,17 @@
 namespace darkformer {
 namespace {
 
-constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
-
-// sub_chunk: op: cuda's key (0: absent, its default).
-AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm, int64_t chunk = kChunk,
-                     int64_t features = kFeatures, int64_t heads = kHeads, int64_t sub_chunk = 0) {
-  KernelShape shape{heads, kDim};
-  const std::string yaml = "{num_features: " + std::to_string(features) + ", chunk_size: " + std::to_string(chunk) +
-                           ", op: " + op + (sub_chunk > 0 ? ", sub_chunk: " + std::to_string(sub_chunk) : "") + "}";
-  auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
-  torch::NoGradGuard no_grad;
-  if (projection_norm > 0) {  // rows projection_norm e_i: a key along e_i raises feature i by ~norm^2 / 2
-    kernel->named_buffers()["projection"].copy_(projection_norm * torch::eye(kDim).repeat({features / kDim, 1}));
-  }
-  torch::manual_seed(6);
-  for (auto& p : kernel->parameters()) p.add_(0.1 * torch::randn_like(p));  // darkformer: M per head
-  return kernel;
-}
-
-struct Inputs {
-  torch::Tensor q, k, v, weights;
-};
-
-// pattern "ordinary": N(0, 1); "sharp": queries near u, keys near -u, rows of norm 60; "jump": keys
-// 11 (inside the sub-chunk [8, 16)) and 32 (a chunk's first) along e_1 and e_5 with projections
-// of norm 30, queries leaning towards them.
-Inputs MakeInputs(const std::string& pattern) {
-  torch::manual_seed(53);
-  const double root = std::pow(static_cast<double>(kDim), 0.25);  // the kernels see x = q / d^(1/4)
-  Inputs in;
-  in.q = torch::randn({1, kHeads, kLength, kDim});
-  in.k = torch::randn({1, kKvHeads, kLength, kDim});
-  in.v = torch::randn({1, kKvHeads, kLength, kDim});
-  in.weights = torch::randn({1, kHeads, kLength, kDim}).to(torch::kBFloat16).to(torch::kFloat32);
-  if (pattern == "sharp") {
-    const auto u = torch::randn({kDim});
-    const auto unit = u / u.norm();
-    in.q = 60.0 * torch::nn::functional::normalize(unit + 0.1 * in.q, torch::nn::functional::NormalizeFuncOptions().dim(-1));
-    in.k = 60.0 * torch::nn::functional::normalize(-unit + 0.1 * in.k, torch::nn::functional::NormalizeFuncOptions().dim(-1));
-  } else if (pattern == "jump") {
-    in.q = 0.5 * root * in.q;
-    in.q.select(3, 1).add_(2.0 * root);
-    in.q.select(3, 5).add_(2.0 * root);
-    in.k = 0.3 * root * in.k;
-    in.k[0][0][11].zero_()[1] = 30.0 * root;
-    in.k[0][0][32].zero_()[5] = 30.0 * root;
-  }
-  return in;
-}
-
-struct Result {
-  torch::Tensor out;
-  std::vector<torch::Tensor> grads;  // q, k, v, then the kernel's parameters
-};
-
-// bf16: the inputs rounded to bf16, and given so to the kernel unless it computes in fp64 (the
-// reference then takes the rounded values); op: cuda then runs its products on tensor cores.
-Result RunKernel(AttentionKernel& kernel, const Inputs& in, torch::Device device, torch::ScalarType compute,
-           const torch::Tensor& document_ids_BL = {}, bool bf16 = false) {
-  kernel->to(device, compute);
-  auto leaf = [&](const torch::Tensor& t) {
-    const auto x = bf16 ? t.to(torch::kBFloat16) : t;
-    return x.to(device, bf16 && compute != torch::kFloat64 ? torch::kBFloat16 : compute).detach().clone().requires_grad_();
-  };
-  auto q = leaf(in.q), k = leaf(in.k), v = leaf(in.v);
-  AttentionCall call;
-  call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
-  if (document_ids_BL.defined()) call.document_ids_BL = document_ids_BL.to(device);  // read where they live
-  const auto out = kernel->forward(q, k, v, call);
-  (out.to(torch::kFloat64) * in.weights.to(device, torch::kFloat64)).sum().backward();
-  Result r{out.detach().cpu(), {q.grad().cpu(), k.grad().cpu(), v.grad().cpu()}};
-  for (auto& p : kernel->parameters()) r.grads.push_back(p.grad().defined() ? p.grad().cpu() : torch::Tensor());
-  return r;
-}
-
-double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
-  const auto b64 = b.to(torch::kFloat64);
-  return ((a.to(torch::kFloat64) - b64).abs().max() / b64.abs().max().clamp_min(1e-300)).item<double>();
-}
-
-// The rule of extreme_scale_test.cpp: relative 1e-4 (outputs) and 1e-3 (gradients) up to |x| = 30;
-// beyond, fp32's rounding of the exponents' arguments A 2^-24 (A = the largest |log phi|) bounds
-// what any fp32 form can reach: max(1e-4, 4 A 2^-24) and 10x that. bf16 inputs: the shared bf16
-// rule of device_forms_test.cpp on top, at least 2^-8 for what is stored in bf16 (the output and
-// the inputs' gradients; the parameters' stay fp32).
-void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature,
-                   const torch::Tensor& document_ids_BL = {}, bool bf16 = false, int64_t chunk = kChunk,
-                   int64_t features = kFeatures, const std::string& op = "cuda", int64_t sub_chunk = 0) {
-  const auto device = testing::TestDevice();
-  const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
-  const auto in = MakeInputs(pattern);
-  auto reference = Make(name, "chunk_loop", projection_norm, kChunk, features);
-  const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL, bf16);
-  auto kernel = Make(name, op, projection_norm, chunk, features, kHeads, sub_chunk);
-  const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL, bf16);
-  const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
-  const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
-  const std::string where = name + " " + op + " " + pattern + " on " + device.str() + (bf16 ? " bf16" : "") +
-                            " chunk " + std::to_string(chunk) + " sub_chunk " + std::to_string(sub_chunk);
-  ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
-  EXPECT_LE(RelativeError(got.out, ref.out), std::max(out_tol, storage)) << where << " output";
-  ASSERT_EQ(got.grads.size(), ref.grads.size()) << where;
-  for (size_t i = 0; i < got.grads.size(); ++i) {
-    if (!ref.grads[i].defined()) continue;
-    ASSERT_TRUE(torch::isfinite(got.grads[i]).all().item<bool>()) << where << " grad " << i;
-    EXPECT_LE(RelativeError(got.grads[i], ref.grads[i]), std::max(10 * out_tol, i < 3 ? storage : 0.0))
-        << where << " grad " << i;
-  }
-}
+using namespace cuda_op_cases;  // NOLINT: the cases these tests share
 
 // Every path the kernels have, small: fp32 on CUDA cores; bf16 on tensor cores (shared memory)
-// with documents read on the device, and 2 slices of features over 5 chunks.
+// with documents read on the device, and 2 slices of features over 5 chunks; each block's scratch
+// in its shared memory (racecheck reads its hazards there), then in global memory.
 TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) {
   ExpectMatches("performer", "ordinary", 0);
   const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
   ids.narrow(1, 12, kLength - 12).add_(1);
+  ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
+  const GlobalScratchScope global;
   ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
 }
 

@@ -161,7 +161,6 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
                        mapped, launch.dv_shared};
   launch.backward_blocks = BackwardBlocks(launch, on);
   const auto scratch = Scratch(launch, /*backward=*/true, options);
-  launch.scratch = scratch.data_ptr<float>();
   const auto dot = torch::empty_like(den);  // g_t . out_t, from the query side to the key side
   launch.dot = dot.data_ptr<float>();
   launch.den = den.data_ptr<float>();

@@ -55,5 +55,8 @@ void EmulateCudaOpOnHostForTesting(bool emulate);
 // own count; the host emulation then has no limit). 1 gives the forward one block that takes every
 // chunk in turn, and the backward one per row.
 void LimitCudaOpBlocksForTesting(int64_t blocks);
+// Tests: false keeps every block's scratch in global memory even where the device's shared memory
+// holds it (true, the default: Launch::scratch_shared). The host emulation's is always global.
+void AllowCudaOpSharedScratchForTesting(bool allowed);
 
 }  // namespace darkformer

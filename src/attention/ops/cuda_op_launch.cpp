@@ -31,6 +31,7 @@ namespace {
 // each taking several chunks in turn; the host emulation has no such limit unless a test sets one
 // (LimitCudaOpBlocksForTesting, below).
 std::atomic<int64_t> blocks_for_testing{0};
+std::atomic<bool> shared_scratch_allowed{true};
 int64_t ResidentBlocks(const torch::Tensor& on, bool backward) {
   if (blocks_for_testing > 0) return blocks_for_testing;
   if (on.is_cpu()) return std::numeric_limits<int64_t>::max();
@@ -72,20 +73,39 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
   return x;
 }
 
-// The backward's scratch is held to this many bytes by giving each row fewer blocks.
+// The backward's scratch in global memory is held to this many bytes by giving each row fewer blocks.
 constexpr int64_t kBackwardScratchBytes = int64_t{256} << 20;
+
+namespace {
+
+bool ScratchInSharedMemory(const cuda_scan::Launch& x, bool backward, const torch::Device& on) {
+  if (!on.is_cuda() || !shared_scratch_allowed) return false;
+#ifdef DARKFORMER_CUDA_OP
+  const c10::cuda::CUDAGuard guard(on);
+  return cuda_scan::ScratchFitsInSharedMemory(x.ScratchFloats(backward));
+#else
+  return false;  // unreachable: CheckWhere refuses CUDA inputs in a build without the kernels
+#endif
+}
+
+}  // namespace
 
 int64_t BackwardBlocks(const cuda_scan::Launch& x, const torch::Tensor& on) {
   const int64_t resident = ResidentBlocks(on, /*backward=*/true);
   const int64_t per_row = resident / x.rows + (resident % x.rows != 0 ? 1 : 0);
-  const int64_t budget = kBackwardScratchBytes / (x.rows * x.ScratchFloats(true) * 4);
+  const int64_t budget = ScratchInSharedMemory(x, true, on.device())
+                             ? per_row
+                             : kBackwardScratchBytes / (x.rows * x.ScratchFloats(true) * 4);
   return std::max<int64_t>(1, std::min({x.Chunks(), per_row, budget}));
 }
 
-torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  return torch::empty({backward ? x.rows * x.backward_blocks : x.forward_blocks,
-                       x.ScratchFloats(backward)},
-                      options);
+torch::Tensor Scratch(cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
+  x.scratch_shared = ScratchInSharedMemory(x, backward, options.device());
+  auto scratch = torch::empty({x.scratch_shared ? 0 : backward ? x.rows * x.backward_blocks : x.forward_blocks,
+                               x.ScratchFloats(backward)},
+                              options);
+  x.scratch = x.scratch_shared ? nullptr : scratch.data_ptr<float>();
+  return scratch;
 }
 
 torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options) {
@@ -97,7 +117,6 @@ ForwardBuffers::ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions&
     : states(PerChunk(x, true, options)), refs(PerChunk(x, false, options)), scratch(Scratch(x, false, options)) {
   x.states = states.data_ptr<float>();
   x.refs = refs.data_ptr<float>();
-  x.scratch = scratch.data_ptr<float>();
 }
 
 namespace {
@@ -191,5 +210,6 @@ void PointFeatures(cuda_scan::Launch& launch, const ScanFeatures& f) {
 namespace darkformer {
 
 void LimitCudaOpBlocksForTesting(int64_t blocks) { cuda_op_launch::blocks_for_testing = blocks; }
+void AllowCudaOpSharedScratchForTesting(bool allowed) { cuda_op_launch::shared_scratch_allowed = allowed; }
 
 }  // namespace darkformer

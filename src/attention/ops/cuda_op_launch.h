@@ -34,12 +34,15 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
                              torch::Tensor& resets);
 
 // W blocks per row for the backward (each takes every W-th chunk of its row): as many as run at
-// once on `on`'s device, and no more than keep the backward's scratch within 256 MiB.
+// once on `on`'s device, and, where their scratch lives in global memory, no more than keep it
+// within 256 MiB.
 int64_t BackwardBlocks(const cuda_scan::Launch& x, const torch::Tensor& on);
 
 // The forward's blocks are chunks, or (row, slice of features) in its scan over chunks; the
-// backward's (row, w) for w < W: a scratch of ScratchFloats each.
-torch::Tensor Scratch(const cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options);
+// backward's (row, w) for w < W: a scratch of ScratchFloats each. On a CUDA device whose blocks
+// hold it in shared memory (cuda_scan::ScratchFitsInSharedMemory) the blocks carve it there and
+// the buffer is empty (x.scratch_shared); else x.scratch points to it. Sets both.
+torch::Tensor Scratch(cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options);
 
 // A state per chunk of the call: chunk_count x m x (Dv + 1) (or x m, `with_values` false).
 torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options);

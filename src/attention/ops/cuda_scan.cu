@@ -4,6 +4,7 @@
 // tests.
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
 #include <stdexcept>
 #include <string>
@@ -23,6 +24,15 @@ __device__ Block ThisBlock() {
   return Block{static_cast<int>(threadIdx.x), static_cast<int>(blockDim.x), tiles};
 }
 
+// A per-chunk block's scratch: its own shared memory where the launch gives it (Launch::
+// scratch_shared: the launch's dynamic shared memory, ScratchFloats floats), else its slot of the
+// call's buffer in global memory. The arithmetic is the same either way: only where it lives.
+__device__ Scratch ScratchFor(const Launch& x, bool backward) {
+  extern __shared__ __align__(16) float shared_scratch[];
+  return x.scratch_shared ? Scratch::Carve(shared_scratch, x.features, x.value_dim, x.group, x.sub, backward)
+                          : x.ScratchOf(blockIdx.x, backward);
+}
+
 // At most kThreads threads: the compiler keeps each thread within the registers a full block may use.
 // The forward's three steps (cuda_scan_body.h): blocks that take the call's chunks b, b + F, ...
 // (F = forward_blocks), then one block per (row, slice of features), then chunks again.
@@ -31,7 +41,7 @@ __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
     const int64_t row = c / x.Chunks(), n = c % x.Chunks();
     if (n + 1 == x.Chunks()) continue;  // the last chunk's own state enters no chunk
     ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.resets + c,
-                  x.ScratchOf(blockIdx.x, false));
+                  ScratchFor(x, false));
   }
 }
 
@@ -53,7 +63,7 @@ __global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x, floa
     const bool last = n + 1 == x.Chunks();
     ChunkOwnState(ThisBlock(), x.RowOf(row), n, last ? final_states + row * mv : x.OwnStateOf(row, n),
                   last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + c,
-                  x.ScratchOf(blockIdx.x, false));
+                  ScratchFor(x, false));
   }
 }
 
@@ -66,7 +76,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) PrefillStatesK
 __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
   for (int64_t c = blockIdx.x; c < x.chunk_count; c += gridDim.x) {
     const int64_t row = c / x.Chunks();
-    ChunkForward(ThisBlock(), x.RowOf(row), x.ForwardOf(row), c % x.Chunks(), x.ScratchOf(blockIdx.x, false));
+    ChunkForward(ThisBlock(), x.RowOf(row), x.ForwardOf(row), c % x.Chunks(), ScratchFor(x, false));
   }
 }
 
@@ -76,7 +86,7 @@ __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
 __global__ void __launch_bounds__(kThreads) QuerySideKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
   for (int64_t n = blockIdx.x % w; n < x.Chunks(); n += w) {
-    ChunkQuerySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ScratchOf(blockIdx.x, true));
+    ChunkQuerySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, ScratchFor(x, true));
   }
 }
 
@@ -85,7 +95,7 @@ __global__ void __launch_bounds__(kThreads) ReverseShareKernel(Launch x) {
   for (int64_t n = blockIdx.x % w; n < x.Chunks(); n += w) {
     if (n == 0) continue;  // chunk 0's own share reaches no earlier chunk
     ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZOwnOf(row, n), /*has_z=*/false,
-                 /*gradients=*/false, x.ScratchOf(blockIdx.x, true));
+                 /*gradients=*/false, ScratchFor(x, true));
   }
 }
 
@@ -99,7 +109,7 @@ __global__ void __launch_bounds__(kThreads) KeySideKernel(Launch x) {
   const int64_t chunks = x.Chunks();
   for (int64_t n = blockIdx.x % w; n < chunks; n += w) {
     ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZOf(row) + n * mv, /*has_z=*/n + 1 < chunks,
-                 /*gradients=*/true, x.ScratchOf(blockIdx.x, true));
+                 /*gradients=*/true, ScratchFor(x, true));
   }
 }
 
@@ -110,6 +120,49 @@ void Check(cudaError_t error, const char* what) {
 }  // namespace
 
 bool DeviceKernelsBuilt() { return true; }
+
+namespace {
+
+// The launches that carve a scratch (ScratchFor) and the dynamic shared memory each may take.
+const void* const kScratchKernels[] = {
+    reinterpret_cast<const void*>(ChunkOwnStateKernel), reinterpret_cast<const void*>(PrefillOwnStateKernel),
+    reinterpret_cast<const void*>(ChunkForwardKernel),  reinterpret_cast<const void*>(QuerySideKernel),
+    reinterpret_cast<const void*>(ReverseShareKernel),  reinterpret_cast<const void*>(KeySideKernel)};
+
+size_t SharedBytes(const Launch& x, bool backward) {
+  return x.scratch_shared ? static_cast<size_t>(x.ScratchFloats(backward)) * sizeof(float) : 0;
+}
+
+}  // namespace
+
+bool ScratchFitsInSharedMemory(int64_t floats) {
+  constexpr int kDevices = 64;
+  static std::atomic<int64_t> known[kDevices] = {};  // per device, the floats + 1 (0: not asked yet)
+  int device = 0;
+  Check(cudaGetDevice(&device), "device");
+  auto& slot = known[device % kDevices];
+  int64_t limit = device < kDevices ? slot.load() - 1 : -1;
+  if (limit < 0) {
+    // The device's opt-in limit per block, less each kernel's static shared memory (the panels);
+    // each kernel is then allowed that much dynamic shared memory, once per device.
+    int optin = 0;
+    Check(cudaDeviceGetAttribute(&optin, cudaDevAttrMaxSharedMemoryPerBlockOptin, device), "shared memory per block");
+    int64_t bytes = optin;
+    for (const void* kernel : kScratchKernels) {
+      cudaFuncAttributes attributes{};
+      Check(cudaFuncGetAttributes(&attributes, kernel), "kernel attributes");
+      bytes = std::min<int64_t>(bytes, optin - static_cast<int64_t>(attributes.sharedSizeBytes));
+    }
+    bytes = std::max<int64_t>(bytes, 0);
+    for (const void* kernel : kScratchKernels) {
+      Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
+            "dynamic shared memory");
+    }
+    limit = bytes / static_cast<int64_t>(sizeof(float));
+    if (device < kDevices) slot.store(limit + 1);
+  }
+  return floats <= limit;
+}
 
 int64_t ResidentBlocks(bool backward) {
   constexpr int kDevices = 64;
@@ -133,7 +186,7 @@ void StatesOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(x.forward_blocks), slices = static_cast<unsigned>(x.rows * x.Slices());
-  ChunkOwnStateKernel<<<blocks, kThreads, 0, on>>>(x);
+  ChunkOwnStateKernel<<<blocks, kThreads, SharedBytes(x, false), on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks' own states)");
   EnteringStatesKernel<<<slices, kScanThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "forward launch (entering states)");
@@ -143,14 +196,15 @@ void ForwardOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   StatesOnDevice(x, stream);
   const auto on = static_cast<cudaStream_t>(stream);
-  ChunkForwardKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, 0, on>>>(x);
+  ChunkForwardKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, SharedBytes(x, false), on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks)");
 }
 
 void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
   const auto on = static_cast<cudaStream_t>(stream);
-  PrefillOwnStateKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, 0, on>>>(x, final_states, final_refs);
+  PrefillOwnStateKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, SharedBytes(x, false), on>>>(x, final_states,
+                                                                                                         final_refs);
   Check(cudaGetLastError(), "prefill launch (chunks' own states)");
   PrefillStatesKernel<<<static_cast<unsigned>(x.rows * x.Slices()), kScanThreads, 0, on>>>(x, final_states, final_refs);
   Check(cudaGetLastError(), "prefill launch (states)");
@@ -158,7 +212,8 @@ void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, vo
 
 void QuerySideOnDevice(const Launch& x, void* stream) {
   if (x.rows == 0 || x.length == 0) return;
-  QuerySideKernel<<<static_cast<unsigned>(x.rows * x.backward_blocks), kThreads, 0, static_cast<cudaStream_t>(stream)>>>(x);
+  QuerySideKernel<<<static_cast<unsigned>(x.rows * x.backward_blocks), kThreads, SharedBytes(x, true),
+                    static_cast<cudaStream_t>(stream)>>>(x);
   Check(cudaGetLastError(), "backward launch (query side)");
 }
 
@@ -167,11 +222,11 @@ void KeySideOnDevice(const Launch& x, void* stream) {
   const auto on = static_cast<cudaStream_t>(stream);
   const auto blocks = static_cast<unsigned>(x.rows * x.backward_blocks),
              slices = static_cast<unsigned>(x.rows * x.Slices());
-  ReverseShareKernel<<<blocks, kThreads, 0, on>>>(x);
+  ReverseShareKernel<<<blocks, kThreads, SharedBytes(x, true), on>>>(x);
   Check(cudaGetLastError(), "backward launch (chunks' own reverse states)");
   ReverseStatesKernel<<<slices, kScanThreads, 0, on>>>(x);
   Check(cudaGetLastError(), "backward launch (reverse states)");
-  KeySideKernel<<<blocks, kThreads, 0, on>>>(x);
+  KeySideKernel<<<blocks, kThreads, SharedBytes(x, true), on>>>(x);
   Check(cudaGetLastError(), "backward launch (key side)");
 }
 

@@ -30,6 +30,10 @@ bool DeviceKernelsBuilt();
 // current CUDA device: its SMs times the kernel's occupancy. More blocks add no parallelism, only
 // scratch: the launches give each block several chunks in turn instead.
 int64_t ResidentBlocks(bool backward);
+// Whether a block of the per-chunk kernels on the current CUDA device holds `floats` of scratch
+// (Launch::ScratchFloats) in its shared memory beside the products' panels (kMatMulFloats): the
+// device's opt-in limit per block. False where the kernels are not built.
+bool ScratchFitsInSharedMemory(int64_t floats);
 // On `stream` (a cudaStream_t), asynchronously; they throw where the kernels are not built.
 void StatesOnDevice(const Launch& launch, void* stream);
 void ForwardOnDevice(const Launch& launch, void* stream);

@@ -76,6 +76,7 @@ void KeySideOnHost(const Launch& x) {
 
 #ifndef DARKFORMER_CUDA_OP
 bool DeviceKernelsBuilt() { return false; }
+bool ScratchFitsInSharedMemory(int64_t) { return false; }
 int64_t ResidentBlocks(bool) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 void StatesOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }
 void ForwardOnDevice(const Launch&, void*) { throw std::runtime_error("op: cuda: this build has no CUDA kernels (CMake found no nvcc)"); }

@@ -80,7 +80,11 @@ struct Launch {
   int64_t forward_blocks = 1, backward_blocks = 1;
   // Forward: forward_blocks x ScratchFloats(false), one per block of the forward's per-chunk
   // launches (the scans over chunks take none); backward: rows x backward_blocks x ScratchFloats(true).
+  // Or, with scratch_shared (a device whose blocks hold it beside the products' panels:
+  // ScratchFitsInSharedMemory), none: each block carves its own from its shared memory, a round
+  // trip to the SM's own memory per step instead of to global memory; scratch is then null.
   float* scratch = nullptr;
+  bool scratch_shared = false;
 
   DF_HD int64_t Chunks() const { return CheckpointCount(length, sub, group_subs); }
   // The scans over chunks (EnteringStates, ReverseStates) take each row in slices of SliceFeatures()
