@@ -198,7 +198,8 @@ TEST(DeviceCudaOpTest, OneSubChunkPerBlockAndSeveralFeatureSlices) {
 // Longer sub-chunks (the sub_chunk key): chunk 32 in sub-chunks of 16 ([0, 16), [16, 32), [32, 40):
 // the jump at 11 inside a sub-chunk, the one at 32 a chunk's first, a document starting after
 // each); and sub_chunk 32 at chunk 64, which 40 positions cut to one chunk of 40 in sub-chunks of
-// 20, the largest divisor up to 32 (both jumps inside one). fp32, and bf16 on the tensor cores.
+// 20, the largest divisor up to 32 (both jumps inside one), and sub_chunk 64: the whole row one
+// sub-chunk, every pair inside it (the bench's 64:64 cut). fp32, and bf16 on the tensor cores.
 TEST(DeviceCudaOpTest, LongerSubChunksAtTheJumpsAndDocuments) {
   std::vector<int64_t> ids(kLength, 3);
   for (int64_t t = 0; t < 33; ++t) ids[t] = t < 12 ? 0 : t < 32 ? 1 : 2;
@@ -208,6 +209,7 @@ TEST(DeviceCudaOpTest, LongerSubChunksAtTheJumpsAndDocuments) {
       ExpectMatches(name, "jump", 900.0, {}, bf16, /*chunk=*/32, kFeatures, "cuda", /*sub_chunk=*/16);
       ExpectMatches(name, "jump", 900.0, around, bf16, 32, kFeatures, "cuda", 16);
       ExpectMatches(name, "jump", 900.0, around, bf16, 64, kFeatures, "cuda", 32);
+      ExpectMatches(name, "jump", 900.0, around, bf16, 64, kFeatures, "cuda", 64);
     }
     ExpectMatches(name, "sharp", 3600.0 / std::sqrt(8.0), {}, true, 64, kFeatures, "cuda", 32);
   }

@@ -52,7 +52,7 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
   const float* l = KeysOf(r, pos, c);
-  // The forward's numerators again (c.n; c.w holds w_tj = sum_i e_tj,i, c.qc the state's read).
+  // The forward's numerators again (c.n; c.w holds w_tj = sum_i e_tj,i).
   Numerators(b, r, pos, sl, state, ref, has, c);
   Cotangents(b, r, io, pos, sl, /*numerators=*/true, c);
   // Per pair (j <= t): pw = h_t . [v_j, 1].
@@ -89,13 +89,13 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
       b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
       [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
       [&](int64_t j, int64_t kk, float sum) { StoreDv(io, io.dv + (pos + j) * dv + kk, sum, /*first=*/true); });
-  // da_t += qc_t * (S h_t); qc (Numerators) is 0 for queries whose document starts here. 3xTF32:
+  // da_t += qc_t * (S h_t), qc = StateReadFactor (0 for queries whose document starts here). 3xTF32:
   // S h cancels on sharp rows (cuda_scan_matmul.h); the dv products above and below take bf16x3.
   if (has) {
     MatMul<Split::kTf32>(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
-        [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += c.qc[ht * m + i] * sum; });
+        [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += StateReadFactor(r, sl, ref, c, ht, i) * sum; });
   }
   // The exponentials are the same numbers in base e, so the sums are the natural-log gradients.
   QueryGradients(b, r.queries, r.tensor_cores, m, g, pos, sl, c.da, io.dq, io.dq_head_stride);
@@ -178,11 +178,10 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     // alone where a document starts in this sub-chunk (no later query sees an earlier key). In
     // 3xTF32, as Z [v_j, 1] reads it.
     Cotangents(b, r, io, pos, sl, /*numerators=*/false, c);
-    StateReadFactors(b, r, sl, ref, c);  // 0 for queries whose document starts here
     const float* end_r = c.rrows + (sl - 1) * m;
     const bool had_z = has_z && !holds_start;
     MatMul<Split::kTf32>(
-        b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.qc[ht * m + i]; },
+        b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return StateReadFactor(r, sl, ref, c, ht, i); },
         [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t i, int64_t kk, float sum) {
           z[i * v + kk] = had_z ? sum + DF_EXP2(ref[i] - end_r[i]) * z[i * v + kk] : sum;

@@ -96,7 +96,7 @@ struct Scratch {
   // the scan projects them (ProjectKeys, S x m; else unused). starts: per query of
   // the sub-chunk, its document's first position there (-1: before it). The state a block folds
   // into lives outside: in the call's per-chunk buffer (forward) or in group_states (backward).
-  float *qa, *ka, *rrows, *s2, *qc, *w, *pw, *n, *kk, *decay, *vh, *starts;
+  float *qa, *ka, *rrows, *s2, *w, *pw, *n, *kk, *decay, *vh, *starts;
   // The backward's: the query side's current sub-chunk's entering reference; h_t; da. The states
   // it folds live in the call's per-chunk buffers (cuda_scan_backward_body.h).
   float *group_ref = nullptr, *h = nullptr, *da = nullptr;
@@ -104,7 +104,7 @@ struct Scratch {
   // Forward-only (one block per chunk), or with the backward's buffers too (one block per row).
   DF_HD static int64_t Floats(int64_t m, int64_t dv, int64_t g, int64_t s, bool backward) {
     const int64_t v = dv + 1, gs = g * s;
-    const int64_t forward = gs * m + 2 * s * m + gs + gs * m + 2 * gs * s + gs * v + s * m + m + s * v + s;
+    const int64_t forward = gs * m + 2 * s * m + gs + 2 * gs * s + gs * v + s * m + m + s * v + s;
     return forward + (backward ? m + gs * v + gs * m : 0);
   }
   DF_HD static Scratch Carve(float* p, int64_t m, int64_t dv, int64_t g, int64_t s, bool backward) {
@@ -119,7 +119,6 @@ struct Scratch {
     c.ka = take(s * m);
     c.rrows = take(s * m);
     c.s2 = take(gs);
-    c.qc = take(gs * m);
     c.w = take(gs * s);
     c.pw = take(gs * s);
     c.n = take(gs * v);
@@ -201,14 +200,13 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
   });
 }
 
-// c.qc = 2^((a_ti + R_i(e')) - s_t) for the G sl queries of the sub-chunk (a state exists; c.qa and
-// c.s2 hold theirs, Maxima); 0 for those whose document starts inside the sub-chunk.
-DF_HD inline void StateReadFactors(const Block& b, const Row& r, int64_t sl, const float* ref, const Scratch& c) {
-  const int64_t m = r.features;
-  ParallelFor(b, r.group * sl * m, [&](int64_t idx) {
-    const int64_t ht = idx / m, i = idx % m, t = ht % sl;
-    c.qc[idx] = ReadsState(c, t, true) ? DF_EXP2((c.qa[idx] + ref[i]) - c.s2[ht]) : 0.0f;
-  });
+// 2^((a_ti + R_i(e')) - s_t), the factor by which query ht of the sub-chunk (G sl, head-major)
+// reads a state at `ref` in feature i; 0 where its document starts inside the sub-chunk. c.qa and
+// c.s2 must hold the sub-chunk's (Maxima). Computed where a product stages it (its A operand, or
+// an epilogue), not kept: G sl x m floats of scratch fewer, the same bits.
+DF_HD inline float StateReadFactor(const Row& r, int64_t sl, const float* ref, const Scratch& c, int64_t ht,
+                                   int64_t i) {
+  return ReadsState(c, ht % sl, true) ? DF_EXP2((c.qa[ht * r.features + i] + ref[i]) - c.s2[ht]) : 0.0f;
 }
 
 // c.kk = 2^(l_j - R(end)) for the sub-chunk's keys in its last document, R(end) its last position's
@@ -239,7 +237,7 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
 
 // The numerators and normalisers n_t = sum_j e_tj [v_j, 1] of the G sl queries at pos into c.n
 // (G sl x (Dv + 1)): the sub-chunk's own pairs w_tj = sum_i e_tj,i into c.w, and where a state
-// exists (has) its read, c.qc = StateReadFactors, against `state` at `ref`. c.vh (LoadValues),
+// exists (has) its read, StateReadFactor, against `state` at `ref`. c.vh (LoadValues),
 // c.qa and c.s2 (Maxima) must hold the sub-chunk's. The forward and the backward's query side
 // both compute them here, in the same order, so the backward's are the forward's to the bit.
 DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* state,
@@ -256,7 +254,6 @@ DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t 
     }
     c.w[idx] = w;
   });
-  if (has) StateReadFactors(b, r, sl, ref, c);
   // n_t = sum_j w_tj [v_j, 1] (w is 0 but for t's own pairs), then + sum_i qc_ti S_i (qc is 0 for
   // queries that do not read the state). 3xTF32: the backward's g . out cancels against them.
   MatMul<Split::kTf32>(
@@ -265,7 +262,7 @@ DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t 
       [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] = sum; });
   if (has) {
     MatMul<Split::kTf32>(
-        b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return c.qc[ht * m + i]; },
+        b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return StateReadFactor(r, sl, ref, c, ht, i); },
         [&](int64_t i, int64_t kk) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });
   }
