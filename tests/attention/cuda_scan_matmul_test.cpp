@@ -44,7 +44,7 @@ std::vector<Shape> Shapes() {
           {5, 17, 3},
           {kPanelRows, kPanelCols, kPanelDepth},
           {kPanelRows + 1, kPanelCols + 1, kPanelDepth + 1},
-          {3 * kPanelRows - 7, 2 * kPanelCols + 1, 5 * kPanelDepth - 3},  // Dv + 1 = 257 columns
+          {3 * kPanelRows - 7, 257, 5 * kPanelDepth - 3},  // Dv + 1 = 257 columns: whole panels and a tail
           {kPanelRows / 2 + 3, 3 * kPanelCols - 5, 4}};
 }
 

@@ -155,8 +155,13 @@ bool ScratchFitsInSharedMemory(int64_t floats) {
     }
     bytes = std::max<int64_t>(bytes, 0);
     for (const void* kernel : kScratchKernels) {
-      Check(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)),
-            "dynamic shared memory");
+      // A device that refuses leaves every scratch in global memory (the error cleared: not the call's).
+      if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
+          cudaSuccess) {
+        (void)cudaGetLastError();
+        bytes = 0;
+        break;
+      }
     }
     limit = bytes / static_cast<int64_t>(sizeof(float));
     if (device < kDevices) slot.store(limit + 1);

@@ -33,7 +33,10 @@ constexpr int kScanThreads = 288;
 constexpr int kScanDepth = 8;
 // Blocks of a scan per SM that its registers must allow (__launch_bounds__): more chains in flight.
 constexpr int kScanBlocksPerSm = 3;
-constexpr int kPanelRows = 32, kPanelCols = 128, kPanelDepth = 32;
+// Square panels of 64: a product stages its B operand (the projection, a state, W: 256 KiB at
+// Gemma 2B's shape) once per 64 output rows, so a sub-chunk's G S query rows read it half as often
+// as in panels of 32 rows (docs/gpu.md, "What a sub-chunk reads"); two tiles per warp, as 32 x 128.
+constexpr int kPanelRows = 64, kPanelCols = 64, kPanelDepth = 32;
 constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 
 // The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x, tiles its kMatMulFloats of

@@ -312,8 +312,8 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves,
 
 // The columns past the last whole panel that the panels leave to one thread each: at most this
 // many (less than a tile's width). The scan's [v, 1] products have Dv + 1 = 257 columns, and a
-// panel round for their one normaliser column cost as much as a round for 128 columns: 3 rounds
-// where 2 do. Such a column sums in order of k, split as the panels' (SplitProduct): the sums the
+// panel round for their one normaliser column would cost as much as a round for a whole panel's
+// columns: 5 rounds where 4 do. Such a column sums in order of k, split as the panels' (SplitProduct): the sums the
 // emulation's tiles form.
 constexpr int64_t kThreadTailCols = 15;
 DF_HD inline int64_t ThreadTailCols(int64_t cols) {
