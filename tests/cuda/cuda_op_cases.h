@@ -126,6 +126,22 @@ inline void ExpectMatches(const std::string& name, const std::string& pattern, d
   }
 }
 
+// Two packed documents, the second from position 12 (inside a sub-chunk): ids 1 x kLength.
+inline torch::Tensor TwoDocuments() {
+  const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
+  ids.narrow(1, 12, kLength - 12).add_(1);
+  return ids;
+}
+
+// Two runs' outputs and every gradient the same to the bit.
+inline void ExpectSameBits(const Result& first, const Result& second, const std::string& where) {
+  EXPECT_TRUE(torch::equal(first.out, second.out)) << where << " output";
+  ASSERT_EQ(first.grads.size(), second.grads.size()) << where;
+  for (size_t i = 0; i < first.grads.size(); ++i) {
+    if (first.grads[i].defined()) EXPECT_TRUE(torch::equal(first.grads[i], second.grads[i])) << where << " grad " << i;
+  }
+}
+
 // As if the device's shared memory could not hold a block's scratch (AllowCudaOpSharedScratchForTesting)
 // for the scope's life: the per-chunk kernels keep it in global memory, as for performer at Gemma
 // 2B's shape (230 KiB a block).

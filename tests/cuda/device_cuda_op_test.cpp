@@ -27,8 +27,7 @@ using namespace cuda_op_cases;  // NOLINT: the cases these tests share
 // in its shared memory (racecheck reads its hazards there), then in global memory.
 TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) {
   ExpectMatches("performer", "ordinary", 0);
-  const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
-  ids.narrow(1, 12, kLength - 12).add_(1);
+  const auto ids = TwoDocuments();
   ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
   const GlobalScratchScope global;
   ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
@@ -140,8 +139,7 @@ TEST(DeviceCudaOpTest, BitIdenticalFromRunToRun) {
   const testing::DeterministicScope deterministic(true);
   const auto device = testing::TestDevice();
   const auto in = MakeInputs("jump");
-  const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
-  ids.narrow(1, 12, kLength - 12).add_(1);
+  const auto ids = TwoDocuments();
   for (const bool bf16 : {false, true}) {
     // A kernel each: the parameters' gradients would otherwise add up over the two backwards.
     auto one = Make("darkformer", "cuda", 30.0, /*chunk=*/8, /*features=*/40);
@@ -149,10 +147,7 @@ TEST(DeviceCudaOpTest, BitIdenticalFromRunToRun) {
     const auto first = RunKernel(one, in, device, torch::kFloat32, ids, bf16);
     const auto second = RunKernel(two, in, device, torch::kFloat32, ids, bf16);
     const std::string where = std::string(bf16 ? "bf16" : "fp32") + " on " + device.str();
-    EXPECT_TRUE(torch::equal(first.out, second.out)) << where << " output";
-    for (size_t i = 0; i < first.grads.size(); ++i) {
-      if (first.grads[i].defined()) EXPECT_TRUE(torch::equal(first.grads[i], second.grads[i])) << where << " grad " << i;
-    }
+    ExpectSameBits(first, second, where);
   }
 }
 
@@ -165,8 +160,7 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
   const auto in = MakeInputs("ordinary");
   auto kernel = Make("darkformer", "cuda", 0);
   kernel->to(device);
-  const auto ids = torch::tensor(std::vector<int64_t>(kLength, 0)).view({1, kLength});
-  ids.narrow(1, 12, kLength - 12).add_(1);
+  const auto ids = TwoDocuments();
   for (const bool documents : {false, true}) {
     AttentionCall call;
     call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
