@@ -151,29 +151,35 @@ TEST(DeviceCudaOpTest, BitIdenticalFromRunToRun) {
   }
 }
 
-// No host sync in a forward + backward of op: cuda, with or without documents (the ids are read
-// on the device), counted by LibTorch's profiler (util/host_syncs.h), which does see one in a
+// No host sync in a forward + backward of op: cuda, nor of op: auto (the chunk-parallel form on
+// CUDA: no guard, no fallback since issue 52), with or without documents (the ids are read on the
+// device), counted by LibTorch's profiler (util/host_syncs.h), which does see one in a
 // tensor read on the host. A CPU has no host syncs to count.
 TEST(DeviceCudaOpTest, NoHostSyncInACall) {
   const auto device = testing::TestDevice();
   if (!device.is_cuda()) GTEST_SKIP() << "host syncs exist on a CUDA device only; the cuda stage counts them";
   const auto in = MakeInputs("ordinary");
-  auto kernel = Make("darkformer", "cuda", 0);
-  kernel->to(device);
   const auto ids = TwoDocuments();
-  for (const bool documents : {false, true}) {
-    AttentionCall call;
-    call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
-    if (documents) call.document_ids_BL = ids.to(device);
-    const auto q0 = in.q.to(device), k0 = in.k.to(device), v0 = in.v.to(device);  // copied before the count
-    auto run = [&] {
-      auto q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
-      kernel->forward(q, k, v, call).sum().backward();
-    };
-    run();  // warm: the allocator's first blocks and the kernels' first load
-    const auto seen = CountHostSyncs([&] { q0.sum().item<float>(); });
-    ASSERT_TRUE(seen.has_value() && *seen >= 1) << "the profiler must see a read on the host";
-    EXPECT_EQ(CountHostSyncs(run).value_or(-1), 0) << (documents ? "with documents" : "without documents");
+  const auto q0 = in.q.to(device), k0 = in.k.to(device), v0 = in.v.to(device);  // copied before the count
+  const auto seen = CountHostSyncs([&] { q0.sum().item<float>(); });
+  ASSERT_TRUE(seen.has_value() && *seen >= 1) << "the profiler must see a read on the host";
+  // op: cuda, and op: auto, which takes the chunk-parallel form on CUDA (the form training runs).
+  for (const auto& [name, op] : {std::pair<std::string, std::string>{"darkformer", "cuda"},
+                                 {"darkformer", "auto"}, {"performer", "auto"}}) {
+    auto kernel = Make(name, op, 0);
+    kernel->to(device);
+    for (const bool documents : {false, true}) {
+      AttentionCall call;
+      call.scale = 1.0 / std::sqrt(static_cast<double>(kDim));
+      if (documents) call.document_ids_BL = ids.to(device);
+      auto run = [&] {
+        auto q = q0.detach().requires_grad_(), k = k0.detach().requires_grad_(), v = v0.detach().requires_grad_();
+        kernel->forward(q, k, v, call).sum().backward();
+      };
+      run();  // warm: the allocator's first blocks, the kernels' first load, the forms' cached masks
+      EXPECT_EQ(CountHostSyncs(run).value_or(-1), 0)
+          << name << " op: " << op << (documents ? " with documents" : " without documents");
+    }
   }
 }
 
