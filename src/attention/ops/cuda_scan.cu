@@ -133,16 +133,26 @@ size_t SharedBytes(const Launch& x, bool backward) {
   return x.scratch_shared ? static_cast<size_t>(x.ScratchFloats(backward)) * sizeof(float) : 0;
 }
 
+// compute(device) for the current device, once per device (the first kDevices; any later one each
+// time): `known` holds the value + 1, 0 where not asked yet.
+constexpr int kDevices = 64;
+template <typename Compute>
+int64_t OncePerDevice(std::atomic<int64_t> (&known)[kDevices], Compute compute) {
+  int device = 0;
+  Check(cudaGetDevice(&device), "device");
+  if (device < kDevices) {
+    if (const int64_t k = known[device].load(); k > 0) return k - 1;
+  }
+  const int64_t value = compute(device);
+  if (device < kDevices) known[device].store(value + 1);
+  return value;
+}
+
 }  // namespace
 
 bool ScratchFitsInSharedMemory(int64_t floats) {
-  constexpr int kDevices = 64;
-  static std::atomic<int64_t> known[kDevices] = {};  // per device, the floats + 1 (0: not asked yet)
-  int device = 0;
-  Check(cudaGetDevice(&device), "device");
-  auto& slot = known[device % kDevices];
-  int64_t limit = device < kDevices ? slot.load() - 1 : -1;
-  if (limit < 0) {
+  static std::atomic<int64_t> known[kDevices] = {};
+  const int64_t limit = OncePerDevice(known, [](int device) {
     // The device's opt-in limit per block, less each kernel's static shared memory (the panels);
     // each kernel is then allowed that much dynamic shared memory, once per device.
     int optin = 0;
@@ -159,32 +169,25 @@ bool ScratchFitsInSharedMemory(int64_t floats) {
       if (cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)) !=
           cudaSuccess) {
         (void)cudaGetLastError();
-        bytes = 0;
-        break;
+        return int64_t{0};
       }
     }
-    limit = bytes / static_cast<int64_t>(sizeof(float));
-    if (device < kDevices) slot.store(limit + 1);
-  }
+    return bytes / static_cast<int64_t>(sizeof(float));
+  });
   return floats <= limit;
 }
 
 int64_t ResidentBlocks(bool backward) {
-  constexpr int kDevices = 64;
-  static std::atomic<int64_t> known[2][kDevices] = {};  // 0: not asked yet
-  int device = 0;
-  Check(cudaGetDevice(&device), "device");
-  auto& slot = known[backward ? 1 : 0][device % kDevices];
-  if (const int64_t n = slot.load(); n > 0 && device < kDevices) return n;
-  int sms = 0, per_sm = 0;
-  Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
-  // The forward's heaviest per-chunk kernel, or the backward's.
-  const void* kernel = backward ? reinterpret_cast<const void*>(KeySideKernel)
-                                : reinterpret_cast<const void*>(ChunkForwardKernel);
-  Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0), "occupancy");
-  const int64_t n = static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
-  if (device < kDevices) slot.store(n);
-  return n;
+  static std::atomic<int64_t> known[2][kDevices] = {};
+  return OncePerDevice(known[backward ? 1 : 0], [backward](int device) {
+    int sms = 0, per_sm = 0;
+    Check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, device), "SM count");
+    // The forward's heaviest per-chunk kernel, or the backward's.
+    const void* kernel = backward ? reinterpret_cast<const void*>(KeySideKernel)
+                                  : reinterpret_cast<const void*>(ChunkForwardKernel);
+    Check(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, kernel, kThreads, 0), "occupancy");
+    return static_cast<int64_t>(sms) * (per_sm > 0 ? per_sm : 1);
+  });
 }
 
 void StatesOnDevice(const Launch& x, void* stream) {
