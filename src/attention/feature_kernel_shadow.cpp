@@ -35,8 +35,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     // (cuda_scan::DvShared: darkformer's, unless train.deterministic), per KV head, the queries'
     // gradient at their mapped input (width R; where W trains, their features and their gradients,
     // ops/cuda_scan_queries.h), and per chunk and key row one state of m (D + 1) floats with its
-    // references (the chunk's and its sub-chunks') and, at most, a block's scratch. (A 16-bit input
-    // is bf16 here: autocast's.)
+    // references (the chunk's and its sub-chunks') and, at most, a block's scratch: whole rows, an
+    // upper bound where the operator walks them in segments (cuda_op_launch::SegmentChunks, which
+    // depends on the device's resident blocks; then one state per segment grows with L). (A 16-bit
+    // input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
     const int64_t dv_rows = cuda_scan::DvShared(rows / K, c.deterministic) ? K : rows;
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);

@@ -142,6 +142,15 @@ inline void ExpectSameBits(const Result& first, const Result& second, const std:
   }
 }
 
+// As if `blocks` blocks of the per-chunk kernels ran at once (LimitCudaOpBlocksForTesting) for the
+// scope's life: each row's segments (cuda_op_launch::SegmentChunks) take ceil(blocks / rows) chunks.
+struct ResidentBlocksScope {
+  explicit ResidentBlocksScope(int64_t blocks) { LimitCudaOpBlocksForTesting(blocks); }
+  ~ResidentBlocksScope() { LimitCudaOpBlocksForTesting(0); }
+  ResidentBlocksScope(const ResidentBlocksScope&) = delete;
+  ResidentBlocksScope& operator=(const ResidentBlocksScope&) = delete;
+};
+
 // As if the device's shared memory could not hold a block's scratch (AllowCudaOpSharedScratchForTesting)
 // for the scope's life: the per-chunk kernels keep it in global memory, as for performer at Gemma
 // 2B's shape (230 KiB a block).

@@ -25,6 +25,7 @@
 #include "attention/kernel_registry.h"
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/cuda_op_launch.h"
+#include "cuda/cuda_op_cases.h"
 #include "cuda/test_device.h"
 #include "cuda_op_emulated.h"
 #include "util/mixed_precision.h"
@@ -101,16 +102,20 @@ Bytes Measure(const std::string& name, const Shape& s, int64_t length, torch::De
   return bytes;
 }
 
-// name: "performer", "darkformer", or "darkformer deterministic" (under deterministic algorithms).
-void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::Device device) {
+// name: "performer", "darkformer", or "darkformer deterministic" (under deterministic algorithms);
+// per_segment: the chunks of a row's segment (0: whole rows, the host emulation's own).
+void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::Device device,
+                            int64_t per_segment = 0) {
   const int64_t length = 256;
   const bool deterministic = name == "darkformer deterministic";
   const testing::DeterministicScope scope(deterministic);
   const std::string kernel = name.substr(0, name.find(' '));
   const std::string where = name + " at D " + std::to_string(shape.dim) + ", m " + std::to_string(shape.features) +
                             ", chunk " + std::to_string(shape.chunk) + ", sub_chunk " +
-                            std::to_string(shape.sub_chunk);
+                            std::to_string(shape.sub_chunk) + ", segments of " + std::to_string(per_segment);
   const int64_t rows = kernel == "darkformer" ? kHeads : kKvHeads;  // key rows: per query head under M
+  // As if rows x per_segment blocks ran at once: segments of per_segment chunks (SegmentChunks).
+  const cuda_op_cases::ResidentBlocksScope blocks(rows * per_segment);
   // dv per KV head, to which its key rows add theirs; per row, summed after, under deterministic
   // algorithms (train.deterministic).
   const int64_t dv_rows = deterministic ? rows : kKvHeads;
@@ -128,7 +133,9 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   // state of m (Dv + 1) floats, its m references and its reset flag, its sub-chunks' m references
   // each (the query side's, for the key side), and the host emulation's scratch (a block per chunk
   // and row; the device's is capped, or in shared memory where it fits). The features' backward after it
-  // stays within it.
+  // stays within it. In segments, all of that per chunk is the segment's, whatever L, and what
+  // grows with L is one state and its references per segment and row, entering it (the backward's
+  // first pass).
   cuda_scan::Launch launch;
   launch.features = m;
   launch.value_dim = dv;
@@ -138,19 +145,23 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   launch.group_subs = cut.chunk_subs;
   const double per_chunk =
       4.0 * rows * (m * (dv + 1) + m + 1 + cut.chunk_subs * m + launch.ScratchFloats(/*backward=*/true));
-  const double working = 4.0 * (h + h * d + rows * (m + 1) + dv_rows * dv) + per_chunk / shape.chunk;
+  const double per_position = 4.0 * (h + h * d + rows * (m + 1) + dv_rows * dv);
+  const double working = per_position + per_chunk / shape.chunk;  // whole rows: the shadow's
+  const double peak_working =
+      per_segment > 0 ? per_position + 4.0 * rows * (m * (dv + 1) + m) / (per_segment * shape.chunk) : working;
   // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
   // tensor alive (about 20 at the peak), a few bytes per position at these lengths.
   const double rounding = device.is_cuda() ? 24.0 * 512 / length : 0.0;
   std::cout << "[cuda op bytes per position] " << where << ": held " << held << " (kept " << kept << "), peak "
-            << peak << " (bound " << kept + working << ")\n";
+            << peak << " (bound " << kept + peak_working << ")\n";
   EXPECT_LE(held, kept + rounding) << where;
-  EXPECT_LE(peak, kept + working + rounding) << where;
-  // On the host it is the bound to the byte: so the op ran the sub-chunks whose scratch the bound counts.
-  if (!device.is_cuda()) EXPECT_EQ(peak, kept + working) << where;
+  EXPECT_LE(peak, kept + peak_working + rounding) << where;
+  // On the host it is the bound to the byte: so the op ran the sub-chunks whose scratch the bound
+  // counts, and the segments.
+  if (!device.is_cuda()) EXPECT_EQ(peak, kept + peak_working) << where;
   // The shadow saves the inputs as given and the normaliser (the output is the layer's to keep,
-  // not the operator's), and its backward's widest extra is the bound's working set, dv's path
-  // included: so it covers what the peak adds to what is held.
+  // not the operator's), and its backward's widest extra is the bound's working set for whole rows,
+  // dv's path included: so it covers what the peak adds to what is held, in segments or not.
   const double shadow_saved = static_cast<double>(at_2l.saved - at_l.saved) / length;
   const double shadow_working = static_cast<double>(at_2l.working - at_l.working) / length;
   std::cout << "[cuda op bytes per position] " << where << " shadow: saved " << shadow_saved << ", working "
@@ -165,6 +176,17 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
   for (const Shape shape : {Shape{16, 32, 16}, Shape{32, 32, 64}, Shape{32, 32, 64, 32}}) {
     for (const std::string name : {"performer", "darkformer", "darkformer deterministic"}) {
       ExpectBytesPerPosition(shape, name, device);
+    }
+  }
+}
+
+// In segments of 2 and 4 chunks the states per position fall to one per segment: a half and a
+// quarter of whole rows' (which hold one per chunk), the per-chunk scratch and references none.
+TEST(CudaOpMemoryTest, InSegmentsOneStatePerSegment) {
+  const auto device = testing::TestDevice();
+  for (const int64_t per_segment : {2, 4}) {
+    for (const std::string name : {"performer", "darkformer"}) {
+      ExpectBytesPerPosition(Shape{16, 32, 16}, name, device, per_segment);
     }
   }
 }

@@ -299,8 +299,9 @@ TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
   }
 }
 
-// As if one block ran at a time: the forward's one block takes every chunk of every row in turn,
-// the backward's one per row its row's, each reusing its buffers: the same numbers.
+// As if one block ran at a time: rows walked in segments of one chunk (SegmentChunks), the
+// forward's one block taking each segment's chunk of every row in turn, the backward's one per row
+// its row's, each reusing its buffers: the same numbers.
 TEST(DeviceCudaOpTest, OneBlockTakesEveryChunkInTurn) {
   LimitCudaOpBlocksForTesting(1);
   for (const std::string pattern : {"ordinary", "jump"}) ExpectMatches("darkformer", pattern, pattern == "jump" ? 900.0 : 0);

@@ -25,12 +25,15 @@ namespace {
 
 using cuda_op_launch::BackwardBlocks;
 using cuda_op_launch::ChunkingFor;
+using cuda_op_launch::EnterSegment;
 using cuda_op_launch::ForwardBuffers;
 using cuda_op_launch::MakeLaunch;
 using cuda_op_launch::MakeScanFeatures;
-using cuda_op_launch::PerChunk;
+using cuda_op_launch::Pass;
+using cuda_op_launch::PerSegment;
 using cuda_op_launch::PointFeatures;
 using cuda_op_launch::Scratch;
+using cuda_op_launch::SlotOf;
 
 std::atomic<bool> emulate_on_host{false};
 
@@ -100,7 +103,7 @@ torch::ScalarType OutputDtype(const torch::Tensor& v) {
 // One call's scan over its inputs as given: the features it reads (given, or projected inside:
 // MakeScanFeatures), the values as given (AsRead), the document ids on the device, and the Launch
 // pointing to them (these tensors keep what it points to alive); `options`: fp32 on its device. The forward and the backward, which reruns
-// the forward's first steps, set up the same.
+// the forward's first steps, set up the same but for their segments (cuda_op_launch::SegmentChunks).
 struct CallScan {
   cuda_op_launch::ScanFeatures features;
   torch::Tensor values, ids, resets;
@@ -108,12 +111,13 @@ struct CallScan {
   cuda_scan::Launch launch;
   CallScan(const FeatureMap& map, const std::vector<torch::Tensor>& p, const torch::Tensor& x, const torch::Tensor& y,
            const torch::Tensor& v, int64_t rows, int64_t chunk, const torch::Tensor& document_ids_BL,
-           bool tensor_cores)
+           bool tensor_cores, Pass pass)
       : features(MakeScanFeatures(map, p, x, y, rows)),
         values(AsRead(v)),
         options(v.options().dtype(torch::kFloat32)) {
     const auto cut = ChunkingFor(chunk, map.sub_chunk);
-    launch = MakeLaunch(x.size(1), rows, FeatureCount(), values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets);
+    launch = MakeLaunch(x.size(1), rows, FeatureCount(), values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets,
+                        pass);
     PointFeatures(launch, features);
     launch.tensor_cores = tensor_cores;
   }
@@ -135,18 +139,33 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
                            const torch::Tensor& y, int64_t rows, const torch::Tensor& v, const torch::Tensor& den,
                            const torch::Tensor& grad, int64_t chunk,
                            const torch::Tensor& document_ids_BL, bool tensor_cores) {
-  CallScan scan(map, p, x, y, v, rows, chunk, document_ids_BL, tensor_cores);
+  CallScan scan(map, p, x, y, v, rows, chunk, document_ids_BL, tensor_cores, Pass::kBackward);
   auto& launch = scan.launch;
   const auto& on = scan.values;  // on the call's device
   const auto options = scan.options;
-  // The states entering the chunks, recomputed (the forward's first two steps); their scratch is
-  // freed before the backward's own is made.
-  torch::Tensor states, refs;
-  {
-    const ForwardBuffers buffers(launch, options);
-    Run(launch, on, Step::kStates);
-    states = buffers.states;
-    refs = buffers.refs;
+  // One segment's states entering its chunks, recomputed (the forward's first two steps), then,
+  // once the query side has read them, its reverse states in the same buffer (z); one scratch for
+  // both sides.
+  launch.backward_blocks = BackwardBlocks(launch, on);
+  const auto states = PerSegment(launch, true, options), refs = PerSegment(launch, false, options);
+  launch.states = states.data_ptr<float>();
+  launch.refs = refs.data_ptr<float>();
+  launch.z = launch.states;
+  const auto scratch = Scratch(launch, /*backward=*/true, options);
+  // Where a row takes several segments, the state entering each but the first, from a first pass
+  // over them in order (rows x segments - 1: entering[s - 1] enters segment s); the second pass
+  // takes them from the last, each starting from its own.
+  const int64_t segments = launch.Segments();
+  torch::Tensor entering, entering_refs;
+  if (segments > 1) {
+    entering = torch::empty({launch.rows, segments - 1, launch.features, launch.value_dim + 1}, options);
+    entering_refs = torch::empty({launch.rows, segments - 1, launch.features}, options);
+    for (int64_t s = 0; s + 1 < segments; ++s) {
+      EnterSegment(launch, s, states, refs);
+      Run(launch, on, Step::kStates);
+      entering.select(1, s).copy_(SlotOf(launch, states, launch.Segment()));
+      entering_refs.select(1, s).copy_(SlotOf(launch, refs, launch.Segment()));
+    }
   }
   // As it comes, at its strides (bf16 where the output was: OutputDtype): a transposed view or a
   // broadcast costs no copy.
@@ -159,29 +178,31 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
                        launch.dv_shared ? torch::zeros({x.size(0), v.size(1), launch.length, launch.value_dim}, options)
                                         : torch::empty({x.size(0), rows, launch.length, launch.value_dim}, options),
                        mapped, launch.dv_shared};
-  launch.backward_blocks = BackwardBlocks(launch, on);
-  const auto scratch = Scratch(launch, /*backward=*/true, options);
   const auto dot = torch::empty_like(den);  // g_t . out_t, from the query side to the key side
   launch.dot = dot.data_ptr<float>();
   launch.den = den.data_ptr<float>();
-  launch.refs = refs.data_ptr<float>();
   launch.g = g.data_ptr();
   launch.g_bf16 = g.scalar_type() == torch::kBFloat16;
   for (int i = 0; i < 4; ++i) launch.g_strides[i] = g.stride(i);
   launch.dq = result.dq.data_ptr<float>();
   launch.dl = result.dl.data_ptr<float>();
   launch.dv = result.dv.data_ptr<float>();
-  launch.states = states.data_ptr<float>();
   // Each sub-chunk's entering reference, from the query side to the key side (m floats each).
-  const auto sub_refs = torch::empty({launch.chunk_count * launch.group_subs, launch.features}, options);
+  const auto sub_refs = torch::empty({launch.rows * launch.Segment() * launch.group_subs, launch.features}, options);
   launch.sub_refs = sub_refs.data_ptr<float>();
-  Run(launch, on, Step::kQuerySide);
-  // The query side consumed the states (the key side never reads them); the reverse states take
-  // their place.
-  states = torch::Tensor();
-  const auto z = PerChunk(launch, true, options);
-  launch.z = z.data_ptr<float>();
-  Run(launch, on, Step::kKeySide);
+  // The reverse state at the end of the segment the key side just took, for the one before it.
+  const auto passed = segments > 1 ? torch::empty({launch.rows, launch.features, launch.value_dim + 1}, options)
+                                   : torch::Tensor();
+  for (int64_t s = segments - 1; s >= 0; --s) {
+    EnterSegment(launch, s, states, refs, entering, entering_refs);
+    Run(launch, on, Step::kStates);
+    Run(launch, on, Step::kQuerySide);
+    // The query side consumed the states (the key side never reads them); the reverse states take
+    // their place, the later segment's at the last slot.
+    if (s + 1 < segments) SlotOf(launch, states, launch.Segment()).copy_(passed);
+    Run(launch, on, Step::kKeySide);
+    if (s > 0) passed.copy_(SlotOf(launch, states, 0));
+  }
   return result;
 }
 
@@ -209,7 +230,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     // operands beside L x D tensors (fp32_products.h); the scan's own follow tensor_cores.
     NoTf32Scope fp32_products;
     const std::vector<torch::Tensor> p(params.begin(), params.end());
-    CallScan scan(map, p, x, y, v, rows, chunk, documents.ids_BL, tensor_cores);
+    CallScan scan(map, p, x, y, v, rows, chunk, documents.ids_BL, tensor_cores, Pass::kForward);
     auto& launch = scan.launch;
     const auto& on = scan.values;  // on the call's device
     const auto options = scan.options;
@@ -224,7 +245,11 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
       launch.out = out.data_ptr<float>();
     }
     launch.den = den.data_ptr<float>();
-    Run(launch, on, Step::kForward);
+    // Segment by segment, each from the state the one before passed it.
+    for (int64_t s = 0; s < launch.Segments(); ++s) {
+      EnterSegment(launch, s, buffers.states, buffers.refs);
+      Run(launch, on, Step::kForward);
+    }
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout (the
     // features inside the scan: its fp32 scratch).
     RecordDtype(ProbeField::kInputs, buffers.scratch);
@@ -324,19 +349,18 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
   const int64_t chunk = std::max<int64_t>(1, std::min(chunk_size, y.size(2)));
   torch::Tensor ids, resets;
   const auto cut = ChunkingFor(chunk, map.sub_chunk);
-  auto launch = MakeLaunch(rows, rows, l.size(3), v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets);
+  auto launch =
+      MakeLaunch(rows, rows, l.size(3), v, cut.sub, cut.chunk_subs, torch::Tensor(), ids, resets, Pass::kPrefill);
   launch.l = l.data_ptr<float>();
   launch.a = l.data_ptr<float>();  // never read: a prefill folds keys only
   launch.tensor_cores = TensorCores(map);
   const auto options = l.options();
+  launch.through_row_end = true;  // the state after the whole row, in the last slot
   const ForwardBuffers buffers(launch, options);
-  auto final_states = torch::empty({launch.rows, launch.features, launch.value_dim + 1}, options);
-  auto final_refs = torch::empty({launch.rows, launch.features}, options);
-  Dispatch(
-      l, [&] { cuda_scan::PrefillOnHost(launch, final_states.data_ptr<float>(), final_refs.data_ptr<float>()); },
-      [&](void* stream) {
-        cuda_scan::PrefillOnDevice(launch, final_states.data_ptr<float>(), final_refs.data_ptr<float>(), stream);
-      });
+  EnterSegment(launch, 0, buffers.states, buffers.refs);
+  Run(launch, l, Step::kStates);
+  const auto final_states = SlotOf(launch, buffers.states, launch.Segment()).clone(at::MemoryFormat::Contiguous);
+  const auto final_refs = SlotOf(launch, buffers.refs, launch.Segment()).clone(at::MemoryFormat::Contiguous);
   // recurrent_step.h's layout: B x K x F x m (x V), F = rows per KV head; its reference in nats.
   const int64_t per_kv = rows / kv_heads;
   return {final_states.view({batch, kv_heads, per_kv, launch.features, launch.value_dim + 1}),

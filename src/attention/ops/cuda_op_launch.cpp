@@ -45,9 +45,14 @@ int64_t ResidentBlocks(const torch::Tensor& on, bool backward) {
 
 }  // namespace
 
+int64_t SegmentChunks(int64_t rows, const torch::Tensor& on, bool backward) {
+  const int64_t resident = ResidentBlocks(on, backward);
+  return std::max<int64_t>(1, resident / rows + (resident % rows != 0 ? 1 : 0));
+}
+
 cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
-                             torch::Tensor& resets) {
+                             torch::Tensor& resets, Pass pass) {
   cuda_scan::Launch x;
   x.rows = v.size(0) * rows;
   x.rows_per_sequence = rows;
@@ -61,9 +66,9 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
   x.v = v.data_ptr();
   x.v_bf16 = v.scalar_type() == torch::kBFloat16;
   for (int i = 0; i < 4; ++i) x.v_strides[i] = v.stride(i);
-  x.chunk_count = x.rows * x.Chunks();
-  x.forward_blocks = std::max<int64_t>(1, std::min(x.chunk_count, ResidentBlocks(v, /*backward=*/false)));
-  resets = torch::empty({x.chunk_count}, v.options().dtype(torch::kFloat32));
+  if (pass != Pass::kPrefill && x.rows > 0) x.segment_chunks = SegmentChunks(x.rows, v, pass == Pass::kBackward);
+  x.forward_blocks = std::max<int64_t>(1, std::min(x.rows * x.Segment(), ResidentBlocks(v, /*backward=*/false)));
+  resets = torch::empty({x.rows * x.Segment()}, v.options().dtype(torch::kFloat32));
   x.resets = resets.data_ptr<float>();
   if (!document_ids_BL.defined()) return x;
   CheckDocumentIds(document_ids_BL, v.size(0), x.length);
@@ -96,25 +101,46 @@ int64_t BackwardBlocks(const cuda_scan::Launch& x, const torch::Tensor& on) {
   const int64_t budget = ScratchInSharedMemory(x, true, on.device())
                              ? per_row
                              : kBackwardScratchBytes / (x.rows * x.ScratchFloats(true) * 4);
-  return std::max<int64_t>(1, std::min({x.Chunks(), per_row, budget}));
+  return std::max<int64_t>(1, std::min({x.Segment(), per_row, budget}));
 }
 
 torch::Tensor Scratch(cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options) {
-  x.scratch_shared = ScratchInSharedMemory(x, backward, options.device());
-  auto scratch = torch::empty({x.scratch_shared ? 0 : backward ? x.rows * x.backward_blocks : x.forward_blocks,
-                               x.ScratchFloats(backward)},
-                              options);
-  x.scratch = x.scratch_shared ? nullptr : scratch.data_ptr<float>();
+  x.scratch_shared[0] = ScratchInSharedMemory(x, false, options.device());
+  x.scratch_shared[1] = backward && ScratchInSharedMemory(x, true, options.device());
+  const int64_t forward = x.scratch_shared[0] ? 0 : x.forward_blocks * x.ScratchFloats(false);
+  const int64_t back = !backward || x.scratch_shared[1] ? 0 : x.rows * x.backward_blocks * x.ScratchFloats(true);
+  auto scratch = torch::empty({std::max(forward, back)}, options);
+  x.scratch = scratch.numel() > 0 ? scratch.data_ptr<float>() : nullptr;
   return scratch;
 }
 
-torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options) {
-  return with_values ? torch::empty({x.chunk_count, x.features, x.value_dim + 1}, options)
-                     : torch::empty({x.chunk_count, x.features}, options);
+torch::Tensor PerSegment(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options) {
+  const int64_t slots = x.rows * (x.Segment() + 1);
+  return with_values ? torch::empty({slots, x.features, x.value_dim + 1}, options)
+                     : torch::empty({slots, x.features}, options);
+}
+
+torch::Tensor SlotOf(const cuda_scan::Launch& x, const torch::Tensor& per_segment, int64_t slot) {
+  return per_segment.unflatten(0, {x.rows, x.Segment() + 1}).select(1, slot);
+}
+
+void EnterSegment(cuda_scan::Launch& x, int64_t segment, const torch::Tensor& states, const torch::Tensor& refs,
+                  const torch::Tensor& entering, const torch::Tensor& entering_refs) {
+  x.first_chunk = segment * x.Segment();
+  if (segment == 0) {  // the empty state S_0, at reference -inf
+    SlotOf(x, states, 0).zero_();
+    SlotOf(x, refs, 0).fill_(-std::numeric_limits<float>::infinity());
+  } else if (entering.defined()) {
+    SlotOf(x, states, 0).copy_(entering.select(1, segment - 1));
+    SlotOf(x, refs, 0).copy_(entering_refs.select(1, segment - 1));
+  } else {
+    SlotOf(x, states, 0).copy_(SlotOf(x, states, x.Segment()));
+    SlotOf(x, refs, 0).copy_(SlotOf(x, refs, x.Segment()));
+  }
 }
 
 ForwardBuffers::ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options)
-    : states(PerChunk(x, true, options)), refs(PerChunk(x, false, options)), scratch(Scratch(x, false, options)) {
+    : states(PerSegment(x, true, options)), refs(PerSegment(x, false, options)), scratch(Scratch(x, false, options)) {
   x.states = states.data_ptr<float>();
   x.refs = refs.data_ptr<float>();
 }

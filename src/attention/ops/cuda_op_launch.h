@@ -17,38 +17,64 @@ namespace darkformer::cuda_op_launch {
 // chunks are not kept for the backward, which recomputes them (the forward's first two steps), so
 // autograd holds O(L D) whatever m and chunk, and short rows still spread over many blocks (2k
 // positions at chunk 64: 32 blocks per row, not the 8 of a checkpoint every ceil(m / S) = 32
-// sub-chunks at m = 256). Their cost: while a call runs it holds m (Dv + 1) floats per chunk (the
-// chunks' own states, merged in place into the entering ones).
+// sub-chunks at m = 256). Their cost: while a call runs it holds m (Dv + 1) floats per chunk of a
+// segment (SegmentChunks: the chunks' own states, merged in place into the entering ones, then the
+// reverse states in the same buffer), and the backward one per segment.
 struct Chunking {
   int64_t sub, chunk_subs;
 };
 // S is the largest divisor of the chunk up to `longest_sub` (the kernel's sub_chunk; 0: causal_ops::kMaxSubChunk).
 Chunking ChunkingFor(int64_t chunk, int64_t longest_sub);
 
+// What a launch is made for: a prefill takes its rows whole; the forward and the backward walk
+// them in segments (SegmentChunks).
+enum class Pass { kPrefill, kForward, kBackward };
+
 // The scan's Launch for `heads` query heads and `rows` key rows per sequence, m features, and v
 // (B x K x L x Dv, fp32 or bf16, read as given at its strides), with the document ids (B x L; undefined: none) that the
 // kernels read on the device: `ids` holds them there as int64 and must outlive the launch, as must
-// `resets` (one float per chunk). The features are the caller's to point to (PointFeatures).
+// `resets` (one float per chunk of a segment). The features are the caller's to point to (PointFeatures).
 cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
-                             torch::Tensor& resets);
+                             torch::Tensor& resets, Pass pass);
 
-// W blocks per row for the backward (each takes every W-th chunk of its row): as many as run at
-// once on `on`'s device, and, where their scratch lives in global memory, no more than keep it
-// within 256 MiB.
+// The chunks of a segment (Launch::segment_chunks) for `rows` key rows on `on`'s device: as many per
+// row as the pass's per-chunk blocks that run at once cover, so a segment's launches still fill the
+// device, while the states a call holds (two per chunk of a segment, and one per segment: Carry)
+// stay bounded by the segment, not the row: darkformer's 8 key rows at chunk 64 hold 17 chunks' on
+// an H200 (132 resident blocks), not 32 at 2k and 512 at 32k. The host emulation runs whole rows
+// (no limit) unless a test sets one (LimitCudaOpBlocksForTesting).
+int64_t SegmentChunks(int64_t rows, const torch::Tensor& on, bool backward);
+
+// W blocks per row for the backward (each takes every W-th chunk of its row's segment): as many as
+// run at once on `on`'s device, and, where their scratch lives in global memory, no more than keep
+// it within 256 MiB.
 int64_t BackwardBlocks(const cuda_scan::Launch& x, const torch::Tensor& on);
 
 // The forward's blocks are chunks, or (row, slice of features) in its scan over chunks; the
-// backward's (row, w) for w < W: a scratch of ScratchFloats each. On a CUDA device whose blocks
-// hold it in shared memory (cuda_scan::ScratchFitsInSharedMemory) the blocks carve it there and
-// the buffer is empty (x.scratch_shared); else x.scratch points to it. Sets both.
+// backward's (row, w) for w < W, and its reruns of the forward's steps the forward's blocks: a
+// scratch of ScratchFloats each, one buffer for the backward's both. On a CUDA device whose blocks
+// hold it in shared memory (cuda_scan::ScratchFitsInSharedMemory) the blocks carve it there
+// (x.scratch_shared) and the buffer holds none of it; x.scratch points to the buffer. Sets both.
 torch::Tensor Scratch(cuda_scan::Launch& x, bool backward, const torch::TensorOptions& options);
 
-// A state per chunk of the call: chunk_count x m x (Dv + 1) (or x m, `with_values` false).
-torch::Tensor PerChunk(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options);
+// A state per chunk of a segment and one past it, per row: rows x (Segment() + 1) x m x (Dv + 1)
+// (or x m, `with_values` false).
+torch::Tensor PerSegment(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options);
 
-// The buffers of the forward's first two steps (the forward, the prefill, and the backward which
-// reruns them), pointed to by `x`: the entering states and the steps' scratch.
+// Moves `x` to segment `segment` of its rows and puts the state entering it in the first slot of
+// `states` (PerSegment) and its `refs` (cuda_scan::EnteringStates reads it there): the empty state
+// for the first; else `entering[segment - 1]` where given (rows x segments - 1: the backward's,
+// which takes the segments from the last), or what the segment before left in the last slot (the
+// segments in order).
+void EnterSegment(cuda_scan::Launch& x, int64_t segment, const torch::Tensor& states, const torch::Tensor& refs,
+                  const torch::Tensor& entering = {}, const torch::Tensor& entering_refs = {});
+
+// A PerSegment buffer's slot `slot` of every row: rows x m x (Dv + 1) (or x m), a view.
+torch::Tensor SlotOf(const cuda_scan::Launch& x, const torch::Tensor& per_segment, int64_t slot);
+
+// The buffers of the forward's first two steps (the forward and the prefill), pointed to by `x`:
+// the entering states and the steps' scratch.
 struct ForwardBuffers {
   torch::Tensor states, refs, scratch;
   ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options);

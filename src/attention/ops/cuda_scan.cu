@@ -29,18 +29,19 @@ __device__ Block ThisBlock() {
 // call's buffer in global memory. The arithmetic is the same either way: only where it lives.
 __device__ Scratch ScratchFor(const Launch& x, bool backward) {
   extern __shared__ __align__(16) float shared_scratch[];
-  return x.scratch_shared ? Scratch::Carve(shared_scratch, x.features, x.value_dim, x.group, x.sub, backward)
-                          : x.ScratchOf(blockIdx.x, backward);
+  return x.scratch_shared[backward ? 1 : 0]
+             ? Scratch::Carve(shared_scratch, x.features, x.value_dim, x.group, x.sub, backward)
+             : x.ScratchOf(blockIdx.x, backward);
 }
 
 // At most kThreads threads: the compiler keeps each thread within the registers a full block may use.
-// The forward's three steps (cuda_scan_body.h): blocks that take the call's chunks b, b + F, ...
-// (F = forward_blocks), then one block per (row, slice of features), then chunks again.
+// The forward's three steps (cuda_scan_body.h): blocks that take the segment's chunks b, b + F, ...
+// (F = forward_blocks; Launch::SegmentChunk), then one block per (row, slice of features), then chunks again.
 __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
-  for (int64_t c = blockIdx.x; c < x.chunk_count; c += gridDim.x) {
-    const int64_t row = c / x.Chunks(), n = c % x.Chunks();
-    if (n + 1 == x.Chunks()) continue;  // the last chunk's own state enters no chunk
-    ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.resets + c,
+  for (int64_t c = blockIdx.x; c < x.SegmentChunkCount(); c += gridDim.x) {
+    const int64_t row = x.SegmentRow(c), n = x.SegmentChunk(c);
+    if (!x.OwnStateEnters(n)) continue;  // the row's last chunk's enters no chunk
+    ChunkOwnState(ThisBlock(), x.RowOf(row), n, x.OwnStateOf(row, n), x.OwnRefOf(row, n), x.ResetOf(row, n),
                   ScratchFor(x, false));
   }
 }
@@ -54,45 +55,26 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) EnteringStates
   EnteringStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row));
 }
 
-// A prefill's steps: every chunk's own state, the last's too (into the row's final state); then
-// each row's states and the one after it.
-__global__ void __launch_bounds__(kThreads) PrefillOwnStateKernel(Launch x, float* final_states, float* final_refs) {
-  const int64_t mv = x.features * (x.value_dim + 1);
-  for (int64_t c = blockIdx.x; c < x.chunk_count; c += gridDim.x) {
-    const int64_t row = c / x.Chunks(), n = c % x.Chunks();
-    const bool last = n + 1 == x.Chunks();
-    ChunkOwnState(ThisBlock(), x.RowOf(row), n, last ? final_states + row * mv : x.OwnStateOf(row, n),
-                  last ? final_refs + row * x.features : x.OwnRefOf(row, n), x.resets + c,
-                  ScratchFor(x, false));
-  }
-}
-
-__global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) PrefillStatesKernel(Launch x, float* final_states, float* final_refs) {
-  const int64_t mv = x.features * (x.value_dim + 1), row = blockIdx.x / x.Slices(), slice = blockIdx.x % x.Slices();
-  EnteringStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row),
-                 final_states + row * mv, final_refs + row * x.features);
-}
-
 __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
-  for (int64_t c = blockIdx.x; c < x.chunk_count; c += gridDim.x) {
-    const int64_t row = c / x.Chunks();
-    ChunkForward(ThisBlock(), x.RowOf(row), x.ForwardOf(row), c % x.Chunks(), ScratchFor(x, false));
+  for (int64_t c = blockIdx.x; c < x.SegmentChunkCount(); c += gridDim.x) {
+    const int64_t row = x.SegmentRow(c);
+    ChunkForward(ThisBlock(), x.RowOf(row), x.ForwardOf(row), x.SegmentChunk(c), ScratchFor(x, false));
   }
 }
 
-// The backward's launches: the query side, blocks (row, w) taking chunks w, w + W, ... of their
-// row; then the key side's three steps: (row, w) again, one block per (row, slice of features),
+// The backward's launches: the query side, blocks (row, w) taking chunks first + w, first + w + W,
+// ... of their row's segment; then the key side's three steps: (row, w) again, one block per (row, slice of features),
 // (row, w) again.
 __global__ void __launch_bounds__(kThreads) QuerySideKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
-  for (int64_t n = blockIdx.x % w; n < x.Chunks(); n += w) {
+  for (int64_t n = x.first_chunk + blockIdx.x % w; n < x.SegmentEnd(); n += w) {
     ChunkQuerySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, ScratchFor(x, true));
   }
 }
 
 __global__ void __launch_bounds__(kThreads) ReverseShareKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
-  for (int64_t n = blockIdx.x % w; n < x.Chunks(); n += w) {
+  for (int64_t n = x.first_chunk + blockIdx.x % w; n < x.SegmentEnd(); n += w) {
     if (n == 0) continue;  // chunk 0's own share reaches no earlier chunk
     ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZOwnOf(row, n), /*has_z=*/false,
                  /*gradients=*/false, ScratchFor(x, true));
@@ -105,10 +87,9 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) ReverseStatesK
 }
 
 __global__ void __launch_bounds__(kThreads) KeySideKernel(Launch x) {
-  const int64_t w = x.backward_blocks, mv = x.features * (x.value_dim + 1), row = blockIdx.x / w;
-  const int64_t chunks = x.Chunks();
-  for (int64_t n = blockIdx.x % w; n < chunks; n += w) {
-    ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZOf(row) + n * mv, /*has_z=*/n + 1 < chunks,
+  const int64_t w = x.backward_blocks, row = blockIdx.x / w;
+  for (int64_t n = x.first_chunk + blockIdx.x % w; n < x.SegmentEnd(); n += w) {
+    ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZAt(row, n), /*has_z=*/n + 1 < x.Chunks(),
                  /*gradients=*/true, ScratchFor(x, true));
   }
 }
@@ -125,12 +106,12 @@ namespace {
 
 // The launches that carve a scratch (ScratchFor) and the dynamic shared memory each may take.
 const void* const kScratchKernels[] = {
-    reinterpret_cast<const void*>(ChunkOwnStateKernel), reinterpret_cast<const void*>(PrefillOwnStateKernel),
-    reinterpret_cast<const void*>(ChunkForwardKernel),  reinterpret_cast<const void*>(QuerySideKernel),
-    reinterpret_cast<const void*>(ReverseShareKernel),  reinterpret_cast<const void*>(KeySideKernel)};
+    reinterpret_cast<const void*>(ChunkOwnStateKernel), reinterpret_cast<const void*>(ChunkForwardKernel),
+    reinterpret_cast<const void*>(QuerySideKernel), reinterpret_cast<const void*>(ReverseShareKernel),
+    reinterpret_cast<const void*>(KeySideKernel)};
 
 size_t SharedBytes(const Launch& x, bool backward) {
-  return x.scratch_shared ? static_cast<size_t>(x.ScratchFloats(backward)) * sizeof(float) : 0;
+  return x.scratch_shared[backward ? 1 : 0] ? static_cast<size_t>(x.ScratchFloats(backward)) * sizeof(float) : 0;
 }
 
 // compute(device) for the current device, once per device (the first kDevices; any later one each
@@ -206,16 +187,6 @@ void ForwardOnDevice(const Launch& x, void* stream) {
   const auto on = static_cast<cudaStream_t>(stream);
   ChunkForwardKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, SharedBytes(x, false), on>>>(x);
   Check(cudaGetLastError(), "forward launch (chunks)");
-}
-
-void PrefillOnDevice(const Launch& x, float* final_states, float* final_refs, void* stream) {
-  if (x.rows == 0 || x.length == 0) return;
-  const auto on = static_cast<cudaStream_t>(stream);
-  PrefillOwnStateKernel<<<static_cast<unsigned>(x.forward_blocks), kThreads, SharedBytes(x, false), on>>>(x, final_states,
-                                                                                                         final_refs);
-  Check(cudaGetLastError(), "prefill launch (chunks' own states)");
-  PrefillStatesKernel<<<static_cast<unsigned>(x.rows * x.Slices()), kScanThreads, 0, on>>>(x, final_states, final_refs);
-  Check(cudaGetLastError(), "prefill launch (states)");
 }
 
 void QuerySideOnDevice(const Launch& x, void* stream) {

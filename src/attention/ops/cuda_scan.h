@@ -9,15 +9,12 @@
 
 namespace darkformer::cuda_scan {
 
-// The states entering every chunk and their references (states, refs), from the keys and values
-// alone: the forward's first two steps, which the backward reruns instead of saving them. Needs
-// resets and the forward's scratch.
+// The states entering every chunk of the launch's segment and their references (states, refs),
+// from the keys and values alone: the forward's first two steps, which the backward reruns instead
+// of saving them; with through_row_end, a prefill for the recurrent step (recurrent_step.h): the
+// state after the whole row in its last slot. Needs resets and the forward's scratch.
 void StatesOnHost(const Launch& launch);
 void ForwardOnHost(const Launch& launch);
-// The state after each segment and its reference (segment_count x m x (Dv + 1), x m), from the
-// keys and values alone: a prefill for the recurrent step (recurrent_step.h). Needs states, refs,
-// resets and the forward's scratch.
-void PrefillOnHost(const Launch& launch, float* final_states, float* final_refs);
 // The backward in two parts, so the caller frees the states entering the chunks between them: the
 // query side (da, and the first terms of dl and dv; consumes states, needs refs), then the key
 // side (the reverse states in z, and the rest of dl and dv; needs refs).
@@ -37,7 +34,6 @@ bool ScratchFitsInSharedMemory(int64_t floats);
 // On `stream` (a cudaStream_t), asynchronously; they throw where the kernels are not built.
 void StatesOnDevice(const Launch& launch, void* stream);
 void ForwardOnDevice(const Launch& launch, void* stream);
-void PrefillOnDevice(const Launch& launch, float* final_states, float* final_refs, void* stream);
 void QuerySideOnDevice(const Launch& launch, void* stream);
 void KeySideOnDevice(const Launch& launch, void* stream);
 

@@ -121,16 +121,18 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
 //   and Z itself, which needs only the sub-chunks' references, not their states.
 
 // The row's sub-chunk k's entering reference (m floats), as the query side leaves it for the key side.
-DF_HD inline float* SubChunkRef(const Row& r, const BackwardIo& io, int64_t k) { return io.sub_refs + k * r.features; }
+DF_HD inline float* SubChunkRef(const Row& r, const BackwardIo& io, int64_t k) {
+  return io.sub_refs + (k - io.first * r.group_subs) * r.features;
+}
 
 // The query side of chunk n: its checkpoint (io.states, consumed: folded in place) read by each
 // sub-chunk's queries, and each sub-chunk's own pairs. Each sub-chunk's entering reference is left
 // in io.sub_refs for the key side, which would otherwise rerun the chunk's maxima to find them.
 DF_HD inline void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const Scratch& c) {
   const int64_t m = r.features, mv = m * (r.value_dim + 1), first = n * r.group_subs, end = ChunkEnd(r, n);
-  float* state = io.states + n * mv;
+  float* state = io.states + (n - io.first) * mv;
   float* ref = c.group_ref;  // the current sub-chunk's entering reference (the checkpoint's is kept)
-  ParallelFor(b, m, [&](int64_t i) { ref[i] = io.refs[n * m + i]; });
+  ParallelFor(b, m, [&](int64_t i) { ref[i] = io.refs[(n - io.first) * m + i]; });
   for (int64_t k = first; k < end; ++k) {
     const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;
     const bool has = n > 0 || k > first;
@@ -190,31 +192,38 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
   }
 }
 
-// Step 2 of the backward, per row, in place: the reverse state at each chunk's end from the later
-// chunks, Z(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z(n) per feature (the sub-chunks' decays of
-// chunk n telescope; the factor is <= 1), or Z_own(n) alone where a document starts in chunk n
-// (io.resets, from the forward's first step); Z(N - 2) = Z_own(N - 1). Slot n - 1 of z (N x m x V)
-// holds Z_own(n), chunk n's own share (step 1), and becomes Z(n - 1); the references are the
-// checkpoints'. Each element is completed alone, so a block takes features [f0, f1) of the row
-// (Launch::Slices) and a thread an element's whole chain, as EnteringStates: Z(n) in a register,
-// the own shares and decays of kScanDepth chunks loaded at once, no barrier.
+// Step 2 of the backward, per row, in place: the reverse state at the end of each chunk of the
+// segment from the later chunks, Z(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z(n) per feature
+// (the sub-chunks' decays of chunk n telescope; the factor is <= 1), or Z_own(n) alone where a
+// document starts in chunk n (io.resets, from the forward's first step); Z(N - 2) = Z_own(N - 1)
+// at the row's end, and before it Z at the segment's end is what the later segment passed (its
+// last slot). Chunk n's slot of z (Launch::ZOwnOf) holds Z_own(n), chunk n's own share (step 1),
+// and becomes Z(n - 1): the segment's first slot so becomes what it passes to the segment before.
+// The references are the checkpoints', the last slot's the next segment's entering one. The chain
+// split into segments makes the same steps in the same order: the same bits. Each element is
+// completed alone, so a block takes features [f0, f1) of the row (Launch::Slices) and a thread an
+// element's whole chain, as EnteringStates: Z(n) in a register, the own shares and decays of
+// kScanDepth chunks loaded at once, no barrier.
 DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io, float* z) {
   const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  const int64_t steps = chunks - 2;  // step s: n = chunks - 2 - s, from chunks - 2 down to 1
+  const int64_t end = io.first + io.span;
+  // Steps n = hi, hi - 1, ..., lo, step s completing chunk hi - s's slot (chunk 0's share reaches nothing).
+  const int64_t hi = end < chunks ? end - 1 : end - 2, lo = io.first > 1 ? io.first : 1;
+  const int64_t steps = hi - lo + 1;
   struct Share {  // chunk n's own share Z_own(n), its decay 2^(R(e_n) - R(e_{n+1})), a start in it
     float own, decay;
     bool reset;
   };
   for (int64_t e = b.tid; steps > 0 && e < (f1 - f0) * v; e += b.size) {
     const int64_t idx = f0 * v + e, i = idx / v;
-    float* slot = z + (chunks - 2) * mv + idx;  // step s0 + k reads and writes slot - (k + 1) mv
-    const float* ref = io.refs + (chunks - 2) * m + i;
-    float carry = *slot;  // Z(N - 2) = Z_own(N - 1)
+    float* slot = z + (hi + 1 - io.first) * mv + idx;  // step s0 + k reads and writes slot - (k + 1) mv
+    const float* ref = io.refs + (hi - io.first) * m + i;
+    float carry = *slot;  // Z(hi): passed from the later segment, or Z(N - 2) = Z_own(N - 1)
     BatchedChain(
         steps,
         [&](int64_t s0, int k) {
           return Share{slot[-(k + 1) * mv], DF_EXP2(ref[-k * m] - ref[(1 - k) * m]),
-                       io.resets[chunks - 2 - (s0 + k)] != 0.0f};
+                       io.resets[hi - (s0 + k) - io.first] != 0.0f};
         },
         [&](int64_t, int k, const Share& x) {
           carry = x.reset ? x.own : x.own + x.decay * carry;  // a start: Z_own(n) alone

@@ -59,9 +59,17 @@ struct ForwardOut {
   int64_t out_head_stride;
   float* den;  // G x L, >= 1
   int64_t den_head_stride;
-  float* states;  // checkpoints x m x V: the state before sub-chunks 0, group_subs, 2 group_subs, ...
-  float* refs;    // checkpoints x m
-  float* resets;  // checkpoints: 1 where the chunk holds a document start, else 0
+  // The segment's checkpoints (chunks [first, first + span) of the row; Launch::Segment), slot j
+  // chunk first + j's, then the next segment's: span + 1 x m x V, the state before sub-chunks
+  // first group_subs, (first + 1) group_subs, ...; span + 1 x m; span: 1 where the chunk holds a
+  // document start, else 0.
+  float* states;
+  float* refs;
+  float* resets;
+  int64_t first, span;
+  // Whether the state after the segment's last chunk is made, in the last slot: where a chunk
+  // follows it, and for a prefill (Launch::through_row_end) the state after the whole row.
+  bool passes;
 };
 
 struct BackwardIo {
@@ -80,9 +88,10 @@ struct BackwardIo {
   // dv is the value row's, shared by its key rows (Launch::dv_shared): each adds its terms (AddShared)
   // to the zeros it starts as; else the row's own.
   bool dv_shared;
-  const float* resets;  // checkpoints: the forward's step 1 wrote them (the backward reruns it)
-  // checkpoints x group_subs x m: each sub-chunk's entering reference (the query side writes them)
+  const float* resets;  // the segment's checkpoints: the forward's step 1 wrote them (the backward reruns it)
+  // span x group_subs x m: each sub-chunk's entering reference (the query side writes them)
   float* sub_refs;
+  int64_t first, span;  // the segment's chunks, as ForwardOut's (states, refs and resets are its)
 };
 
 DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_subs) {
@@ -319,25 +328,27 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
   ParallelFor(b, 1, [&](int64_t) { *reset = starts ? 1.0f : 0.0f; });
 }
 
-// 2. A row's checkpoints, the states entering its chunks, in place: slot n + 1 of o.states holds
-// chunk n's own state S'_n (step 1 wrote it there), and becomes S_{n+1} = 2^(R_n - R) S_n +
-// 2^(R'_n - R) S'_n with R = max(R_n, R'_n) per feature; slot 0 becomes S_0 = 0 (reference -inf).
+// 2. A row's checkpoints, the states entering its segment's chunks, in place: slot 0 holds the
+// state entering the segment (S_0 = 0 at reference -inf for the row's first: the caller's,
+// cuda_op_launch::EnterSegment), and the slot after chunk n's holds chunk n's own state S'_n (step
+// 1 wrote it there), which becomes S_{n+1} = 2^(R_n - R) S_n + 2^(R'_n - R) S'_n with R =
+// max(R_n, R'_n) per feature. The last slot, past the segment's last chunk, becomes the state after
+// it where o.passes (the next segment's entering state; a prefill's state after the whole row).
 // Both factors <= 1 and the larger side's is exactly 1, so the key that attains a feature's max
 // keeps its exact 1 in the normaliser. Where a document starts in chunk n (o.resets, step 1),
-// S_{n+1} = S'_n at R'_n. With `final_state` (a prefill: step 1 wrote the last chunk's own state
-// there) that becomes S_N, the state after the whole row, with its reference.
+// S_{n+1} = S'_n at R'_n. A chain split into segments makes the same merges in the same order:
+// the same bits.
 // Each element merges alone, so a block takes features [f0, f1) of the row (Launch::Slices) and a
 // thread an element's whole chain over the chunks: its running state and reference in registers,
 // no barrier and no load that waits on the chain, the own states and references of kScanDepth
 // chunks loaded at once (BatchedChain). Every thread of a feature computes its references alike from
-// the own ones in slots n + 1, which one thread per feature overwrites with R only after a barrier.
-DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const ForwardOut& o,
-                                 float* final_state = nullptr, float* final_ref = nullptr) {
-  const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  // Merges n = 0 .. merges - 1, each into slot n + 1 (the last, with a prefill, into final_state).
-  const int64_t merges = chunks - 1 + (final_state != nullptr ? 1 : 0);
-  auto state_at = [&](int64_t n) { return n + 1 == chunks ? final_state : o.states + (n + 1) * mv; };
-  auto ref_at = [&](int64_t n) { return n + 1 == chunks ? final_ref : o.refs + (n + 1) * m; };
+// the own ones in the slots after, which one thread per feature overwrites with R only after a barrier.
+DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const ForwardOut& o) {
+  const int64_t m = r.features, v = r.value_dim + 1, mv = m * v;
+  // Merges n = 0 .. merges - 1, chunk first + n's own state into slot n + 1: the last slot too where o.passes.
+  const int64_t merges = o.span - 1 + (o.passes ? 1 : 0);
+  auto state_at = [&](int64_t n) { return o.states + (n + 1) * mv; };
+  auto ref_at = [&](int64_t n) { return o.refs + (n + 1) * m; };
   // R after a merge from the running one and the chunk's own (step 1's, still in its slot).
   auto top_of = [](bool reset, float in_ref, float own_ref) { return reset ? own_ref : Max(in_ref, own_ref); };
   struct Merge {  // chunk n's own element, its own reference, and whether a document starts in it
@@ -350,8 +361,7 @@ DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64
   };
   for (int64_t e = b.tid; e < (f1 - f0) * v; e += b.size) {
     const int64_t idx = f0 * v + e, i = idx / v;
-    float in = 0.0f, in_ref = kNegInf;
-    o.states[idx] = 0.0f;
+    float in = o.states[idx], in_ref = o.refs[i];  // entering the segment
     BatchedChain(
         merges,
         [&](int64_t n0, int k) { return Merge{state_at(n0 + k)[idx], ref_at(n0 + k)[i], o.resets[n0 + k] != 0.0f}; },
@@ -366,8 +376,7 @@ DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64
   }
   b.Sync();  // every thread has read the own references
   for (int64_t i = f0 + b.tid; i < f1; i += b.size) {  // the same chain of R, its loads batched alike
-    float in_ref = kNegInf;
-    o.refs[i] = kNegInf;
+    float in_ref = o.refs[i];
     BatchedChain(
         merges, [&](int64_t n0, int k) { return RefMerge{ref_at(n0 + k)[i], o.resets[n0 + k] != 0.0f}; },
         [&](int64_t n0, int k, const RefMerge& x) {
@@ -383,8 +392,8 @@ DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64
 // reads a checkpoint after the forward's last step).
 DF_HD inline void ChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t n, const Scratch& c) {
   const int64_t m = r.features, mv = m * (r.value_dim + 1);
-  float* state = o.states + n * mv;
-  float* ref = o.refs + n * m;
+  float* state = o.states + (n - o.first) * mv;
+  float* ref = o.refs + (n - o.first) * m;
   const int64_t end = ChunkEnd(r, n);
   for (int64_t k = n * r.group_subs; k < end; ++k) {
     const int64_t pos = k * r.sub, sl = r.sub < r.length - pos ? r.sub : r.length - pos;

@@ -21,7 +21,15 @@ struct Launch {
   const int64_t* ids = nullptr;  // document ids, sequences x L, on the kernels' device; nullptr: none
   int64_t rows_per_sequence = 1;  // the key rows of one sequence
   bool tensor_cores = false;  // Row::tensor_cores
-  int64_t chunk_count = 0;   // rows x Chunks()
+  // The segment of every row a launch takes: chunks [first_chunk, SegmentEnd()), Segment() of them
+  // but in the row's last (segment_chunks; 0: the whole row). The per-chunk buffers hold one
+  // segment per row (StateSlot, ChunkSlot): a call walks its segments in turn, the state entering
+  // one and the reverse state leaving it carried between them (cuda_op.cpp), so what it holds while
+  // it runs is bounded by the segment, not the row.
+  int64_t first_chunk = 0, segment_chunks = 0;
+  // A prefill's: the row's last chunk's own state too, merged into the last slot, which so holds
+  // the state after the whole row (its segment is the row).
+  bool through_row_end = false;
   // The queries (cuda_scan_queries.h): their base-2 log-features given, rows x G x L x m; or, with
   // a null, inside from the queries as given: sequences x (rows_per_sequence x G) x L x dim at the
   // strides x_strides (elements), fp32 or bf16, their projection (dim x m, per query head of a
@@ -47,13 +55,14 @@ struct Launch {
   const void* v = nullptr;
   bool v_bf16 = false;
   int64_t v_strides[4] = {0, 0, 0, 0};
-  float* resets = nullptr;   // chunk_count: whether a document starts in the chunk
+  float* resets = nullptr;   // rows x Segment(): whether a document starts in the chunk (ChunkSlot)
   // Forward.
   float* out = nullptr;         // rows x G x L x Dv (nullptr where out16 is given)
   uint16_t* out16 = nullptr;    // the same in bf16 instead, where the caller asks (else nullptr)
   float* den = nullptr;         // rows x G x L
-  // chunk_count x m x (Dv + 1), x m: the state entering each chunk and its reference; before the
-  // forward's step 2, slot n + 1 of a row holds its chunk n's own state (OwnStateOf).
+  // rows x (Segment() + 1) x m x (Dv + 1), x m: the state entering each chunk of the segment and
+  // its reference (StateSlot), and in the last slot the one entering the next segment; before the
+  // forward's step 2, the slot after chunk n's holds its own state (OwnStateOf).
   float* states = nullptr;
   float* refs = nullptr;
   // Backward (reads den, states, refs too).
@@ -68,25 +77,44 @@ struct Launch {
   // (AddShared: atomics on the device, whose order may change the last bits from run to run).
   float* dv = nullptr;
   bool dv_shared = false;
-  // chunk_count x group_subs x m: each sub-chunk's entering reference, which the backward's query
+  // rows x Segment() x group_subs x m: each sub-chunk's entering reference, which the backward's query
   // side writes as it folds a chunk and its key side reads (it used to rerun the sub-chunks' maxima).
   float* sub_refs = nullptr;
-  // chunk_count x m x (Dv + 1): slot n of a row holds the reverse state at its chunk n's end (after
-  // the backward's step 2; before it, chunk n + 1's own share of it: ZOwnOf).
+  // rows x (Segment() + 1) x m x (Dv + 1): the reverse state at the end of chunk n of the segment
+  // in the slot after n's (ZAt; slot 0: at the end of the chunk before the segment, which the
+  // segment before reads), after the backward's step 2; before it, the slot before chunk n's holds
+  // chunk n's own share of it (ZOwnOf). The states' buffer, once the query side has read them.
   float* z = nullptr;
-  // The blocks of the forward's per-chunk launches (block b takes chunks b, b + F, ... of the call)
-  // and the backward's per row (each takes every W-th chunk of its row): their scratch stays
-  // bounded however long the sequence.
+  // The blocks of the forward's per-chunk launches (block b takes chunks b, b + F, ... of the
+  // segment's: SegmentChunk) and the backward's per row (each takes every W-th chunk of its row's
+  // segment): their scratch stays bounded however long the sequence.
   int64_t forward_blocks = 1, backward_blocks = 1;
   // Forward: forward_blocks x ScratchFloats(false), one per block of the forward's per-chunk
-  // launches (the scans over chunks take none); backward: rows x backward_blocks x ScratchFloats(true).
-  // Or, with scratch_shared (a device whose blocks hold it beside the products' panels:
+  // launches (the scans over chunks take none); backward: rows x backward_blocks x ScratchFloats(true),
+  // one buffer that the backward's reruns of the forward's steps carve as the forward's.
+  // Or, with scratch_shared[backward] (a device whose blocks hold it beside the products' panels:
   // ScratchFitsInSharedMemory), none: each block carves its own from its shared memory, a round
-  // trip to the SM's own memory per step instead of to global memory; scratch is then null.
+  // trip to the SM's own memory per step instead of to global memory.
   float* scratch = nullptr;
-  bool scratch_shared = false;
+  bool scratch_shared[2] = {false, false};
 
   DF_HD int64_t Chunks() const { return CheckpointCount(length, sub, group_subs); }
+  DF_HD int64_t Segment() const {
+    return segment_chunks > 0 && segment_chunks < Chunks() ? segment_chunks : Chunks();
+  }
+  DF_HD int64_t Segments() const { return Segment() > 0 ? (Chunks() + Segment() - 1) / Segment() : 0; }
+  DF_HD int64_t Span() const { return Segment() < Chunks() - first_chunk ? Segment() : Chunks() - first_chunk; }
+  DF_HD int64_t SegmentEnd() const { return first_chunk + Span(); }
+  // The chunks a launch takes, every row's segment: the forward's per-chunk blocks' work, the c-th
+  // chunk SegmentChunk(c) of row SegmentRow(c).
+  DF_HD int64_t SegmentChunkCount() const { return rows * Span(); }
+  DF_HD int64_t SegmentRow(int64_t c) const { return c / Span(); }
+  DF_HD int64_t SegmentChunk(int64_t c) const { return first_chunk + c % Span(); }
+  // Chunk n of row `row` (in the segment) in the buffers of Segment() + 1 slots per row, and of Segment().
+  DF_HD int64_t StateSlot(int64_t row, int64_t n) const { return row * (Segment() + 1) + n - first_chunk; }
+  DF_HD int64_t ChunkSlot(int64_t row, int64_t n) const { return row * Segment() + n - first_chunk; }
+  // Whether chunk n's own state enters anything: a later chunk, or a prefill's state after the row.
+  DF_HD bool OwnStateEnters(int64_t n) const { return n + 1 < Chunks() || through_row_end; }
   // The scans over chunks (EnteringStates, ReverseStates) take each row in slices of SliceFeatures()
   // features, one block each: block s of row r is r * Slices() + s, features [First, Last). A slice
   // is as many whole feature rows of a state (Dv + 1 elements each) as kScanThreads threads cover one
@@ -159,7 +187,7 @@ struct Launch {
             ids != nullptr ? ids + (row / rows_per_sequence) * length : nullptr, tensor_cores};
   }
   DF_HD ForwardOut ForwardOf(int64_t row) const {
-    const int64_t ld = length * value_dim, first = row * Chunks();
+    const int64_t ld = length * value_dim, first = StateSlot(row, first_chunk);
     return {out != nullptr ? out + row * group * ld : nullptr,
             out16 != nullptr ? out16 + row * group * ld : nullptr,
             ld,
@@ -167,29 +195,36 @@ struct Launch {
             length,
             states + first * features * (value_dim + 1),
             refs + first * features,
-            resets + first};
+            resets + ChunkSlot(row, first_chunk),
+            first_chunk,
+            Span(),
+            OwnStateEnters(SegmentEnd() - 1)};
   }
   DF_HD BackwardIo BackwardOf(int64_t row) const {
-    const int64_t ld = length * value_dim, lm = length * features, first = row * Chunks();
+    const int64_t ld = length * value_dim, lm = length * features, first = StateSlot(row, first_chunk);
     const int64_t lq = a != nullptr ? lm : length * mapped_dim;  // per query head of dq
     return {states + first * features * (value_dim + 1), refs + first * features, den + row * group * length,
             length, dot + row * group * length,
             ElementAt(g, g_bf16, (row / rows_per_sequence) * g_strides[0] + HeadOf(row) * g_strides[1]), g_bf16,
             g_strides[1], g_strides[2], g_strides[3],
             dq + row * group * lq, lq, dl + row * lm, dv + (dv_shared ? row / value_rows_per : row) * ld, dv_shared,
-            resets + first, sub_refs + first * group_subs * features};
+            resets + ChunkSlot(row, first_chunk), sub_refs + ChunkSlot(row, first_chunk) * group_subs * features,
+            first_chunk, Span()};
   }
-  // Where step 1 of the forward puts chunk n < Chunks() - 1's own state and reference: the slot
-  // of the state entering chunk n + 1, which step 2 merges in place (EnteringStates). The last
-  // chunk's enters no chunk: a prefill gives it its own place.
+  // Where step 1 of the forward puts chunk n's own state and reference: the slot of the state
+  // entering chunk n + 1, which step 2 merges in place (EnteringStates); the segment's last chunk's,
+  // the last slot, where the next segment's entering state (a prefill's state after the row) is made.
   DF_HD float* OwnStateOf(int64_t row, int64_t n) const {
-    return states + (row * Chunks() + n + 1) * features * (value_dim + 1);
+    return states + (StateSlot(row, n) + 1) * features * (value_dim + 1);
   }
-  DF_HD float* OwnRefOf(int64_t row, int64_t n) const { return refs + (row * Chunks() + n + 1) * features; }
-  // Row `row`'s reverse states (slot n: at chunk n's end), and where step 1 of the backward puts
-  // chunk n >= 1's own share of them: slot n - 1, which step 2 completes in place (ReverseStates).
-  DF_HD float* ZOf(int64_t row) const { return z + row * Chunks() * features * (value_dim + 1); }
-  DF_HD float* ZOwnOf(int64_t row, int64_t n) const { return ZOf(row) + (n - 1) * features * (value_dim + 1); }
+  DF_HD float* OwnRefOf(int64_t row, int64_t n) const { return refs + (StateSlot(row, n) + 1) * features; }
+  DF_HD float* ResetOf(int64_t row, int64_t n) const { return resets + ChunkSlot(row, n); }
+  // Row `row`'s reverse states, the reverse state at chunk n's end (the slot after n's), and where
+  // step 1 of the backward puts chunk n >= 1's own share of the one at chunk n - 1's end (n's slot),
+  // which step 2 completes in place (ReverseStates).
+  DF_HD float* ZOf(int64_t row) const { return z + StateSlot(row, first_chunk) * features * (value_dim + 1); }
+  DF_HD float* ZAt(int64_t row, int64_t n) const { return z + (StateSlot(row, n) + 1) * features * (value_dim + 1); }
+  DF_HD float* ZOwnOf(int64_t row, int64_t n) const { return z + StateSlot(row, n) * features * (value_dim + 1); }
 };
 
 // Whether a KV head's key rows (darkformer's, per query head) add their dv into one buffer with
