@@ -24,12 +24,17 @@ using namespace cuda_op_cases;  // NOLINT: the cases these tests share
 
 // Every path the kernels have, small: fp32 on CUDA cores; bf16 on tensor cores (shared memory)
 // with documents read on the device, and 2 slices of features over 5 chunks; each block's scratch
-// in its shared memory (racecheck reads its hazards there), then in global memory.
+// in its shared memory (racecheck reads its hazards there), then in global memory; then the rows
+// in segments of 2 chunks (the states carried between them).
 TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) {
   ExpectMatches("performer", "ordinary", 0);
   const auto ids = TwoDocuments();
   ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
-  const GlobalScratchScope global;
+  {
+    const GlobalScratchScope global;
+    ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
+  }
+  const ResidentBlocksScope segments(2 * kHeads);  // darkformer's key rows: one per query head
   ExpectMatches("darkformer", "ordinary", 0, ids, /*bf16=*/true, /*chunk=*/8, /*features=*/40);
 }
 
