@@ -263,7 +263,8 @@ TEST(DeviceCudaOpTest, QueriesReadWhereTheyLie) {
 // head's keys by its own head's M, and their backward sums each KV head's rows), fp32 and bf16,
 // against the chunk loop in fp64 by the rule of ExpectMatches. Darkformer's rows add their dv into
 // their KV head's one buffer (atomics on a device), or under deterministic algorithms each keeps
-// its own, summed after: both paths, each sequence's rows into their own KV heads.
+// its own, summed after: both paths, each sequence's rows into their own KV heads. In whole rows,
+// and in segments of one chunk (the batch's rows side by side in each segment's buffers).
 TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
   const auto device = testing::TestDevice();
   constexpr int64_t heads = 4, kv_heads = 2;
@@ -291,14 +292,20 @@ TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
         for (auto& p : kernel->parameters()) r.push_back(p.grad().defined() ? p.grad().cpu() : torch::Tensor());
         return r;
       };
-      const auto ref = run("chunk_loop", torch::kCPU, torch::kFloat64), got = run("cuda", device, torch::kFloat32);
-      const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
-      const std::string where = name + (bf16 ? " bf16" : " fp32") + " on " + device.str();
-      ASSERT_EQ(got.size(), ref.size()) << where;
-      EXPECT_LE(RelativeError(got[0], ref[0]), std::max(1e-4, storage)) << where << " output";
-      for (size_t i = 1; i < got.size(); ++i) {
-        if (!ref[i].defined()) continue;
-        EXPECT_LE(RelativeError(got[i], ref[i]), std::max(1e-3, i < 4 ? storage : 0.0)) << where << " grad " << i;
+      const auto ref = run("chunk_loop", torch::kCPU, torch::kFloat64);
+      const int64_t rows = 2 * (name == "performer" ? kv_heads : heads);  // the batch's key rows
+      for (const int64_t per_segment : {0, 1}) {  // whole rows, then segments of one chunk (SegmentChunks)
+        const ResidentBlocksScope blocks(rows * per_segment);
+        const auto got = run("cuda", device, torch::kFloat32);
+        const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
+        const std::string where = name + (bf16 ? " bf16" : " fp32") + " on " + device.str() + ", segments of " +
+                                  std::to_string(per_segment);
+        ASSERT_EQ(got.size(), ref.size()) << where;
+        EXPECT_LE(RelativeError(got[0], ref[0]), std::max(1e-4, storage)) << where << " output";
+        for (size_t i = 1; i < got.size(); ++i) {
+          if (!ref[i].defined()) continue;
+          EXPECT_LE(RelativeError(got[i], ref[i]), std::max(1e-3, i < 4 ? storage : 0.0)) << where << " grad " << i;
+        }
       }
     }
   }
