@@ -35,8 +35,9 @@ __device__ Scratch ScratchFor(const Launch& x, bool backward) {
 }
 
 // At most kThreads threads: the compiler keeps each thread within the registers a full block may use.
-// The forward's three steps (cuda_scan_body.h): blocks that take the segment's chunks b, b + F, ...
-// (F = forward_blocks; Launch::SegmentChunk), then one block per (row, slice of features), then chunks again.
+// The forward's three steps (cuda_scan_body.h): blocks that take the segment's chunks b, b + F,
+// ... (F = forward_blocks; Launch::SegmentChunk), then one block per (row, slice of features), then
+// chunks again.
 __global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
   for (int64_t c = blockIdx.x; c < x.SegmentChunkCount(); c += gridDim.x) {
     const int64_t row = x.SegmentRow(c), n = x.SegmentChunk(c);
@@ -63,8 +64,8 @@ __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
 }
 
 // The backward's launches: the query side, blocks (row, w) taking chunks first + w, first + w + W,
-// ... of their row's segment; then the key side's three steps: (row, w) again, one block per (row, slice of features),
-// (row, w) again.
+// ... of their row's segment; then the key side's three steps: (row, w) again, one block per
+// (row, slice of features), (row, w) again.
 __global__ void __launch_bounds__(kThreads) QuerySideKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
   for (int64_t n = x.first_chunk + blockIdx.x % w; n < x.SegmentEnd(); n += w) {
