@@ -25,15 +25,23 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
                                 KeySpec("causal form: auto = ops/causal_form.h (CPU: raw_cpu where it applies, else chunk_loop; CUDA: chunk_parallel)")
                                     .OneOf(CausalOpNames())),
         reader.KeyPath("op"));
+    // op: cuda's own keys: another form would not read them, so a value there is refused.
+    auto cuda_only = [&](const std::string& key, int64_t value, const std::string& otherwise) {
+      DF_CHECK(value == 0 || o.op == CausalOp::kCuda,
+               "config key '" << reader.KeyPath(key) << "' = " << value << ValueOrigin(reader.KeyPath(key), reader.node()[key])
+                              << " applies to op: cuda only, and '" << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
+                              << ": set op: cuda, or drop " << key << " (" << otherwise << ")");
+    };
     o.sub_chunk = reader.Get<int64_t>(
         "sub_chunk", o.sub_chunk,
         KeySpec("op: cuda's sub-chunk: the largest divisor of the chunk up to this many positions (pairs inside one are summed feature by feature); other forms refuse it")
             .Min(0, "0 = 8, the LibTorch forms' own"));
-    DF_CHECK(o.sub_chunk == 0 || o.op == CausalOp::kCuda,
-             "config key '" << reader.KeyPath("sub_chunk") << "' = " << o.sub_chunk
-                            << ValueOrigin(reader.KeyPath("sub_chunk"), reader.node()["sub_chunk"])
-                            << " applies to op: cuda only, and '" << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
-                            << ": set op: cuda, or drop sub_chunk (the LibTorch forms take 8, the raw CPU kernel 16)");
+    cuda_only("sub_chunk", o.sub_chunk, "the LibTorch forms take 8, the raw CPU kernel 16");
+    o.segment_chunks = reader.Get<int64_t>(
+        "segment_chunks", o.segment_chunks,
+        KeySpec("op: cuda's segment: each row walked in segments of this many chunks, whose states a call holds at once (more: fewer launches, more memory; at least a row's chunks: whole rows); other forms refuse it")
+            .Min(0, "0 = as many as the device runs at once"));
+    cuda_only("segment_chunks", o.segment_chunks, "the other forms take no segments");
   }
   if (!with_redraw) return o;
   o.redraw = reader.GetEnum("redraw", o.redraw,

@@ -36,10 +36,14 @@ struct FeatureKernelOptions {
   // divisor of the chunk; 0: causal_ops::kMaxSubChunk, as the LibTorch forms take it. Other forms
   // refuse it (their memory grows with it; the raw CPU kernel's is its own).
   int64_t sub_chunk = 0;
+  // op: cuda's segment (cuda_op_launch.h's SegmentChunks): each row walked in segments of this many
+  // chunks, whose states a call holds at once; 0: as many as the device runs at once. Other forms
+  // refuse it.
+  int64_t segment_chunks = 0;
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown, and
-  // `with_op` false (signed features: one composite path) leaves `op`, `fused` and `sub_chunk`
-  // unknown keys.
+  // `with_op` false (signed features: one composite path) leaves `op`, `fused`, `sub_chunk` and
+  // `segment_chunks` unknown keys.
   // `default_features`: num_features when absent (SLAY's is smaller), recorded as the default.
   static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw, bool with_op,
                                    int64_t default_features = kDefaultFeatures);

@@ -21,6 +21,7 @@ FeatureMap LogFeatureKernel::MakeFeatureMap() const {
   map.params_per_head = FeatureParamsPerHead();
   map.op = options_.op;
   map.sub_chunk = options_.sub_chunk;
+  map.segment_chunks = options_.segment_chunks;
   map.num_features = options_.num_features;
   return map;
 }
@@ -80,6 +81,7 @@ torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& 
   }
   map.op = options_.op;
   map.sub_chunk = options_.sub_chunk;
+  map.segment_chunks = options_.segment_chunks;
   map.num_features = form.w_MR.size(0);
   map.input_dtype = q_BHLD.scalar_type();
   // q, k and v as given: the operator maps them (op: cuda inside, so autograd keeps them as they

@@ -248,14 +248,17 @@ void RunKernelBench(const KernelBenchOptions& o) {
                           bench_device);
   }
   // Log-form kernels take the operator's form; signed ones have their composite path only. The
-  // probe is built as `op: auto`, which takes no sub_chunk (op: cuda's: checked below).
+  // probe is built as `op: auto`, which takes no sub_chunk or segment_chunks (op: cuda's: checked below).
+  const std::vector<std::string> cuda_keys = {"sub_chunk", "segment_chunks"};
   auto probe_options = YAML::Clone(fused_options);
-  probe_options.remove("sub_chunk");
+  for (const auto& key : cuda_keys) probe_options.remove(key);
   const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, probe_options, o.heads, 8).ptr()) != nullptr;
   DF_CHECK(!o.ops.empty(), "--op: give at least one form");
-  DF_CHECK(!fused_options["sub_chunk"] || (o.ops == std::vector<std::string>{"cuda"} && !o.naive),
-           "--options: sub_chunk is op: cuda's, and the forms timed here are --op " << fmt::format("{}", fmt::join(o.ops, ","))
-               << (o.naive ? " and --naive" : "") << ": give --op cuda alone, or drop sub_chunk");
+  for (const auto& key : cuda_keys) {
+    DF_CHECK(!fused_options[key] || (o.ops == std::vector<std::string>{"cuda"} && !o.naive),
+             "--options: " << key << " is op: cuda's, and the forms timed here are --op " << fmt::format("{}", fmt::join(o.ops, ","))
+                 << (o.naive ? " and --naive" : "") << ": give --op cuda alone, or drop " << key);
+  }
   // As a run's config is (run_config.cpp), before anything is timed or printed.
   if (std::find(o.ops.begin(), o.ops.end(), "cuda") != o.ops.end()) {
     DF_CHECK(bench_device.is_cuda(), "--op cuda: op: cuda runs on a CUDA device; this bench runs on --device " << o.device);
@@ -268,6 +271,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
   const int64_t m = fused_options["num_features"] ? fused_options["num_features"].as<int64_t>() : 256;
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
   const int64_t sub_chunk = fused_options["sub_chunk"] ? fused_options["sub_chunk"].as<int64_t>() : 0;
+  const int64_t segment_chunks = fused_options["segment_chunks"] ? fused_options["segment_chunks"].as<int64_t>() : 0;
   std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads; TF32 {}\n",
                            o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
@@ -366,7 +370,10 @@ void RunKernelBench(const KernelBenchOptions& o) {
         line["dtype"] = o.dtype;
         line["tf32"] = tf32;  // CUDA's fp32 products on TF32 operands (--tf32)
         // op: cuda's sub-chunk as it ran (its sub_chunk key, or the default) at this length.
-        if (impl.name == "cuda") line["sub_chunk"] = cuda_op_launch::ChunkingFor(std::min(chunk, length), sub_chunk).sub;
+        if (impl.name == "cuda") {
+          line["sub_chunk"] = cuda_op_launch::ChunkingFor(std::min(chunk, length), sub_chunk).sub;
+          line["segment_chunks"] = segment_chunks;  // its key: 0, as many as the device runs at once
+        }
         line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
         line["bench_norm"] = o.norm;  // 0: ordinary rows
         if (impl.twin >= 0) {

@@ -75,6 +75,11 @@ def cuda_op_on_a_cpu_run(tmp):
                "attention.performer.op", run_dir=run_dir, what="sub_chunk without op: cuda")
     expect_bad(train(path, "attention.performer.op=cuda", "attention.performer.sub_chunk=-1"),
                "attention.performer.sub_chunk", run_dir=run_dir, what="a negative sub_chunk")
+    # So is segment_chunks, op: cuda's too.
+    expect_bad(train(path, "attention.performer.segment_chunks=4"), "attention.performer.segment_chunks",
+               "attention.performer.op", run_dir=run_dir, what="segment_chunks without op: cuda")
+    expect_bad(train(path, "attention.performer.op=cuda", "attention.performer.segment_chunks=-1"),
+               "attention.performer.segment_chunks", run_dir=run_dir, what="a negative segment_chunks")
 
 
 def main(argv):

@@ -19,12 +19,15 @@ namespace darkformer::cuda_op_cases {
 
 inline constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 
-// sub_chunk: op: cuda's key (0: absent, its default).
+// sub_chunk: op: cuda's key (0: absent, its default); segment_chunks: its other (0: absent).
 inline AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm, int64_t chunk = kChunk,
-                     int64_t features = kFeatures, int64_t heads = kHeads, int64_t sub_chunk = 0) {
+                     int64_t features = kFeatures, int64_t heads = kHeads, int64_t sub_chunk = 0,
+                     int64_t segment_chunks = 0) {
   KernelShape shape{heads, kDim};
-  const std::string yaml = "{num_features: " + std::to_string(features) + ", chunk_size: " + std::to_string(chunk) +
-                           ", op: " + op + (sub_chunk > 0 ? ", sub_chunk: " + std::to_string(sub_chunk) : "") + "}";
+  const std::string yaml =
+      "{num_features: " + std::to_string(features) + ", chunk_size: " + std::to_string(chunk) + ", op: " + op +
+      (sub_chunk > 0 ? ", sub_chunk: " + std::to_string(sub_chunk) : "") +
+      (segment_chunks > 0 ? ", segment_chunks: " + std::to_string(segment_chunks) : "") + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
   torch::NoGradGuard no_grad;
   if (projection_norm > 0) {  // rows projection_norm e_i: a key along e_i raises feature i by ~norm^2 / 2

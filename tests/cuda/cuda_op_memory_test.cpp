@@ -40,9 +40,10 @@ constexpr int64_t kHeads = 4, kKvHeads = 1;
 // The head width D, the features m and the chunk: m > D with short chunks (the scan's states
 // dominate), or Gemma 2B's D = m with long chunks, where the features' backward (L x D per query
 // head: the inputs' fp32 copies and their gradients) must stay within the scan's working set;
-// and the sub_chunk key (0: the default), whose longer sub-chunks widen a block's scratch.
+// and the sub_chunk key (0: the default), whose longer sub-chunks widen a block's scratch; the
+// segment_chunks key (0: the default, as many as run at once).
 struct Shape {
-  int64_t dim, features, chunk, sub_chunk = 0;
+  int64_t dim, features, chunk, sub_chunk = 0, segment_chunks = 0;
 };
 
 struct Bytes {
@@ -53,7 +54,8 @@ struct Bytes {
 AttentionKernel Make(const std::string& name, const Shape& s) {
   KernelShape shape{kHeads, s.dim};
   const std::string yaml = "{num_features: " + std::to_string(s.features) + ", chunk_size: " + std::to_string(s.chunk) +
-                           ", op: cuda, sub_chunk: " + std::to_string(s.sub_chunk) + "}";
+                           ", op: cuda, sub_chunk: " + std::to_string(s.sub_chunk) +
+                           ", segment_chunks: " + std::to_string(s.segment_chunks) + "}";
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
@@ -103,19 +105,22 @@ Bytes Measure(const std::string& name, const Shape& s, int64_t length, torch::De
 }
 
 // name: "performer", "darkformer", or "darkformer deterministic" (under deterministic algorithms);
-// per_segment: the chunks of a row's segment (0: whole rows, the host emulation's own).
+// per_segment: the chunks of a row's segment as if rows x per_segment blocks ran at once (0: whole
+// rows, the host emulation's own), unless the shape's segment_chunks key gives them.
 void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::Device device,
                             int64_t per_segment = 0) {
   const int64_t length = 256;
   const bool deterministic = name == "darkformer deterministic";
   const testing::DeterministicScope scope(deterministic);
   const std::string kernel = name.substr(0, name.find(' '));
-  const std::string where = name + " at D " + std::to_string(shape.dim) + ", m " + std::to_string(shape.features) +
-                            ", chunk " + std::to_string(shape.chunk) + ", sub_chunk " +
-                            std::to_string(shape.sub_chunk) + ", segments of " + std::to_string(per_segment);
   const int64_t rows = kernel == "darkformer" ? kHeads : kKvHeads;  // key rows: per query head under M
   // As if rows x per_segment blocks ran at once: segments of per_segment chunks (SegmentChunks).
   const cuda_op_cases::ResidentBlocksScope blocks(rows * per_segment);
+  if (shape.segment_chunks > 0) per_segment = shape.segment_chunks;
+  const std::string where = name + " at D " + std::to_string(shape.dim) + ", m " + std::to_string(shape.features) +
+                            ", chunk " + std::to_string(shape.chunk) + ", sub_chunk " +
+                            std::to_string(shape.sub_chunk) + ", segments of " + std::to_string(per_segment) +
+                            (shape.segment_chunks > 0 ? " (its key)" : "");
   // dv per KV head, to which its key rows add theirs; per row, summed after, under deterministic
   // algorithms (train.deterministic).
   const int64_t dv_rows = deterministic ? rows : kKvHeads;
@@ -181,13 +186,13 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
 }
 
 // In segments of 2 and 4 chunks the states per position fall to one per segment: a half and a
-// quarter of whole rows' (which hold one per chunk), the per-chunk scratch and references none.
+// quarter of whole rows' (which hold one per chunk), the per-chunk scratch and references none;
+// segments of 4 given by the kernel's segment_chunks key hold the same.
 TEST(CudaOpMemoryTest, InSegmentsOneStatePerSegment) {
   const auto device = testing::TestDevice();
-  for (const int64_t per_segment : {2, 4}) {
-    for (const std::string name : {"performer", "darkformer"}) {
-      ExpectBytesPerPosition(Shape{16, 32, 16}, name, device, per_segment);
-    }
+  for (const std::string name : {"performer", "darkformer"}) {
+    for (const int64_t per_segment : {2, 4}) ExpectBytesPerPosition(Shape{16, 32, 16}, name, device, per_segment);
+    ExpectBytesPerPosition(Shape{16, 32, 16, 0, 4}, name, device);
   }
 }
 

@@ -51,5 +51,25 @@ TEST(DeviceCudaOpTest, SegmentsGiveTheSameBits) {
   }
 }
 
+// The kernel's key `segment_chunks` sets the segment whatever the device runs at once: 1, 2 and
+// one past the row's chunks (whole rows) give the bits of the default (whole rows on the host,
+// and on a device whose blocks cover these rows).
+TEST(DeviceCudaOpTest, SegmentChunksKeyGivesTheSameBits) {
+  const testing::DeterministicScope deterministic(true);
+  const auto device = testing::TestDevice();
+  const auto in = MakeInputs("jump");
+  const auto ids = TwoDocuments();
+  constexpr int64_t chunk = 8;  // five chunks of one sub-chunk
+  for (const std::string name : {"performer", "darkformer"}) {
+    auto whole_kernel = Make(name, "cuda", 30.0, chunk, /*features=*/40);
+    const auto whole = RunKernel(whole_kernel, in, device, torch::kFloat32, ids);
+    for (const int64_t segment_chunks : {int64_t{1}, int64_t{2}, kLength / chunk + 1}) {
+      auto kernel = Make(name, "cuda", 30.0, chunk, 40, kHeads, /*sub_chunk=*/0, segment_chunks);
+      ExpectSameBits(whole, RunKernel(kernel, in, device, torch::kFloat32, ids),
+                     name + " segment_chunks " + std::to_string(segment_chunks) + " on " + device.str());
+    }
+  }
+}
+
 }  // namespace
 }  // namespace darkformer

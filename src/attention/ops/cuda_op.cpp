@@ -117,7 +117,7 @@ struct CallScan {
         options(v.options().dtype(torch::kFloat32)) {
     const auto cut = ChunkingFor(chunk, map.sub_chunk);
     launch = MakeLaunch(x.size(1), rows, FeatureCount(), values, cut.sub, cut.chunk_subs, document_ids_BL, ids, resets,
-                        pass);
+                        pass, map.segment_chunks);
     PointFeatures(launch, features);
     launch.tensor_cores = tensor_cores;
   }

@@ -52,7 +52,7 @@ int64_t SegmentChunks(int64_t rows, const torch::Tensor& on, bool backward) {
 
 cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
-                             torch::Tensor& resets, Pass pass) {
+                             torch::Tensor& resets, Pass pass, int64_t segment_chunks) {
   cuda_scan::Launch x;
   x.rows = v.size(0) * rows;
   x.rows_per_sequence = rows;
@@ -66,7 +66,9 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
   x.v = v.data_ptr();
   x.v_bf16 = v.scalar_type() == torch::kBFloat16;
   for (int i = 0; i < 4; ++i) x.v_strides[i] = v.stride(i);
-  if (pass != Pass::kPrefill && x.rows > 0) x.segment_chunks = SegmentChunks(x.rows, v, pass == Pass::kBackward);
+  if (pass != Pass::kPrefill && x.rows > 0) {
+    x.segment_chunks = segment_chunks > 0 ? segment_chunks : SegmentChunks(x.rows, v, pass == Pass::kBackward);
+  }
   x.forward_blocks = std::max<int64_t>(1, std::min(x.rows * x.Segment(), ResidentBlocks(v, /*backward=*/false)));
   resets = torch::empty({x.rows * x.Segment()}, v.options().dtype(torch::kFloat32));
   x.resets = resets.data_ptr<float>();

@@ -34,9 +34,10 @@ enum class Pass { kPrefill, kForward, kBackward };
 // (B x K x L x Dv, fp32 or bf16, read as given at its strides), with the document ids (B x L; undefined: none) that the
 // kernels read on the device: `ids` holds them there as int64 and must outlive the launch, as must
 // `resets` (one float per chunk of a segment). The features are the caller's to point to (PointFeatures).
+// segment_chunks: the kernel's key (0: SegmentChunks); a prefill takes whole rows.
 cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
-                             torch::Tensor& resets, Pass pass);
+                             torch::Tensor& resets, Pass pass, int64_t segment_chunks = 0);
 
 // The chunks of a segment (Launch::segment_chunks) for `rows` key rows on `on`'s device: as many per
 // row as the pass's per-chunk blocks that run at once cover, so a segment's launches still fill the

@@ -62,6 +62,8 @@ struct FeatureMap {
   CausalOp op = CausalOp::kAuto;
   // op: cuda's longest sub-chunk (FeatureKernelOptions::sub_chunk; 0: its default).
   int64_t sub_chunk = 0;
+  // op: cuda's chunks per segment (FeatureKernelOptions::segment_chunks; 0: its default).
+  int64_t segment_chunks = 0;
   // m, the features per head (0: not said).
   int64_t num_features = 0;
   // The dtype the caller's queries arrived in, before the features' fp32: a 16-bit one (what users
