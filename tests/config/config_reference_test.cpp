@@ -79,7 +79,12 @@ TEST(ConfigReferenceTest, GeneratedReferenceLoadsAsTheDefaults) {
 }
 
 TEST(ConfigReferenceTest, ResumeRulesAreTheDeclaredOnes) {
+  // op: cuda's segment_chunks, in every kernel with the operator: the same bits in any segments.
   const std::vector<std::string> expected = {
+      "attention.aderf.segment_chunks",     "attention.darkformer.segment_chunks",
+      "attention.gerf.segment_chunks",      "attention.lfk.segment_chunks",
+      "attention.performer.segment_chunks", "attention.saderf.segment_chunks",
+      "attention.sderf.segment_chunks",
       "eval.every",          "log",                      "train.activation_checkpointing", "train.checkpoint_every",
       "train.deterministic", "train.device",             "train.distributed",              "train.fault_injection",
       "train.keep_last",     "train.loss_chunk_tokens",  "train.memory_check",             "train.peak_tflops",
@@ -144,6 +149,15 @@ TEST(ConfigReferenceTest, ResumeComparesKernelOptionsWithTheirDefaultsFilledIn) 
   EXPECT_EQ(difference->key, "attention.performer.num_features");
   EXPECT_EQ(difference->first, "128");
   EXPECT_EQ(difference->second, "256");
+  // op: cuda's segments may change on resume (the same bits), its sub-chunk may not: as a resume
+  // compares the recorded document with the command's (op: cuda loads on a GPU run only).
+  const auto flat = [](const std::string& options) {
+    return FlattenConfig(YAML::Load("attention: {kernel: performer, performer: {op: cuda" + options + "}}"), {});
+  };
+  EXPECT_FALSE(FirstDifference(flat(", segment_chunks: 4"), flat(""), KeysThatMayChangeOnResume()));
+  const auto sub_difference = FirstDifference(flat(", sub_chunk: 16"), flat(""), KeysThatMayChangeOnResume());
+  ASSERT_TRUE(sub_difference);
+  EXPECT_EQ(sub_difference->key, "attention.performer.sub_chunk");
 }
 
 }  // namespace
