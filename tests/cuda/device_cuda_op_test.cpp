@@ -168,10 +168,17 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
   const auto q0 = in.q.to(device), k0 = in.k.to(device), v0 = in.v.to(device);  // copied before the count
   const auto seen = CountHostSyncs([&] { q0.sum().item<float>(); });
   ASSERT_TRUE(seen.has_value() && *seen >= 1) << "the profiler must see a read on the host";
-  // op: cuda, and op: auto, which takes the chunk-parallel form on CUDA (the form training runs).
-  for (const auto& [name, op] : {std::pair<std::string, std::string>{"darkformer", "cuda"},
-                                 {"darkformer", "auto"}, {"performer", "auto"}}) {
-    auto kernel = Make(name, op, 0);
+  // op: cuda, whole rows and in segments of one chunk (its segment_chunks key: the states carried
+  // between segments by device copies), and op: auto, which takes the chunk-parallel form on CUDA
+  // (the form training runs).
+  struct Case {
+    std::string name, op;
+    int64_t segment_chunks;
+  };
+  for (const auto& [name, op, segment_chunks] :
+       {Case{"darkformer", "cuda", 0}, Case{"darkformer", "cuda", 1}, Case{"darkformer", "auto", 0},
+        Case{"performer", "auto", 0}}) {
+    auto kernel = Make(name, op, 0, kChunk, kFeatures, kHeads, /*sub_chunk=*/0, segment_chunks);
     kernel->to(device);
     for (const bool documents : {false, true}) {
       AttentionCall call;
@@ -183,7 +190,8 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
       };
       run();  // warm: the allocator's first blocks, the kernels' first load, the forms' cached masks
       EXPECT_EQ(CountHostSyncs(run).value_or(-1), 0)
-          << name << " op: " << op << (documents ? " with documents" : " without documents");
+          << name << " op: " << op << " segment_chunks " << segment_chunks
+          << (documents ? " with documents" : " without documents");
     }
   }
 }
