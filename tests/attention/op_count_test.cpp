@@ -2,7 +2,7 @@
 // the counter itself on known code, and the chunk-parallel form's counts, forward and backward,
 // the same at lengths whose chunk counts differ by 8x (the chunk loop's grow with the number of
 // chunks), and within a budget of 60 forward and 120 backward for performer and darkformer; and
-// op: cuda's, the same at every length.
+// op: cuda's, the same at every length and in any number of segments.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -32,12 +32,14 @@ struct LayerOps {
   int64_t forward, backward;
 };
 
-LayerOps Count(const std::string& kernel, const std::string& op, int64_t length, int64_t chunk = 16) {
+// extra: more of the kernel's keys, as ", key: value".
+LayerOps Count(const std::string& kernel, const std::string& op, int64_t length, int64_t chunk = 16,
+               const std::string& extra = "") {
   KernelShape shape;
   shape.num_heads = 4;
   shape.head_dim = 8;
   const std::string yaml = "{num_features: 16, chunk_size: " + std::to_string(chunk) + ", op: " + op +
-                           (kernel == "gerf" ? ", a: -0.2}" : "}");
+                           (kernel == "gerf" ? ", a: -0.2" : "") + extra + "}";
   auto k = MakeAttentionKernel(kernel, shape, ConfigReader(YAML::Load(yaml), "attention." + kernel));
   torch::manual_seed(0);
   const auto q = torch::randn({2, 4, length, 8}, torch::requires_grad()),
@@ -100,6 +102,21 @@ TEST(OpCountTest, CudaOperatorDispatchesTheSameOpsAtEveryLength) {
               << " backward; L=1024: " << b.forward << ", " << b.backward << "\n";
     EXPECT_EQ(a.forward, b.forward) << kernel;
     EXPECT_EQ(a.backward, b.backward) << kernel;
+  }
+}
+
+// Nor with the segments a row is walked in (segment_chunks): a segment takes the state the one
+// before left, and the backward's the reverse state the later one left, on the device, so 64
+// segments of one chunk dispatch what a whole row does (the copies between segments were 2 more
+// forward and 8 more backward per segment: 135 and 523 ops for performer here).
+TEST(OpCountTest, CudaOperatorDispatchesTheSameOpsInEverySegmentCount) {
+  for (const std::string kernel : {"performer", "darkformer"}) {
+    const auto whole = Count(kernel, "cuda", 1024), segments = Count(kernel, "cuda", 1024, 16, ", segment_chunks: 1");
+    std::cout << "[ops per layer] " << kernel << " cuda L=1024 whole rows: " << whole.forward << " forward, "
+              << whole.backward << " backward; segments of one chunk: " << segments.forward << ", "
+              << segments.backward << "\n";
+    EXPECT_EQ(segments.forward, whole.forward) << kernel;
+    EXPECT_EQ(segments.backward, whole.backward) << kernel;
   }
 }
 

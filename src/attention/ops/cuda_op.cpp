@@ -24,6 +24,7 @@ namespace darkformer {
 namespace {
 
 using cuda_op_launch::BackwardBlocks;
+using cuda_op_launch::Carries;
 using cuda_op_launch::ChunkingFor;
 using cuda_op_launch::EnterSegment;
 using cuda_op_launch::ForwardBuffers;
@@ -33,7 +34,6 @@ using cuda_op_launch::Pass;
 using cuda_op_launch::PerSegment;
 using cuda_op_launch::PointFeatures;
 using cuda_op_launch::Scratch;
-using cuda_op_launch::SlotOf;
 
 std::atomic<bool> emulate_on_host{false};
 
@@ -153,19 +153,13 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   launch.z = launch.states;
   const auto scratch = Scratch(launch, /*backward=*/true, options);
   // Where a row takes several segments, the state entering each but the first, from a first pass
-  // over them in order (rows x segments - 1: entering[s - 1] enters segment s); the second pass
-  // takes them from the last, each starting from its own.
+  // over them in order (carry slot s - 1 enters segment s); the second pass takes them from the
+  // last, each starting from its own.
   const int64_t segments = launch.Segments();
-  torch::Tensor entering, entering_refs;
-  if (segments > 1) {
-    entering = torch::empty({launch.rows, segments - 1, launch.features, launch.value_dim + 1}, options);
-    entering_refs = torch::empty({launch.rows, segments - 1, launch.features}, options);
-    for (int64_t s = 0; s + 1 < segments; ++s) {
-      EnterSegment(launch, s, states, refs);
-      Run(launch, on, Step::kStates);
-      entering.select(1, s).copy_(SlotOf(launch, states, launch.Segment()));
-      entering_refs.select(1, s).copy_(SlotOf(launch, refs, launch.Segment()));
-    }
+  const Carries entering(launch, std::max<int64_t>(segments - 1, 0), options);
+  for (int64_t s = 0; s + 1 < segments; ++s) {
+    EnterSegment(launch, s, s - 1, s);
+    Run(launch, on, Step::kStates);
   }
   // As it comes, at its strides (bf16 where the output was: OutputDtype): a transposed view or a
   // broadcast costs no copy.
@@ -190,18 +184,18 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   // Each sub-chunk's entering reference, from the query side to the key side (m floats each).
   const auto sub_refs = torch::empty({launch.rows * launch.Segment() * launch.group_subs, launch.features}, options);
   launch.sub_refs = sub_refs.data_ptr<float>();
-  // The reverse state at the end of the segment the key side just took, for the one before it.
+  // The reverse state at the start of the segment the key side just took, for the one before it
+  // (the reverse scan reads and replaces it).
   const auto passed = segments > 1 ? torch::empty({launch.rows, launch.features, launch.value_dim + 1}, options)
                                    : torch::Tensor();
+  if (passed.defined()) launch.z_carry = passed.data_ptr<float>();
   for (int64_t s = segments - 1; s >= 0; --s) {
-    EnterSegment(launch, s, states, refs, entering, entering_refs);
+    EnterSegment(launch, s, s - 1, /*leave=*/-1);
     Run(launch, on, Step::kStates);
+    // The query side consumes the states (the key side never reads them); the reverse states take
+    // their place.
     Run(launch, on, Step::kQuerySide);
-    // The query side consumed the states (the key side never reads them); the reverse states take
-    // their place, the later segment's at the last slot.
-    if (s + 1 < segments) SlotOf(launch, states, launch.Segment()).copy_(passed);
     Run(launch, on, Step::kKeySide);
-    if (s > 0) passed.copy_(SlotOf(launch, states, 0));
   }
   return result;
 }
@@ -245,9 +239,9 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
       launch.out = out.data_ptr<float>();
     }
     launch.den = den.data_ptr<float>();
-    // Segment by segment, each from the state the one before passed it.
+    // Segment by segment, each from the state the one before left in the carry slot.
     for (int64_t s = 0; s < launch.Segments(); ++s) {
-      EnterSegment(launch, s, buffers.states, buffers.refs);
+      EnterSegment(launch, s, s > 0 ? 0 : -1, /*leave=*/0);
       Run(launch, on, Step::kForward);
     }
     // What it computed in (kernel-check's computes_in; the bf16 tests): fp32 throughout (the
@@ -357,10 +351,10 @@ std::pair<torch::Tensor, torch::Tensor> CudaPrefillState(const torch::Tensor& y_
   const auto options = l.options();
   launch.through_row_end = true;  // the state after the whole row, in the last slot
   const ForwardBuffers buffers(launch, options);
-  EnterSegment(launch, 0, buffers.states, buffers.refs);
+  EnterSegment(launch, 0, /*enter=*/-1, /*leave=*/0);
   Run(launch, l, Step::kStates);
-  const auto final_states = SlotOf(launch, buffers.states, launch.Segment()).clone(at::MemoryFormat::Contiguous);
-  const auto final_refs = SlotOf(launch, buffers.refs, launch.Segment()).clone(at::MemoryFormat::Contiguous);
+  const auto final_states = buffers.carry.states.select(1, 0);
+  auto final_refs = buffers.carry.refs.select(1, 0);
   // recurrent_step.h's layout: B x K x F x m (x V), F = rows per KV head; its reference in nats.
   const int64_t per_kv = rows / kv_heads;
   return {final_states.view({batch, kv_heads, per_kv, launch.features, launch.value_dim + 1}),

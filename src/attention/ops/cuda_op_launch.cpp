@@ -122,27 +122,25 @@ torch::Tensor PerSegment(const cuda_scan::Launch& x, bool with_values, const tor
                      : torch::empty({slots, x.features}, options);
 }
 
-torch::Tensor SlotOf(const cuda_scan::Launch& x, const torch::Tensor& per_segment, int64_t slot) {
-  return per_segment.unflatten(0, {x.rows, x.Segment() + 1}).select(1, slot);
+Carries::Carries(cuda_scan::Launch& x, int64_t slots, const torch::TensorOptions& options)
+    : states(torch::empty({x.rows, slots, x.features, x.value_dim + 1}, options)),
+      refs(torch::empty({x.rows, slots, x.features}, options)) {
+  x.carry_states = states.data_ptr<float>();
+  x.carry_refs = refs.data_ptr<float>();
+  x.carry_slots = slots;
 }
 
-void EnterSegment(cuda_scan::Launch& x, int64_t segment, const torch::Tensor& states, const torch::Tensor& refs,
-                  const torch::Tensor& entering, const torch::Tensor& entering_refs) {
+void EnterSegment(cuda_scan::Launch& x, int64_t segment, int64_t enter, int64_t leave) {
   x.first_chunk = segment * x.Segment();
-  if (segment == 0) {  // the empty state S_0, at reference -inf
-    SlotOf(x, states, 0).zero_();
-    SlotOf(x, refs, 0).fill_(-std::numeric_limits<float>::infinity());
-  } else if (entering.defined()) {
-    SlotOf(x, states, 0).copy_(entering.select(1, segment - 1));
-    SlotOf(x, refs, 0).copy_(entering_refs.select(1, segment - 1));
-  } else {
-    SlotOf(x, states, 0).copy_(SlotOf(x, states, x.Segment()));
-    SlotOf(x, refs, 0).copy_(SlotOf(x, refs, x.Segment()));
-  }
+  x.enter_slot = enter;
+  x.leave_slot = leave;
 }
 
 ForwardBuffers::ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options)
-    : states(PerSegment(x, true, options)), refs(PerSegment(x, false, options)), scratch(Scratch(x, false, options)) {
+    : states(PerSegment(x, true, options)),
+      refs(PerSegment(x, false, options)),
+      scratch(Scratch(x, false, options)),
+      carry(x, 1, options) {
   x.states = states.data_ptr<float>();
   x.refs = refs.data_ptr<float>();
 }

@@ -63,21 +63,23 @@ torch::Tensor Scratch(cuda_scan::Launch& x, bool backward, const torch::TensorOp
 // (or x m, `with_values` false).
 torch::Tensor PerSegment(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options);
 
-// Moves `x` to segment `segment` of its rows and puts the state entering it in the first slot of
-// `states` (PerSegment) and its `refs` (cuda_scan::EnteringStates reads it there): the empty state
-// for the first; else `entering[segment - 1]` where given (rows x segments - 1: the backward's,
-// which takes the segments from the last), or what the segment before left in the last slot (the
-// segments in order).
-void EnterSegment(cuda_scan::Launch& x, int64_t segment, const torch::Tensor& states, const torch::Tensor& refs,
-                  const torch::Tensor& entering = {}, const torch::Tensor& entering_refs = {});
+// The states carried between a row's segments (Launch::carry_states): rows x slots x m x (Dv + 1)
+// and rows x slots x m, pointed to by `x`.
+struct Carries {
+  torch::Tensor states, refs;
+  Carries(cuda_scan::Launch& x, int64_t slots, const torch::TensorOptions& options);
+};
 
-// A PerSegment buffer's slot `slot` of every row: rows x m x (Dv + 1) (or x m), a view.
-torch::Tensor SlotOf(const cuda_scan::Launch& x, const torch::Tensor& per_segment, int64_t slot);
+// Moves `x` to segment `segment` of its rows, entering from carry slot `enter` (-1: the row's first
+// segment, the empty state) and leaving the state after it in slot `leave` (-1: nowhere).
+void EnterSegment(cuda_scan::Launch& x, int64_t segment, int64_t enter, int64_t leave);
 
 // The buffers of the forward's first two steps (the forward and the prefill), pointed to by `x`:
-// the entering states and the steps' scratch.
+// the entering states, the scratch, and one carry slot per row (the state after a segment, which
+// enters the next: both slots of every EnterSegment but the first's).
 struct ForwardBuffers {
   torch::Tensor states, refs, scratch;
+  Carries carry;
   ForwardBuffers(cuda_scan::Launch& x, const torch::TensorOptions& options);
 };
 

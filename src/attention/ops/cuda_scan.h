@@ -5,6 +5,7 @@
 #pragma once
 
 #include "attention/ops/cuda_scan_backward_body.h"
+#include "attention/ops/cuda_scan_chains.h"
 #include "attention/ops/cuda_scan_launch.h"
 
 namespace darkformer::cuda_scan {

@@ -192,49 +192,6 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
   }
 }
 
-// Step 2 of the backward, per row, in place: the reverse state at the end of each chunk of the
-// segment from the later chunks, Z(n - 1) = Z_own(n) + 2^(R(e_n) - R(e_{n+1})) Z(n) per feature
-// (the sub-chunks' decays of chunk n telescope; the factor is <= 1), or Z_own(n) alone where a
-// document starts in chunk n (io.resets, from the forward's first step); Z(N - 2) = Z_own(N - 1)
-// at the row's end, and before it Z at the segment's end is what the later segment passed (its
-// last slot). Chunk n's slot of z (Launch::ZOwnOf) holds Z_own(n), chunk n's own share (step 1),
-// and becomes Z(n - 1): the segment's first slot so becomes what it passes to the segment before.
-// The references are the checkpoints', the last slot's the next segment's entering one. The chain
-// split into segments makes the same steps in the same order: the same bits. Each element is
-// completed alone, so a block takes features [f0, f1) of the row (Launch::Slices) and a thread an
-// element's whole chain, as EnteringStates: Z(n) in a register, the own shares and decays of
-// kScanDepth chunks loaded at once, no barrier.
-DF_HD inline void ReverseStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const BackwardIo& io, float* z) {
-  const int64_t m = r.features, v = r.value_dim + 1, mv = m * v, chunks = CheckpointCount(r.length, r.sub, r.group_subs);
-  const int64_t end = io.first + io.span;
-  // Steps n = hi, hi - 1, ..., lo, step s completing chunk hi - s's slot (chunk 0's share reaches nothing).
-  const int64_t hi = end < chunks ? end - 1 : end - 2, lo = io.first > 1 ? io.first : 1;
-  const int64_t steps = hi - lo + 1;
-  struct Share {  // chunk n's own share Z_own(n), its decay 2^(R(e_n) - R(e_{n+1})), a start in it
-    float own, decay;
-    bool reset;
-  };
-  for (int64_t e = b.tid; steps > 0 && e < (f1 - f0) * v; e += b.size) {
-    const int64_t idx = f0 * v + e, i = idx / v;
-    float* slot = z + (hi + 1 - io.first) * mv + idx;  // step s0 + k reads and writes slot - (k + 1) mv
-    const float* ref = io.refs + (hi - io.first) * m + i;
-    float carry = *slot;  // Z(hi): passed from the later segment, or Z(N - 2) = Z_own(N - 1)
-    BatchedChain(
-        steps,
-        [&](int64_t s0, int k) {
-          return Share{slot[-(k + 1) * mv], DF_EXP2(ref[-k * m] - ref[(1 - k) * m]),
-                       io.resets[hi - (s0 + k) - io.first] != 0.0f};
-        },
-        [&](int64_t, int k, const Share& x) {
-          carry = x.reset ? x.own : x.own + x.decay * carry;  // a start: Z_own(n) alone
-          slot[-(k + 1) * mv] = carry;
-        },
-        [&] {  // the next batch's (never before the buffers' start)
-          slot -= kScanDepth * mv;
-          ref -= kScanDepth * m;
-        });
-  }
-  b.Sync();
-}
+// Step 2, the reverse states (ReverseStates), is cuda_scan_chains.h's.
 
 }  // namespace darkformer::cuda_scan

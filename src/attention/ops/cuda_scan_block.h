@@ -15,8 +15,10 @@
 // A loop of constant count unrolled on the device (its arrays then live in registers).
 #ifdef __CUDA_ARCH__
 #define DF_UNROLL _Pragma("unroll")
+#define DF_NO_UNROLL _Pragma("unroll 1")
 #else
 #define DF_UNROLL
+#define DF_NO_UNROLL
 #endif
 
 namespace darkformer::cuda_scan {

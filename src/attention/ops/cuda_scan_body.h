@@ -70,6 +70,13 @@ struct ForwardOut {
   // Whether the state after the segment's last chunk is made, in the last slot: where a chunk
   // follows it, and for a prefill (Launch::through_row_end) the state after the whole row.
   bool passes;
+  // The state entering the segment (m x V, m; nullptr: the row's first, S_0 = 0 at reference -inf),
+  // and where the one after it is copied once made (nullptr: nowhere). They may be the same memory:
+  // the copy follows the barrier after the last read.
+  const float* enter_state;
+  const float* enter_ref;
+  float* leave_state;
+  float* leave_ref;
 };
 
 struct BackwardIo {
@@ -92,6 +99,9 @@ struct BackwardIo {
   // span x group_subs x m: each sub-chunk's entering reference (the query side writes them)
   float* sub_refs;
   int64_t first, span;  // the segment's chunks, as ForwardOut's (states, refs and resets are its)
+  // m x (Dv + 1): Z at the segment's end from the later segment, which ReverseStates replaces by Z
+  // at its start for the segment before (nullptr where the row is one segment).
+  float* z_carry;
 };
 
 DF_HD inline int64_t CheckpointCount(int64_t length, int64_t sub, int64_t group_subs) {
@@ -328,65 +338,7 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
   ParallelFor(b, 1, [&](int64_t) { *reset = starts ? 1.0f : 0.0f; });
 }
 
-// 2. A row's checkpoints, the states entering its segment's chunks, in place: slot 0 holds the
-// state entering the segment (S_0 = 0 at reference -inf for the row's first: the caller's,
-// cuda_op_launch::EnterSegment), and the slot after chunk n's holds chunk n's own state S'_n (step
-// 1 wrote it there), which becomes S_{n+1} = 2^(R_n - R) S_n + 2^(R'_n - R) S'_n with R =
-// max(R_n, R'_n) per feature. The last slot, past the segment's last chunk, becomes the state after
-// it where o.passes (the next segment's entering state; a prefill's state after the whole row).
-// Both factors <= 1 and the larger side's is exactly 1, so the key that attains a feature's max
-// keeps its exact 1 in the normaliser. Where a document starts in chunk n (o.resets, step 1),
-// S_{n+1} = S'_n at R'_n. A chain split into segments makes the same merges in the same order:
-// the same bits.
-// Each element merges alone, so a block takes features [f0, f1) of the row (Launch::Slices) and a
-// thread an element's whole chain over the chunks: its running state and reference in registers,
-// no barrier and no load that waits on the chain, the own states and references of kScanDepth
-// chunks loaded at once (BatchedChain). Every thread of a feature computes its references alike from
-// the own ones in the slots after, which one thread per feature overwrites with R only after a barrier.
-DF_HD inline void EnteringStates(const Block& b, const Row& r, int64_t f0, int64_t f1, const ForwardOut& o) {
-  const int64_t m = r.features, v = r.value_dim + 1, mv = m * v;
-  // Merges n = 0 .. merges - 1, chunk first + n's own state into slot n + 1: the last slot too where o.passes.
-  const int64_t merges = o.span - 1 + (o.passes ? 1 : 0);
-  auto state_at = [&](int64_t n) { return o.states + (n + 1) * mv; };
-  auto ref_at = [&](int64_t n) { return o.refs + (n + 1) * m; };
-  // R after a merge from the running one and the chunk's own (step 1's, still in its slot).
-  auto top_of = [](bool reset, float in_ref, float own_ref) { return reset ? own_ref : Max(in_ref, own_ref); };
-  struct Merge {  // chunk n's own element, its own reference, and whether a document starts in it
-    float own, own_ref;
-    bool reset;
-  };
-  struct RefMerge {  // the same for the reference's chain alone
-    float own_ref;
-    bool reset;
-  };
-  for (int64_t e = b.tid; e < (f1 - f0) * v; e += b.size) {
-    const int64_t idx = f0 * v + e, i = idx / v;
-    float in = o.states[idx], in_ref = o.refs[i];  // entering the segment
-    BatchedChain(
-        merges,
-        [&](int64_t n0, int k) { return Merge{state_at(n0 + k)[idx], ref_at(n0 + k)[i], o.resets[n0 + k] != 0.0f}; },
-        [&](int64_t n0, int k, const Merge& x) {
-          const float top = top_of(x.reset, in_ref, x.own_ref);
-          const float decay = DF_EXP2(in_ref - top), own_factor = DF_EXP2(x.own_ref - top);  // 0 for the empty S_0
-          in = x.reset ? x.own : decay * in + own_factor * x.own;
-          in_ref = top;
-          state_at(n0 + k)[idx] = in;
-        },
-        [] {});
-  }
-  b.Sync();  // every thread has read the own references
-  for (int64_t i = f0 + b.tid; i < f1; i += b.size) {  // the same chain of R, its loads batched alike
-    float in_ref = o.refs[i];
-    BatchedChain(
-        merges, [&](int64_t n0, int k) { return RefMerge{ref_at(n0 + k)[i], o.resets[n0 + k] != 0.0f}; },
-        [&](int64_t n0, int k, const RefMerge& x) {
-          in_ref = top_of(x.reset, in_ref, x.own_ref);
-          ref_at(n0 + k)[i] = in_ref;
-        },
-        [] {});
-  }
-  b.Sync();
-}
+// 2. The states entering the chunks (EnteringStates, cuda_scan_chains.h).
 
 // 3. Chunk n's outputs, from its checkpoint, folding its sub-chunks into it in place (nothing
 // reads a checkpoint after the forward's last step).

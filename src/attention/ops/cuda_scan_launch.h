@@ -30,6 +30,17 @@ struct Launch {
   // A prefill's: the row's last chunk's own state too, merged into the last slot, which so holds
   // the state after the whole row (its segment is the row).
   bool through_row_end = false;
+  // The states carried between a row's segments, rows x carry_slots x m x (Dv + 1) and x m: the
+  // forward's step 2 takes the state entering the segment from slot enter_slot (-1: the row's first
+  // segment, the empty state) and copies the one after it, where it makes it, to slot leave_slot
+  // (-1: nowhere); one slot may be both (ForwardOut::enter_state). And z_carry, rows x m x
+  // (Dv + 1): Z at the segment's end from the later one, which the backward's step 2 replaces by Z
+  // at the segment's start (BackwardIo::z_carry; nullptr where a row is one segment). So a segment
+  // takes what the one before it left with no copy between their launches.
+  float* carry_states = nullptr;
+  float* carry_refs = nullptr;
+  int64_t carry_slots = 0, enter_slot = -1, leave_slot = -1;
+  float* z_carry = nullptr;
   // The queries (cuda_scan_queries.h): their base-2 log-features given, rows x G x L x m; or, with
   // a null, inside from the queries as given: sequences x (rows_per_sequence x G) x L x dim at the
   // strides x_strides (elements), fp32 or bf16, their projection (dim x m, per query head of a
@@ -61,8 +72,8 @@ struct Launch {
   uint16_t* out16 = nullptr;    // the same in bf16 instead, where the caller asks (else nullptr)
   float* den = nullptr;         // rows x G x L
   // rows x (Segment() + 1) x m x (Dv + 1), x m: the state entering each chunk of the segment and
-  // its reference (StateSlot), and in the last slot the one entering the next segment; before the
-  // forward's step 2, the slot after chunk n's holds its own state (OwnStateOf).
+  // its reference (StateSlot; slot 0 from carry_states), and in the last slot the one entering the
+  // next segment; before the forward's step 2, the slot after chunk n's holds its own state (OwnStateOf).
   float* states = nullptr;
   float* refs = nullptr;
   // Backward (reads den, states, refs too).
@@ -81,8 +92,8 @@ struct Launch {
   // side writes as it folds a chunk and its key side reads (it used to rerun the sub-chunks' maxima).
   float* sub_refs = nullptr;
   // rows x (Segment() + 1) x m x (Dv + 1): the reverse state at the end of chunk n of the segment
-  // in the slot after n's (ZAt; slot 0: at the end of the chunk before the segment, which the
-  // segment before reads), after the backward's step 2; before it, the slot before chunk n's holds
+  // in the slot after n's (ZAt; slot 0: at the end of the chunk before the segment, which goes on
+  // to the segment before in z_carry), after the backward's step 2; before it, the slot before chunk n's holds
   // chunk n's own share of it (ZOwnOf). The states' buffer, once the query side has read them.
   float* z = nullptr;
   // The blocks of the forward's per-chunk launches (block b takes chunks b, b + F, ... of the
@@ -198,8 +209,16 @@ struct Launch {
             resets + ChunkSlot(row, first_chunk),
             first_chunk,
             Span(),
-            OwnStateEnters(SegmentEnd() - 1)};
+            OwnStateEnters(SegmentEnd() - 1),
+            enter_slot >= 0 ? CarryStateOf(row, enter_slot) : nullptr,
+            enter_slot >= 0 ? CarryRefOf(row, enter_slot) : nullptr,
+            leave_slot >= 0 ? CarryStateOf(row, leave_slot) : nullptr,
+            leave_slot >= 0 ? CarryRefOf(row, leave_slot) : nullptr};
   }
+  DF_HD float* CarryStateOf(int64_t row, int64_t slot) const {
+    return carry_states + (row * carry_slots + slot) * features * (value_dim + 1);
+  }
+  DF_HD float* CarryRefOf(int64_t row, int64_t slot) const { return carry_refs + (row * carry_slots + slot) * features; }
   DF_HD BackwardIo BackwardOf(int64_t row) const {
     const int64_t ld = length * value_dim, lm = length * features, first = StateSlot(row, first_chunk);
     const int64_t lq = a != nullptr ? lm : length * mapped_dim;  // per query head of dq
@@ -209,7 +228,7 @@ struct Launch {
             g_strides[1], g_strides[2], g_strides[3],
             dq + row * group * lq, lq, dl + row * lm, dv + (dv_shared ? row / value_rows_per : row) * ld, dv_shared,
             resets + ChunkSlot(row, first_chunk), sub_refs + ChunkSlot(row, first_chunk) * group_subs * features,
-            first_chunk, Span()};
+            first_chunk, Span(), z_carry != nullptr ? z_carry + row * features * (value_dim + 1) : nullptr};
   }
   // Where step 1 of the forward puts chunk n's own state and reference: the slot of the state
   // entering chunk n + 1, which step 2 merges in place (EnteringStates); the segment's last chunk's,
