@@ -34,11 +34,13 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     // ops/cuda_scan_keys.h), dv per key row or, where the rows add theirs into one per KV head
     // (cuda_scan::DvShared: darkformer's, unless train.deterministic), per KV head, the queries'
     // gradient at their mapped input (width R; where W trains, their features and their gradients,
-    // ops/cuda_scan_queries.h), and per chunk and key row one state of m (D + 1) floats with its
-    // references (the chunk's and its sub-chunks') and, at most, a block's scratch: whole rows, an
-    // upper bound where the operator walks them in segments (cuda_op_launch::SegmentChunks, which
-    // depends on the device's resident blocks; then one state per segment grows with L). (A 16-bit
-    // input is bf16 here: autocast's.)
+    // ops/cuda_scan_queries.h), and per chunk of a segment and key row one state of m (D + 1)
+    // floats with its references (the chunk's and its sub-chunks') and, at most, a block's scratch,
+    // one more state past them, and per later segment the state entering it and the reverse state
+    // passed back (cuda_op.cpp's ScanBackward), and the features' projection P (D x m per head of
+    // the input map, or one: ops/cuda_op_launch.h's ScanFeatures). A segment's chunks: the kernel's segment_chunks, or
+    // as many as this process's device runs at once (cuda_op_launch::SegmentChunksHere), or, with
+    // no device to ask, the whole row: an upper bound. (A 16-bit input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
     const int64_t dv_rows = cuda_scan::DvShared(rows / K, c.deterministic) ? K : rows;
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
@@ -50,9 +52,15 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     }
     ShadowAttention r;
     r.out = tape.New(T * H * D, v.esz == shadow::kBf16 ? shadow::kBf16 : kF32, rg);
-    r.backward_bytes = (T * H + T * H * queries + T * rows * (m + 1) + T * dv_rows * D +
-                        B * rows * chunks * (m * (D + 1) + m + 1 + cut.chunk_subs * m + scratch)) *
-                       kF32;
+    const int64_t asked = options.segment_chunks > 0 ? options.segment_chunks
+                                                     : cuda_op_launch::SegmentChunksHere(B * rows);
+    const int64_t held = asked > 0 && asked < chunks ? asked : chunks;  // Launch::Segment()
+    const int64_t segments = (chunks + held - 1) / held, state = m * (D + 1) + m;
+    const int64_t per_row = held * (state + 1 + cut.chunk_subs * m + scratch) + state +
+                            (segments - 1) * state + (segments > 1 ? m * (D + 1) : 0);
+    const int64_t projection = std::max<int64_t>(form.map_heads, 1) * D * m;
+    r.backward_bytes =
+        (T * H + T * H * queries + T * rows * (m + 1) + T * dv_rows * D + B * rows * per_row + projection) * kF32;
     return r;
   }
   const bool mapped = form.positive && form.map_heads > 0;

@@ -151,7 +151,7 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   const double per_chunk =
       4.0 * rows * (m * (dv + 1) + m + 1 + cut.chunk_subs * m + launch.ScratchFloats(/*backward=*/true));
   const double per_position = 4.0 * (h + h * d + rows * (m + 1) + dv_rows * dv);
-  const double working = per_position + per_chunk / shape.chunk;  // whole rows: the shadow's
+  const double working = per_position + per_chunk / shape.chunk;  // whole rows
   const double peak_working =
       per_segment > 0 ? per_position + 4.0 * rows * (m * (dv + 1) + m) / (per_segment * shape.chunk) : working;
   // CUDA's caching allocator reports each block rounded up to 512 bytes: at most that per
@@ -165,15 +165,23 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   // counts, and the segments.
   if (!device.is_cuda()) EXPECT_EQ(peak, kept + peak_working) << where;
   // The shadow saves the inputs as given and the normaliser (the output is the layer's to keep,
-  // not the operator's), and its backward's widest extra is the bound's working set for whole rows,
-  // dv's path included: so it covers what the peak adds to what is held, in segments or not.
+  // not the operator's), and its backward's widest extra is the bound's working set, dv's path
+  // included, in the segments the operator takes (the key's, or as many chunks as the device runs
+  // at once: here the blocks the test allows): so it covers what the peak adds to what is held.
   const double shadow_saved = static_cast<double>(at_2l.saved - at_l.saved) / length;
   const double shadow_working = static_cast<double>(at_2l.working - at_l.working) / length;
   std::cout << "[cuda op bytes per position] " << where << " shadow: saved " << shadow_saved << ", working "
             << shadow_working << "\n";
   EXPECT_EQ(shadow_saved, kept - 2.0 * h * dv) << where;
-  EXPECT_EQ(shadow_working, working) << where;
+  EXPECT_EQ(shadow_working, peak_working) << where;
   EXPECT_GE(shadow_working + rounding, peak - held) << where;
+  // And whole, at each length: what the peak adds to what is held, but the test's own loss (out.sum()
+  // and its gradient, two bf16 scalars), on the host to the byte.
+  for (const Bytes* at : {&at_l, &at_2l}) {
+    const int64_t loss = 2 * 2, added = at->peak - at->held - loss;
+    EXPECT_GE(static_cast<double>(at->working) + rounding * length, added) << where;
+    if (!device.is_cuda()) EXPECT_EQ(at->working, added) << where;
+  }
 }
 
 TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {

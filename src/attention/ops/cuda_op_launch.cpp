@@ -50,6 +50,14 @@ int64_t SegmentChunks(int64_t rows, const torch::Tensor& on, bool backward) {
   return std::max<int64_t>(1, resident / rows + (resident % rows != 0 ? 1 : 0));
 }
 
+int64_t SegmentChunksHere(int64_t rows) {
+  int64_t resident = blocks_for_testing;
+#ifdef DARKFORMER_CUDA_OP
+  if (resident == 0 && torch::cuda::is_available()) resident = cuda_scan::ResidentBlocks(/*backward=*/true);
+#endif
+  return resident > 0 ? std::max<int64_t>(1, resident / rows + (resident % rows != 0 ? 1 : 0)) : 0;
+}
+
 cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
                              torch::Tensor& resets, Pass pass, int64_t segment_chunks) {

@@ -47,6 +47,11 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
 // (no limit) unless a test sets one (LimitCudaOpBlocksForTesting).
 int64_t SegmentChunks(int64_t rows, const torch::Tensor& on, bool backward);
 
+// The same for the backward of a call on this process's current CUDA device (the memory
+// estimate's, which has no tensor): 0 where there is none to ask (a CPU-only process, a build
+// without the kernels), whose estimate then counts whole rows, an upper bound.
+int64_t SegmentChunksHere(int64_t rows);
+
 // W blocks per row for the backward (each takes every W-th chunk of its row's segment): as many as
 // run at once on `on`'s device, and, where their scratch lives in global memory, no more than keep
 // it within 256 MiB.
