@@ -40,7 +40,7 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
     o.segment_chunks = reader.Get<int64_t>(
         "segment_chunks", o.segment_chunks,
         KeySpec("op: cuda's segment: each row walked in segments of this many chunks, whose states a call holds at once (more: fewer launches, more memory; at least a row's chunks: whole rows); other forms refuse it")
-            .Min(0, "0 = as many as the device runs at once")
+            .Min(0, "0 = what the device runs at once, evened over the row")
             .Resumable());  // the same bits in any segments (cuda_op_segment_test.cpp)
     cuda_only("segment_chunks", o.segment_chunks, "the other forms take no segments");
   }

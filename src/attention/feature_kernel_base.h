@@ -37,8 +37,8 @@ struct FeatureKernelOptions {
   // refuse it (their memory grows with it; the raw CPU kernel's is its own).
   int64_t sub_chunk = 0;
   // op: cuda's segment (cuda_op_launch.h's SegmentChunks): each row walked in segments of this many
-  // chunks, whose states a call holds at once; 0: as many as the device runs at once. Other forms
-  // refuse it.
+  // chunks, whose states a call holds at once; 0: at most what the device runs at once, evened
+  // over the row (EvenSegment). Other forms refuse it.
   int64_t segment_chunks = 0;
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown, and

@@ -38,9 +38,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     // floats with its references (the chunk's and its sub-chunks') and, at most, a block's scratch,
     // one more state past them, and per later segment the state entering it and the reverse state
     // passed back (cuda_op.cpp's ScanBackward), and the features' projection P (D x m per head of
-    // the input map, or one: ops/cuda_op_launch.h's ScanFeatures). A segment's chunks: the kernel's segment_chunks, or
-    // as many as this process's device runs at once (cuda_op_launch::SegmentChunksHere), or, with
-    // no device to ask, the whole row: an upper bound. (A 16-bit input is bf16 here: autocast's.)
+    // the input map, or one: ops/cuda_op_launch.h's ScanFeatures). A segment's chunks: the
+    // kernel's segment_chunks, or as many as this process's device runs at once, made even
+    // (cuda_op_launch::SegmentChunksHere, EvenSegment), or, with no device to ask, the whole row:
+    // an upper bound. (A 16-bit input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
     const int64_t dv_rows = cuda_scan::DvShared(rows / K, c.deterministic) ? K : rows;
     const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
@@ -52,8 +53,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     }
     ShadowAttention r;
     r.out = tape.New(T * H * D, v.esz == shadow::kBf16 ? shadow::kBf16 : kF32, rg);
+    const int64_t here = cuda_op_launch::SegmentChunksHere(B * rows);
     const int64_t asked = options.segment_chunks > 0 ? options.segment_chunks
-                                                     : cuda_op_launch::SegmentChunksHere(B * rows);
+                          : here > 0                 ? cuda_op_launch::EvenSegment(here, chunks)
+                                                     : 0;
     const int64_t held = asked > 0 && asked < chunks ? asked : chunks;  // Launch::Segment()
     const int64_t segments = (chunks + held - 1) / held, state = m * (D + 1) + m;
     const int64_t per_row = held * (state + 1 + cut.chunk_subs * m + scratch) + state +

@@ -372,7 +372,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
         // op: cuda's sub-chunk as it ran (its sub_chunk key, or the default) at this length.
         if (impl.name == "cuda") {
           line["sub_chunk"] = cuda_op_launch::ChunkingFor(std::min(chunk, length), sub_chunk).sub;
-          line["segment_chunks"] = segment_chunks;  // its key: 0, as many as the device runs at once
+          line["segment_chunks"] = segment_chunks;  // its key: 0, at most what the device runs at once, evened
         }
         line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
         line["bench_norm"] = o.norm;  // 0: ordinary rows

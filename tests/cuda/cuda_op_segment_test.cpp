@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <limits>
 #include <string>
 
 #include "attention/ops/cuda_op_launch.h"
@@ -69,6 +70,35 @@ TEST(DeviceCudaOpTest, SegmentChunksKeyGivesTheSameBits) {
                      name + " segment_chunks " + std::to_string(segment_chunks) + " on " + device.str());
     }
   }
+}
+
+// The default segment: as few as what runs at once allows, as even as they can be, so as many
+// launches at fewer states: 32 chunks at most 17 a segment are two of 16, 5 at most 4 two of 3;
+// a row within what runs at once is one segment; the last may be shorter (5 at most 2: 2, 2, 1).
+TEST(CudaOpSegmentTest, DefaultSegmentsAsEvenAsTheirCountAllows) {
+  struct Case {
+    int64_t most, chunks, segment;
+  };
+  for (const auto& c : {Case{17, 32, 16}, Case{4, 5, 3}, Case{2, 5, 2}, Case{1, 5, 1}, Case{5, 5, 5}, Case{132, 32, 32},
+                        Case{17, 512, 17}, Case{16, 17, 9}, Case{std::numeric_limits<int64_t>::max(), 5, 5}}) {
+    const int64_t got = cuda_op_launch::EvenSegment(c.most, c.chunks);
+    EXPECT_EQ(got, c.segment) << c.chunks << " chunks at most " << c.most;
+    // No more segments than the longest allows, none longer than it.
+    EXPECT_LE(got, c.most);
+    EXPECT_EQ((c.chunks + got - 1) / got, c.chunks / c.most + (c.chunks % c.most != 0 ? 1 : 0));
+  }
+  // A launch takes it: 5 chunks (chunk 8 over 40 positions) with 4 a segment's worth of blocks per row.
+  const auto on = torch::empty({0}, torch::TensorOptions().device(testing::TestDevice()));
+  const int64_t rows = 2;
+  const ResidentBlocksScope blocks(rows * 4);
+  torch::Tensor ids, resets;
+  const auto v = torch::zeros({1, rows, kLength, 8}, on.options());
+  const auto cut = cuda_op_launch::ChunkingFor(8, 0);
+  const auto launch = cuda_op_launch::MakeLaunch(rows, rows, 16, v, cut.sub, cut.chunk_subs, torch::Tensor(), ids,
+                                                 resets, cuda_op_launch::Pass::kBackward);
+  ASSERT_EQ(launch.Chunks(), 5);
+  EXPECT_EQ(launch.Segment(), 3);
+  EXPECT_EQ(launch.Segments(), 2);
 }
 
 }  // namespace

@@ -50,6 +50,12 @@ int64_t SegmentChunks(int64_t rows, const torch::Tensor& on, bool backward) {
   return std::max<int64_t>(1, resident / rows + (resident % rows != 0 ? 1 : 0));
 }
 
+int64_t EvenSegment(int64_t most, int64_t chunks) {
+  if (most <= 0 || chunks <= 0) return std::max<int64_t>(chunks, 1);
+  const int64_t segments = chunks / most + (chunks % most != 0 ? 1 : 0);  // `most` may be the host's "no limit"
+  return chunks / segments + (chunks % segments != 0 ? 1 : 0);
+}
+
 int64_t SegmentChunksHere(int64_t rows) {
   int64_t resident = blocks_for_testing;
 #ifdef DARKFORMER_CUDA_OP
@@ -75,7 +81,8 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
   x.v_bf16 = v.scalar_type() == torch::kBFloat16;
   for (int i = 0; i < 4; ++i) x.v_strides[i] = v.stride(i);
   if (pass != Pass::kPrefill && x.rows > 0) {
-    x.segment_chunks = segment_chunks > 0 ? segment_chunks : SegmentChunks(x.rows, v, pass == Pass::kBackward);
+    x.segment_chunks = segment_chunks > 0 ? segment_chunks
+                                          : EvenSegment(SegmentChunks(x.rows, v, pass == Pass::kBackward), x.Chunks());
   }
   x.forward_blocks = std::max<int64_t>(1, std::min(x.rows * x.Segment(), ResidentBlocks(v, /*backward=*/false)));
   resets = torch::empty({x.rows * x.Segment()}, v.options().dtype(torch::kFloat32));

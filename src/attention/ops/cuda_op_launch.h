@@ -34,7 +34,7 @@ enum class Pass { kPrefill, kForward, kBackward };
 // (B x K x L x Dv, fp32 or bf16, read as given at its strides), with the document ids (B x L; undefined: none) that the
 // kernels read on the device: `ids` holds them there as int64 and must outlive the launch, as must
 // `resets` (one float per chunk of a segment). The features are the caller's to point to (PointFeatures).
-// segment_chunks: the kernel's key (0: SegmentChunks); a prefill takes whole rows.
+// segment_chunks: the kernel's key (0: SegmentChunks, made even: EvenSegment); a prefill takes whole rows.
 cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, const torch::Tensor& v, int64_t sub,
                              int64_t group_subs, const torch::Tensor& document_ids_BL, torch::Tensor& ids,
                              torch::Tensor& resets, Pass pass, int64_t segment_chunks = 0);
@@ -46,6 +46,11 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
 // an H200 (132 resident blocks), not 32 at 2k and 512 at 32k. The host emulation runs whole rows
 // (no limit) unless a test sets one (LimitCudaOpBlocksForTesting).
 int64_t SegmentChunks(int64_t rows, const torch::Tensor& on, bool backward);
+
+// The segment a row of `chunks` chunks is walked in, at most `most` long: as few segments as that
+// allows, as even as they can be (32 chunks at most 17: two of 16, not 17 and 15), so as many
+// launches at one state per row fewer. The default's (MakeLaunch, the memory estimate's shadow).
+int64_t EvenSegment(int64_t most, int64_t chunks);
 
 // The same for the backward of a call on this process's current CUDA device (the memory
 // estimate's, which has no tensor): 0 where there is none to ask (a CPU-only process, a build
