@@ -162,4 +162,13 @@ struct GlobalScratchScope {
   ~GlobalScratchScope() { AllowCudaOpSharedScratchForTesting(true); }
 };
 
+// Every sub-chunk's own pairs by exponentials (AllowCudaOpFactoredPairsForTesting) for the scope's
+// life, even where they factor into products (cuda_scan_body.h's FactoredQueries).
+struct ExponentialPairsScope {
+  ExponentialPairsScope() { AllowCudaOpFactoredPairsForTesting(false); }
+  ~ExponentialPairsScope() { AllowCudaOpFactoredPairsForTesting(true); }
+  ExponentialPairsScope(const ExponentialPairsScope&) = delete;
+  ExponentialPairsScope& operator=(const ExponentialPairsScope&) = delete;
+};
+
 }  // namespace darkformer::cuda_op_cases

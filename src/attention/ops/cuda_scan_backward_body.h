@@ -42,6 +42,34 @@ DF_HD inline void StoreDv(const BackwardIo& io, float* to, float sum, bool first
   }
 }
 
+// The sub-chunk's own pairs by exponentials, e_tj,i = 2^((a_ti + l_ji) - s_t) times pw_tj, for the
+// queries t >= T (FactoredQueries): da of those queries (c.da), and their share of every key's dl,
+// added to what the products left (io.dl; where T is 0, written).
+DF_HD inline void PairsByExponentials(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
+                                      const float* l, int64_t factored, const Scratch& c) {
+  const int64_t m = r.features, g = r.group;
+  ParallelFor(b, g * sl * m, [&](int64_t idx) {
+    const int64_t ht = idx / m, i = idx % m, t = ht % sl;
+    if (t < factored) return;
+    const float q = c.qa[idx];
+    float acc = 0.0f;
+    for (int64_t j = FirstKey(c, t); j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
+    c.da[idx] = acc;
+  });
+  ParallelFor(b, sl * m, [&](int64_t idx) {
+    const int64_t j = idx / m, i = idx % m;
+    float acc = 0.0f;
+    for (int64_t h = 0; h < g; ++h) {
+      for (int64_t t = j > factored ? j : factored; t < sl; ++t) {
+        const int64_t ht = h * sl + t;
+        if (FirstKey(c, t) > j) continue;  // t's document starts after key j
+        acc += c.pw[ht * sl + j] * DF_EXP2((c.qa[ht * m + i] + l[idx]) - c.s2[ht]);
+      }
+    }
+    io.dl[pos * m + idx] = factored > 0 ? io.dl[pos * m + idx] + acc : acc;
+  });
+}
+
 // The backward's terms of sub-chunk [pos, pos + sl) that read its entering `state` (at `ref`;
 // has: one exists) or only its own keys: da_t in full, and the first terms of dl_j and dv_j (the
 // key side adds the later queries' share). c.rrows and c.starts are left as Maxima's, for the fold
@@ -52,8 +80,9 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
   const float* l = KeysOf(r, pos, c);
-  // The forward's numerators again (c.n; c.w holds w_tj = sum_i e_tj,i).
-  Numerators(b, r, pos, sl, state, ref, has, c);
+  // The forward's numerators again (c.n; c.w holds w_tj = sum_i e_tj,i), and T, the queries whose
+  // pairs factor (FactoredQueries: c.kk holds the keys' factors).
+  const int64_t factored = Numerators(b, r, pos, sl, state, ref, has, c);
   Cotangents(b, r, io, pos, sl, /*numerators=*/true, c);
   // Per pair (j <= t): pw = h_t . [v_j, 1].
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
@@ -64,26 +93,24 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
     }
     c.pw[idx] = pw;
   });
-  // The sub-chunk's own pairs into da (per query) and dl (per key), and dv.
-  ParallelFor(b, g * sl * m, [&](int64_t idx) {
-    const int64_t ht = idx / m, i = idx % m, t = ht % sl;
-    const float q = c.qa[idx];
-    float acc = 0.0f;
-    for (int64_t j = FirstKey(c, t); j <= t; ++j) acc += c.pw[ht * sl + j] * DF_EXP2((q + l[j * m + i]) - c.s2[ht]);
-    c.da[idx] = acc;
-  });
-  ParallelFor(b, sl * m, [&](int64_t idx) {
-    const int64_t j = idx / m, i = idx % m;
-    float acc = 0.0f;
-    for (int64_t h = 0; h < g; ++h) {
-      for (int64_t t = j; t < sl; ++t) {
-        const int64_t ht = h * sl + t;
-        if (FirstKey(c, t) > j) continue;  // t's document starts after key j
-        acc += c.pw[ht * sl + j] * DF_EXP2((c.qa[ht * m + i] + l[idx]) - c.s2[ht]);
-      }
-    }
-    io.dl[pos * m + idx] = acc;
-  });
+  // The sub-chunk's own pairs into da (per query) and dl (per key), and dv. For the queries t < T,
+  // da_ti = qe_ti sum_j pw_tj ke_ji and their share of dl_ji = ke_ji sum_t pw_tj qe_ti (pw is 0 but
+  // for t's own pairs; ke is 0 from T on), two products in 3xTF32 (pw cancels on sharp rows, as
+  // S h does); from T on, the exponentials.
+  if (factored > 0) {
+    MatMul<Split::kTf32>(
+        b, r.tensor_cores, g * sl, m, sl, [&](int64_t ht, int64_t j) { return c.pw[ht * sl + j]; },
+        [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
+        [&](int64_t ht, int64_t i, float sum) {
+          if (ht % sl < factored) c.da[ht * m + i] = PairQueryFactor(r, c, ht, i) * sum;
+        });
+    MatMul<Split::kTf32>(
+        b, r.tensor_cores, sl, m, g * sl,
+        [&](int64_t j, int64_t ht) { return ht % sl < factored ? c.pw[ht * sl + j] : 0.0f; },
+        [&](int64_t ht, int64_t i) { return ht % sl < factored ? PairQueryFactor(r, c, ht, i) : 0.0f; },
+        [&](int64_t j, int64_t i, float sum) { io.dl[(pos + j) * m + i] = c.kk[j * m + i] * sum; });
+  }
+  if (factored < sl) PairsByExponentials(b, r, io, pos, sl, l, factored, c);
   // dv_j = sum_t w_tj h_t (w is 0 but for t's own pairs).
   MatMul<Split::kBf16>(
       b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },

@@ -71,6 +71,33 @@ DF_HD void ParallelFor(const Block& b, int64_t n, F f) {
   b.Sync();
 }
 
+// Whether pred(i) holds for some i in [0, n), split between the block's threads: every thread gets
+// the answer (a barrier: __syncthreads_or on the device).
+template <typename P>
+DF_HD bool AnyOf(const Block& b, int64_t n, P pred) {
+  bool any = false;
+  for (int64_t i = b.tid; i < n; i += b.size) any = any || pred(i);
+#ifdef __CUDA_ARCH__
+  return __syncthreads_or(any ? 1 : 0) != 0;
+#else
+  return any;
+#endif
+}
+
+// The least f(i) over i in [0, n), where f's values lie in [0, hi] (hi where none is less): every
+// thread gets it, by bisection on AnyOf (one barrier per bit of hi).
+template <typename F>
+DF_HD int64_t MinOf(const Block& b, int64_t n, int64_t hi, F f) {
+  int64_t step = 1;
+  while (step * 2 <= hi) step *= 2;
+  int64_t least = 0;  // every f(i) >= least
+  for (; step > 0; step /= 2) {
+    const int64_t next = least + step;
+    if (next <= hi && !AnyOf(b, n, [&](int64_t i) { return f(i) < next; })) least = next;
+  }
+  return least;
+}
+
 // A chain that one thread walks over steps 0 .. steps - 1, its running values in registers (the
 // scans over chunks), in batches of kScanDepth steps from s0 = 0, kScanDepth, ...: load(s0, k)
 // gives step s0 + k's inputs, which never depend on the chain, so a batch's loads are issued at

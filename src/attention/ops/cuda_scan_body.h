@@ -48,6 +48,7 @@ struct Row {
   int64_t v_pos, v_dim;
   const int64_t* ids;  // the row's document ids (L); nullptr: one document
   bool tensor_cores;   // the matrix products on tensor cores, operands split (cuda_scan_matmul.h)
+  bool factor_pairs;   // a sub-chunk's own pairs as products where they factor (FactoredPairs)
 
   // Whether a document starts at position p > 0 (p = 0 starts the row, which `has` covers).
   DF_HD bool StartsAt(int64_t p) const { return ids != nullptr && p > 0 && ids[p] != ids[p - 1]; }
@@ -188,6 +189,10 @@ DF_HD inline const float* KeysOf(const Row& r, int64_t pos, const Scratch& c) {
   return KeysAt(r.keys, r.features, pos, c.ka);
 }
 
+// The growth of a feature's running max inside a sub-chunk beyond which its pairs with later
+// queries are not taken as products (FactoredQueries): 2^64 then bounds a key's factor.
+constexpr float kMaxPairGrowth = 64.0f;
+
 // c.starts for the sub-chunk [pos, pos + sl), its keys' features (c.ka where the scan projects them:
 // KeysOf reads them until the next sub-chunk's Maxima), then R at each of its positions (c.rrows,
 // sl x m) from the entering reference (has: a state exists; R restarts at a document start) and the keys; with
@@ -200,12 +205,16 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
   const float* l = KeysOf(r, pos, c);
   DocumentStarts(b, r, pos, sl, c);
   ParallelFor(b, m, [&](int64_t i) {
-    float running = has ? ref[i] : kNegInf;
+    float running = has ? ref[i] : kNegInf, first = 0.0f;
+    int64_t grown = sl;  // the first position where R_i has grown past kMaxPairGrowth (FactoredQueries)
     for (int64_t j = 0; j < sl; ++j) {
       const bool restart = (j == 0 && !has) || c.starts[j] == static_cast<float>(j);
       running = restart ? l[j * m + i] : Max(running, l[j * m + i]);
       c.rrows[j * m + i] = running;
+      first = j == 0 ? running : first;
+      grown = grown == sl && !(running - first <= kMaxPairGrowth) ? j : grown;  // NaN: grown
     }
+    c.decay[i] = static_cast<float>(grown);
   });
   if (!queries) return;
   QueryFeatures(b, r.queries, r.tensor_cores, m, r.group, pos, sl, c.qa);
@@ -236,6 +245,38 @@ DF_HD inline void KeysAtEnd(const Block& b, const Row& r, const float* l, int64_
   ParallelFor(b, sl * m, [&](int64_t idx) { c.kk[idx] = idx / m >= first ? DF_EXP2(l[idx] - end[idx % m]) : 0.0f; });
 }
 
+// A sub-chunk's own pairs e_tj,i = 2^((a_ti + l_ji) - s_t) factor as qe_ti ke_ji with qe_ti =
+// 2^((a_ti + R_i(0)) - s_t) <= 1 (PairQueryFactor; s_t >= a_ti + R_i(t) >= a_ti + R_i(0)) and
+// ke_ji = 2^(l_ji - R_i(0)) (PairKeyFactors), R(0) the running max at its first position, which
+// no later token moves. So w = qe ke^T and the backward's da and dl are matrix products (tensor
+// cores) instead of (S + 1) / 2 exponentials per query, key and feature, for the queries t < T:
+// T, the first position past 0 where a document starts or a feature's max has grown past
+// kMaxPairGrowth, so ke_ji <= 2^(R_i(j) - R_i(0)) <= 2^64 for every key j < T (no overflow),
+// and a pair lost to qe's underflow is below 2^-85 of a normaliser >= 1. T depends on the keys
+// up to it only, so a query's output never reads a later token, the choice of its path included;
+// the queries from T on take the exponentials, pair by pair. The pair attaining s_t is then
+// qe ke ~ 1, not an exact 1. Every thread gets T; c.rrows, c.starts and c.decay (each feature's
+// first grown position) must hold the sub-chunk's (Maxima). 0 where the launch asks for
+// exponentials throughout (Row::factor_pairs).
+DF_HD inline int64_t FactoredQueries(const Block& b, const Row& r, int64_t sl, const Scratch& c) {
+  if (!r.factor_pairs) return 0;
+  return MinOf(b, sl + r.features, sl, [&](int64_t k) {
+    return k < sl ? (c.starts[k] > 0.0f ? k : sl) : static_cast<int64_t>(c.decay[k - sl]);
+  });
+}
+
+// qe_ti of query ht (G sl, head-major) in feature i (FactoredQueries).
+DF_HD inline float PairQueryFactor(const Row& r, const Scratch& c, int64_t ht, int64_t i) {
+  return DF_EXP2((c.qa[ht * r.features + i] + c.rrows[i]) - c.s2[ht]);
+}
+
+// c.kk = ke_j = 2^(l_j - R(0)) for the sub-chunk's keys j < T (FactoredQueries), 0 for the rest.
+DF_HD inline void PairKeyFactors(const Block& b, const Row& r, const float* l, int64_t sl, int64_t factored,
+                                 const Scratch& c) {
+  const int64_t m = r.features;
+  ParallelFor(b, sl * m, [&](int64_t idx) { c.kk[idx] = idx / m < factored ? DF_EXP2(l[idx] - c.rrows[idx % m]) : 0.0f; });
+}
+
 // Folds the sub-chunk's keys l and c.vh into state/ref (has: a state exists): rows whose max grew
 // decay by 2^(R_old - R_new) <= 1, the keys join at R_new. c.rrows and c.starts must hold the
 // sub-chunk's (Maxima); from a document start inside it, only its last document's keys remain.
@@ -257,22 +298,36 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
 // The numerators and normalisers n_t = sum_j e_tj [v_j, 1] of the G sl queries at pos into c.n
 // (G sl x (Dv + 1)): the sub-chunk's own pairs w_tj = sum_i e_tj,i into c.w, and where a state
 // exists (has) its read, StateReadFactor, against `state` at `ref`. c.vh (LoadValues),
-// c.qa and c.s2 (Maxima) must hold the sub-chunk's. The forward and the backward's query side
-// both compute them here, in the same order, so the backward's are the forward's to the bit.
-DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* state,
-                             const float* ref, bool has, const Scratch& c) {
+// c.qa and c.s2 (Maxima) must hold the sub-chunk's; c.kk holds its keys' pair factors after
+// (PairKeyFactors). The forward and the backward's query side both compute them here, in the same
+// order, so the backward's are the forward's to the bit. Returns T, the queries whose pairs
+// factored (FactoredQueries).
+DF_HD inline int64_t Numerators(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* state,
+                                const float* ref, bool has, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, g = r.group;
   const float* l = KeysOf(r, pos, c);
-  // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t.
-  ParallelFor(b, g * sl * sl, [&](int64_t idx) {
-    const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
-    float w = 0.0f;
-    if (FirstKey(c, t) <= j && j <= t) {
-      const float* q = c.qa + ht * m;
-      for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
-    }
-    c.w[idx] = w;
-  });
+  // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t. For
+  // t < T, w = qe ke^T (3xTF32, as the numerators it makes); from T on, the exponentials.
+  const int64_t factored = FactoredQueries(b, r, sl, c);
+  if (factored > 0) {
+    PairKeyFactors(b, r, l, sl, factored, c);
+    MatMul<Split::kTf32>(
+        b, r.tensor_cores, g * sl, sl, m, [&](int64_t ht, int64_t i) { return PairQueryFactor(r, c, ht, i); },
+        [&](int64_t i, int64_t j) { return c.kk[j * m + i]; },
+        [&](int64_t ht, int64_t j, float sum) { c.w[ht * sl + j] = j <= ht % sl ? sum : 0.0f; });
+  }
+  if (factored < sl) {
+    ParallelFor(b, g * sl * sl, [&](int64_t idx) {
+      const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
+      if (t < factored) return;
+      float w = 0.0f;
+      if (FirstKey(c, t) <= j && j <= t) {
+        const float* q = c.qa + ht * m;
+        for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
+      }
+      c.w[idx] = w;
+    });
+  }
   // n_t = sum_j w_tj [v_j, 1] (w is 0 but for t's own pairs), then + sum_i qc_ti S_i (qc is 0 for
   // queries that do not read the state). 3xTF32: the backward's g . out cancels against them.
   MatMul<Split::kTf32>(
@@ -285,6 +340,7 @@ DF_HD inline void Numerators(const Block& b, const Row& r, int64_t pos, int64_t 
         [&](int64_t i, int64_t kk) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });
   }
+  return factored;
 }
 
 // Sub-chunk [pos, pos + sl) against `state` and its `ref` (has: one exists): its outputs and

@@ -21,6 +21,7 @@ struct Launch {
   const int64_t* ids = nullptr;  // document ids, sequences x L, on the kernels' device; nullptr: none
   int64_t rows_per_sequence = 1;  // the key rows of one sequence
   bool tensor_cores = false;  // Row::tensor_cores
+  bool factor_pairs = true;   // Row::factor_pairs (false: every sub-chunk's pairs by exponentials, for the tests)
   // The segment of every row a launch takes: chunks [first_chunk, SegmentEnd()), Segment() of them
   // but in the row's last (segment_chunks; 0: the whole row). The per-chunk buffers hold one
   // segment per row (StateSlot, ChunkSlot): a call walks its segments in turn, the state entering
@@ -195,7 +196,7 @@ struct Launch {
     return {length, features, value_dim, group, sub, group_subs, QueriesOf(row), KeysOf(row),
             ElementAt(v, v_bf16, (row / rows_per_sequence) * v_strides[0] + KvHeadOf(row) * v_strides[1]), v_bf16,
             v_strides[2], v_strides[3],
-            ids != nullptr ? ids + (row / rows_per_sequence) * length : nullptr, tensor_cores};
+            ids != nullptr ? ids + (row / rows_per_sequence) * length : nullptr, tensor_cores, factor_pairs};
   }
   DF_HD ForwardOut ForwardOf(int64_t row) const {
     const int64_t ld = length * value_dim, first = StateSlot(row, first_chunk);
