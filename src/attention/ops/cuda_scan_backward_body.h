@@ -82,7 +82,7 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   const float* l = KeysOf(r, pos, c);
   // The forward's numerators again (c.n; c.w holds w_tj = sum_i e_tj,i), and T, the queries whose
   // pairs factor (FactoredQueries: c.kk holds the keys' factors).
-  const int64_t factored = Numerators(b, r, pos, sl, state, ref, has, c);
+  const int64_t factored = Numerators(b, r, pos, sl, state, ref, has, c, /*qc=*/c.da);  // da is written after
   Cotangents(b, r, io, pos, sl, /*numerators=*/true, c);
   // Per pair (j <= t): pw = h_t . [v_j, 1].
   ParallelFor(b, g * sl * sl, [&](int64_t idx) {
@@ -209,8 +209,9 @@ DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     Cotangents(b, r, io, pos, sl, /*numerators=*/false, c);
     const float* end_r = c.rrows + (sl - 1) * m;
     const bool had_z = has_z && !holds_start;
+    StateReadFactors(b, r, sl, ref, c, c.da);  // the key side writes no da
     MatMul<Split::kTf32>(
-        b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return StateReadFactor(r, sl, ref, c, ht, i); },
+        b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.da[ht * m + i]; },
         [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t i, int64_t kk, float sum) {
           z[i * v + kk] = had_z ? sum + DF_EXP2(ref[i] - end_r[i]) * z[i * v + kk] : sum;

@@ -230,11 +230,22 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
 
 // 2^((a_ti + R_i(e')) - s_t), the factor by which query ht of the sub-chunk (G sl, head-major)
 // reads a state at `ref` in feature i; 0 where its document starts inside the sub-chunk. c.qa and
-// c.s2 must hold the sub-chunk's (Maxima). Computed where a product stages it (its A operand, or
-// an epilogue), not kept: G sl x m floats of scratch fewer, the same bits.
+// c.s2 must hold the sub-chunk's (Maxima). Computed in an epilogue, or once for a product's A
+// operand (StateReadFactors).
 DF_HD inline float StateReadFactor(const Row& r, int64_t sl, const float* ref, const Scratch& c, int64_t ht,
                                    int64_t i) {
   return ReadsState(c, ht % sl, true) ? DF_EXP2((c.qa[ht * r.features + i] + ref[i]) - c.s2[ht]) : 0.0f;
+}
+
+// Every StateReadFactor of the sub-chunk into qc (G sl x m), for a product that reads them as its
+// A operand: a product stages A again for each panel of its columns (4 at Dv + 1 = 257, and the
+// normaliser's column once more by thread), so computed there each cost 5 exponentials. No scratch
+// of its own: qc is c.qa itself where nothing reads the features after (the forward's numerators),
+// or c.da before the backward writes it.
+DF_HD inline void StateReadFactors(const Block& b, const Row& r, int64_t sl, const float* ref, const Scratch& c,
+                                   float* qc) {
+  const int64_t m = r.features;
+  ParallelFor(b, r.group * sl * m, [&](int64_t idx) { qc[idx] = StateReadFactor(r, sl, ref, c, idx / m, idx % m); });
 }
 
 // c.kk = 2^(l_j - R(end)) for the sub-chunk's keys in its last document, R(end) its last position's
@@ -300,10 +311,11 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
 // exists (has) its read, StateReadFactor, against `state` at `ref`. c.vh (LoadValues),
 // c.qa and c.s2 (Maxima) must hold the sub-chunk's; c.kk holds its keys' pair factors after
 // (PairKeyFactors). The forward and the backward's query side both compute them here, in the same
-// order, so the backward's are the forward's to the bit. Returns T, the queries whose pairs
-// factored (FactoredQueries).
+// order, so the backward's are the forward's to the bit. The state-read factors go to qc (G sl x
+// m: StateReadFactors; c.qa where nothing reads the features after). Returns T, the queries whose
+// pairs factored (FactoredQueries).
 DF_HD inline int64_t Numerators(const Block& b, const Row& r, int64_t pos, int64_t sl, const float* state,
-                                const float* ref, bool has, const Scratch& c) {
+                                const float* ref, bool has, const Scratch& c, float* qc) {
   const int64_t m = r.features, v = r.value_dim + 1, g = r.group;
   const float* l = KeysOf(r, pos, c);
   // The sub-chunk's own pairs: w_tj = sum_i 2^((a_ti + l_ji) - s_t), t's first key <= j <= t. For
@@ -335,8 +347,9 @@ DF_HD inline int64_t Numerators(const Block& b, const Row& r, int64_t pos, int64
       [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
       [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] = sum; });
   if (has) {
+    StateReadFactors(b, r, sl, ref, c, qc);
     MatMul<Split::kTf32>(
-        b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return StateReadFactor(r, sl, ref, c, ht, i); },
+        b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return qc[ht * m + i]; },
         [&](int64_t i, int64_t kk) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });
   }
@@ -350,7 +363,7 @@ DF_HD inline void SubChunkForward(const Block& b, const Row& r, const ForwardOut
   const int64_t v = r.value_dim + 1, dv = r.value_dim, g = r.group;
   LoadValues(b, r, pos, sl, c);
   Maxima(b, r, pos, sl, /*queries=*/true, ref, has, c);
-  Numerators(b, r, pos, sl, state, ref, has, c);
+  Numerators(b, r, pos, sl, state, ref, has, c, /*qc=*/c.qa);  // the features' last reader
   ParallelFor(b, g * sl * v, [&](int64_t idx) {
     const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
     const float den = c.n[ht * v + dv];
