@@ -45,7 +45,8 @@ def main():
     hf = json.load(open(hf_path)) if os.path.exists(hf_path) else None
     summary = {"device": device, "machine": machine, "stages": stages,
                "tests": tests_summary(os.path.join(out, "junit.xml")),
-               "kernels": [{k: r.get(k) for k in ("kernel", "impl", "chunk_size", "sub_chunk", "segment_chunks", "dtype",
+               "kernels": [{k: r.get(k) for k in ("kernel", "impl", "chunk_size", "sub_chunk", "segment_chunks", "pairs",
+                                                  "dtype",
                                                   "computes_in", "length",
                                                   "ms_median", "peak_mib", "ops_forward", "ops_backward",
                                                   "speedup_vs_exact", "memory_vs_exact")}
@@ -70,11 +71,13 @@ def main():
                "|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(kernels, key=lambda r: (r["kernel"], r.get("dtype") or "", r["length"], r["impl"],
                                                 r.get("chunk_size") or 0, r.get("sub_chunk") or 0,
-                                                r.get("segment_chunks") or 0)):
-            # op: cuda's rows say how they were cut: chunk / sub-chunk, and the chunks per segment
-            # where its key gave them (" g<n>"; else as many as the device runs at once).
+                                                r.get("segment_chunks") or 0, r.get("pairs") or "")):
+            # op: cuda's rows say how they were cut: chunk / sub-chunk, the chunks per segment where
+            # its key gave them (" g<n>"; else at most what the device runs at once), and " x" where
+            # its pairs ran by exponentials throughout (its key pairs; else products where they factor).
             impl = r["impl"] + (" %s/%s" % (r.get("chunk_size"), r["sub_chunk"]) if "sub_chunk" in r else "")
             impl += " g%s" % r["segment_chunks"] if r.get("segment_chunks") else ""
+            impl += " x" if r.get("pairs") == "exponentials" else ""
             md.append("| %s | %s | %s | %s | %d | %.2f | %.0f | %s/%s | %s | %s |" % (
                 r["kernel"], impl, r.get("dtype", "fp32"), r.get("computes_in") or "-", r["length"],
                 r["ms_median"], r["peak_mib"], r.get("ops_forward", "-"), r.get("ops_backward", "-"),

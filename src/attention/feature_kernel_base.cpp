@@ -43,6 +43,15 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
             .Min(0, "0 = what the device runs at once, evened over the row")
             .Resumable());  // the same bits in any segments (cuda_op_segment_test.cpp)
     cuda_only("segment_chunks", o.segment_chunks, "the other forms take no segments");
+    const std::string pairs = reader.Get<std::string>(
+        "pairs", "products",
+        KeySpec("op: cuda's pairs inside a sub-chunk: products (matrix products on tensor cores where they factor: up to where a feature's max grows by 2^64 or a document starts) or exponentials (pair by pair throughout, the arithmetic the products replace); other forms refuse exponentials")
+            .OneOf({"products", "exponentials"}));
+    o.exponential_pairs = pairs == "exponentials";
+    DF_CHECK(!o.exponential_pairs || o.op == CausalOp::kCuda,
+             "config key '" << reader.KeyPath("pairs") << "' = exponentials" << ValueOrigin(reader.KeyPath("pairs"), reader.node()["pairs"])
+                            << " applies to op: cuda only, and '" << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
+                            << ": set op: cuda, or drop pairs (the other forms take theirs their own way)");
   }
   if (!with_redraw) return o;
   o.redraw = reader.GetEnum("redraw", o.redraw,

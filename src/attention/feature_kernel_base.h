@@ -40,10 +40,14 @@ struct FeatureKernelOptions {
   // chunks, whose states a call holds at once; 0: at most what the device runs at once, evened
   // over the row (EvenSegment). Other forms refuse it.
   int64_t segment_chunks = 0;
+  // op: cuda's pairs inside a sub-chunk (`pairs`): false (products), as matrix products where they
+  // factor (cuda_scan_body.h's FactoredQueries); true (exponentials), pair by pair throughout, the
+  // arithmetic the products replace. Other forms refuse exponentials.
+  bool exponential_pairs = false;
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown, and
-  // `with_op` false (signed features: one composite path) leaves `op`, `fused`, `sub_chunk` and
-  // `segment_chunks` unknown keys.
+  // `with_op` false (signed features: one composite path) leaves `op`, `fused`, `sub_chunk`,
+  // `segment_chunks` and `pairs` unknown keys.
   // `default_features`: num_features when absent (SLAY's is smaller), recorded as the default.
   static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw, bool with_op,
                                    int64_t default_features = kDefaultFeatures);

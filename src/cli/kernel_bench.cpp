@@ -248,8 +248,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
                           bench_device);
   }
   // Log-form kernels take the operator's form; signed ones have their composite path only. The
-  // probe is built as `op: auto`, which takes no sub_chunk or segment_chunks (op: cuda's: checked below).
-  const std::vector<std::string> cuda_keys = {"sub_chunk", "segment_chunks"};
+  // probe is built as `op: auto`, which takes no sub_chunk, segment_chunks or pairs (op: cuda's: checked below).
+  const std::vector<std::string> cuda_keys = {"sub_chunk", "segment_chunks", "pairs"};
   auto probe_options = YAML::Clone(fused_options);
   for (const auto& key : cuda_keys) probe_options.remove(key);
   const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, probe_options, o.heads, 8).ptr()) != nullptr;
@@ -272,6 +272,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
   const int64_t chunk = fused_options["chunk_size"] ? fused_options["chunk_size"].as<int64_t>() : 64;
   const int64_t sub_chunk = fused_options["sub_chunk"] ? fused_options["sub_chunk"].as<int64_t>() : 0;
   const int64_t segment_chunks = fused_options["segment_chunks"] ? fused_options["segment_chunks"].as<int64_t>() : 0;
+  const std::string pairs = fused_options["pairs"] ? fused_options["pairs"].as<std::string>() : "products";
   std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads; TF32 {}\n",
                            o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
@@ -373,6 +374,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
         if (impl.name == "cuda") {
           line["sub_chunk"] = cuda_op_launch::ChunkingFor(std::min(chunk, length), sub_chunk).sub;
           line["segment_chunks"] = segment_chunks;  // its key: 0, at most what the device runs at once, evened
+          line["pairs"] = pairs;                    // its key: products where they factor, or exponentials
         }
         line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
         line["bench_norm"] = o.norm;  // 0: ordinary rows

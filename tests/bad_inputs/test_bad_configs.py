@@ -80,6 +80,11 @@ def cuda_op_on_a_cpu_run(tmp):
                "attention.performer.op", run_dir=run_dir, what="segment_chunks without op: cuda")
     expect_bad(train(path, "attention.performer.op=cuda", "attention.performer.segment_chunks=-1"),
                "attention.performer.segment_chunks", run_dir=run_dir, what="a negative segment_chunks")
+    # And pairs: exponentials, op: cuda's arithmetic; a value outside its two is refused anywhere.
+    expect_bad(train(path, "attention.performer.pairs=exponentials"), "attention.performer.pairs",
+               "attention.performer.op", run_dir=run_dir, what="pairs: exponentials without op: cuda")
+    expect_bad(train(path, "attention.performer.op=cuda", "attention.performer.pairs=sometimes"),
+               "attention.performer.pairs", run_dir=run_dir, what="an unknown pairs")
 
 
 def main(argv):

@@ -93,6 +93,10 @@ def command_line_errors(tmp):
                            "--heads", "2", "--kv-heads", "1", "--bench-head-dims", "8", "--bench-lengths", "16",
                            "--options", "{num_features: 16, segment_chunks: 4}", "--repeats", "1"],
                           ("segment_chunks", "--op auto")),
+                         (["kernel-check", "--bench", "--kernel", "performer", "--device", "cpu", "--op", "auto",
+                           "--heads", "2", "--kv-heads", "1", "--bench-head-dims", "8", "--bench-lengths", "16",
+                           "--options", "{num_features: 16, pairs: exponentials}", "--repeats", "1"],
+                          ("pairs", "--op auto")),
                          # The bench's options do nothing without --bench: refused, naming both.
                          (["kernel-check", "--kernel", "performer", "--op", "cuda"], "--op requires --bench"),
                          (["kernel-check", "--kernel", "performer", "--bench-norm", "60"], "--bench-norm requires --bench"),

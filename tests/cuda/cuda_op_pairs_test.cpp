@@ -17,16 +17,15 @@ namespace {
 
 using namespace cuda_op_cases;  // NOLINT: the cases the device tests share
 
-// With every pair by exponentials, the ordinary rows, sharp rows, the jumps and packed documents
-// meet the rule as the products do (every other DeviceCudaOpTest runs the products where they
-// factor), fp32 and bf16 on tensor cores.
+// With every pair by exponentials (the kernel's `pairs: exponentials`), the ordinary rows, sharp
+// rows, the jumps and packed documents meet the rule as the products do (every other
+// DeviceCudaOpTest runs the default, the products where they factor), fp32 and bf16 on tensor cores.
 TEST(DeviceCudaOpTest, PairsByExponentialsHoldTheRuleToo) {
-  const ExponentialPairsScope exponentials;
   for (const std::string name : {"performer", "darkformer"}) {
     for (const bool bf16 : {false, true}) {
-      ExpectMatches(name, "ordinary", 0, {}, bf16);
-      ExpectMatches(name, "sharp", 3600.0 / std::sqrt(8.0), {}, bf16);
-      ExpectMatches(name, "jump", 900.0, TwoDocuments(), bf16);
+      ExpectMatches(name, "ordinary", 0, {}, bf16, kChunk, kFeatures, "cuda", 0, "exponentials");
+      ExpectMatches(name, "sharp", 3600.0 / std::sqrt(8.0), {}, bf16, kChunk, kFeatures, "cuda", 0, "exponentials");
+      ExpectMatches(name, "jump", 900.0, TwoDocuments(), bf16, kChunk, kFeatures, "cuda", 0, "exponentials");
     }
   }
 }
@@ -44,12 +43,8 @@ TEST(DeviceCudaOpTest, PairsFactorUpToAJumpAndNotFromIt) {
     auto in = MakeInputs("jump");
     auto products_kernel = Make(name, "cuda", 30.0);
     const auto products = RunKernel(products_kernel, in, device, torch::kFloat32);
-    Result exponentials;
-    {
-      const ExponentialPairsScope scope;
-      auto kernel = Make(name, "cuda", 30.0);
-      exponentials = RunKernel(kernel, in, device, torch::kFloat32);
-    }
+    auto exponentials_kernel = Make(name, "cuda", 30.0, kChunk, kFeatures, kHeads, 0, 0, "exponentials");
+    const auto exponentials = RunKernel(exponentials_kernel, in, device, torch::kFloat32);
     const auto at = [](const Result& r, int64_t from, int64_t count) { return r.out.narrow(2, from, count); };
     EXPECT_TRUE(torch::equal(at(products, 11, 5), at(exponentials, 11, 5))) << where << ": from the jump on";
     EXPECT_FALSE(torch::equal(at(products, 8, 3), at(exponentials, 8, 3))) << where << ": before the jump";

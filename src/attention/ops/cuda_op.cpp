@@ -120,6 +120,7 @@ struct CallScan {
                         pass, map.segment_chunks);
     PointFeatures(launch, features);
     launch.tensor_cores = tensor_cores;
+    launch.factor_pairs = !map.exponential_pairs;
   }
   // m: the keys' projection's width, or their given features'.
   int64_t FeatureCount() const { return features.KeysInside() ? features.proj.size(2) : features.l.size(3); }

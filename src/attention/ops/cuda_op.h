@@ -58,8 +58,5 @@ void LimitCudaOpBlocksForTesting(int64_t blocks);
 // Tests: false keeps every block's scratch in global memory even where the device's shared memory
 // holds it (true, the default: Launch::scratch_shared). The host emulation's is always global.
 void AllowCudaOpSharedScratchForTesting(bool allowed);
-// Tests: false takes every sub-chunk's own pairs by exponentials, pair by pair, even where they
-// factor into products (true, the default: cuda_scan_body.h's FactoredPairs).
-void AllowCudaOpFactoredPairsForTesting(bool allowed);
 
 }  // namespace darkformer

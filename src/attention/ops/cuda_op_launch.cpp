@@ -32,7 +32,6 @@ namespace {
 // (LimitCudaOpBlocksForTesting, below).
 std::atomic<int64_t> blocks_for_testing{0};
 std::atomic<bool> shared_scratch_allowed{true};
-std::atomic<bool> factored_pairs_allowed{true};
 int64_t ResidentBlocks(const torch::Tensor& on, bool backward) {
   if (blocks_for_testing > 0) return blocks_for_testing;
   if (on.is_cpu()) return std::numeric_limits<int64_t>::max();
@@ -80,7 +79,6 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
   x.value_rows_per = rows / v.size(1);
   x.v = v.data_ptr();
   x.v_bf16 = v.scalar_type() == torch::kBFloat16;
-  x.factor_pairs = factored_pairs_allowed;
   for (int i = 0; i < 4; ++i) x.v_strides[i] = v.stride(i);
   if (pass != Pass::kPrefill && x.rows > 0) {
     x.segment_chunks = segment_chunks > 0 ? segment_chunks
@@ -254,6 +252,5 @@ namespace darkformer {
 
 void LimitCudaOpBlocksForTesting(int64_t blocks) { cuda_op_launch::blocks_for_testing = blocks; }
 void AllowCudaOpSharedScratchForTesting(bool allowed) { cuda_op_launch::shared_scratch_allowed = allowed; }
-void AllowCudaOpFactoredPairsForTesting(bool allowed) { cuda_op_launch::factored_pairs_allowed = allowed; }
 
 }  // namespace darkformer

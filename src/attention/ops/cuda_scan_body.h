@@ -48,7 +48,7 @@ struct Row {
   int64_t v_pos, v_dim;
   const int64_t* ids;  // the row's document ids (L); nullptr: one document
   bool tensor_cores;   // the matrix products on tensor cores, operands split (cuda_scan_matmul.h)
-  bool factor_pairs;   // a sub-chunk's own pairs as products where they factor (FactoredPairs)
+  bool factor_pairs;   // a sub-chunk's own pairs as products where they factor (FactoredQueries)
 
   // Whether a document starts at position p > 0 (p = 0 starts the row, which `has` covers).
   DF_HD bool StartsAt(int64_t p) const { return ids != nullptr && p > 0 && ids[p] != ids[p - 1]; }
@@ -267,8 +267,8 @@ DF_HD inline void KeysAtEnd(const Block& b, const Row& r, const float* l, int64_
 // up to it only, so a query's output never reads a later token, the choice of its path included;
 // the queries from T on take the exponentials, pair by pair. The pair attaining s_t is then
 // qe ke ~ 1, not an exact 1. Every thread gets T; c.rrows, c.starts and c.decay (each feature's
-// first grown position) must hold the sub-chunk's (Maxima). 0 where the launch asks for
-// exponentials throughout (Row::factor_pairs).
+// first grown position) must hold the sub-chunk's (Maxima). 0 where the kernel asks for
+// exponentials throughout (its key `pairs`: Row::factor_pairs).
 DF_HD inline int64_t FactoredQueries(const Block& b, const Row& r, int64_t sl, const Scratch& c) {
   if (!r.factor_pairs) return 0;
   return MinOf(b, sl + r.features, sl, [&](int64_t k) {

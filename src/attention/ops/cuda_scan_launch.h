@@ -21,7 +21,7 @@ struct Launch {
   const int64_t* ids = nullptr;  // document ids, sequences x L, on the kernels' device; nullptr: none
   int64_t rows_per_sequence = 1;  // the key rows of one sequence
   bool tensor_cores = false;  // Row::tensor_cores
-  bool factor_pairs = true;   // Row::factor_pairs (false: every sub-chunk's pairs by exponentials, for the tests)
+  bool factor_pairs = true;   // Row::factor_pairs (false: the kernel's `pairs: exponentials`)
   // The segment of every row a launch takes: chunks [first_chunk, SegmentEnd()), Segment() of them
   // but in the row's last (segment_chunks; 0: the whole row). The per-chunk buffers hold one
   // segment per row (StateSlot, ChunkSlot): a call walks its segments in turn, the state entering

@@ -64,6 +64,8 @@ struct FeatureMap {
   int64_t sub_chunk = 0;
   // op: cuda's chunks per segment (FeatureKernelOptions::segment_chunks; 0: its default).
   int64_t segment_chunks = 0;
+  // op: cuda's pairs pair by pair throughout (FeatureKernelOptions::exponential_pairs).
+  bool exponential_pairs = false;
   // m, the features per head (0: not said).
   int64_t num_features = 0;
   // The dtype the caller's queries arrived in, before the features' fp32: a 16-bit one (what users
