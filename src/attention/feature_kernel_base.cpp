@@ -34,7 +34,7 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
     };
     o.sub_chunk = reader.Get<int64_t>(
         "sub_chunk", o.sub_chunk,
-        KeySpec("op: cuda's sub-chunk: the largest divisor of the chunk up to this many positions (pairs inside one are summed feature by feature); other forms refuse it")
+        KeySpec("op: cuda's sub-chunk: the largest divisor of the chunk up to this many positions (pairs inside one: matrix products where they factor, see pairs); other forms refuse it")
             .Min(0, "0 = 8, the LibTorch forms' own"));
     cuda_only("sub_chunk", o.sub_chunk, "the LibTorch forms take 8, the raw CPU kernel 16");
     o.segment_chunks = reader.Get<int64_t>(
