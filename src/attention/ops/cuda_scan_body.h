@@ -192,6 +192,8 @@ DF_HD inline const float* KeysOf(const Row& r, int64_t pos, const Scratch& c) {
 // The growth of a feature's running max inside a sub-chunk beyond which its pairs with later
 // queries are not taken as products (FactoredQueries): 2^64 then bounds a key's factor.
 constexpr float kMaxPairGrowth = 64.0f;
+// Threads that share a query's shift s_t (Maxima).
+constexpr int64_t kShiftParts = 4;
 
 // c.starts for the sub-chunk [pos, pos + sl), its keys' features (c.ka where the scan projects them:
 // KeysOf reads them until the next sub-chunk's Maxima), then R at each of its positions (c.rrows,
@@ -218,12 +220,22 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
   });
   if (!queries) return;
   QueryFeatures(b, r.queries, r.tensor_cores, m, r.group, pos, sl, c.qa);
-  ParallelFor(b, r.group * sl, [&](int64_t ht) {
-    const int64_t t = ht % sl;
+  // s_t over kShiftParts threads a query, each a run of features, their maxima in c.n (free until
+  // the numerators), then combined: G S queries alone would leave most of a block idle at S = 8
+  // (64 of 256 threads), each walking all m features. A max is exact: the same s_t either way.
+  const int64_t gs = r.group * sl, v = r.value_dim + 1, parts = v < kShiftParts ? v : kShiftParts;
+  const int64_t run = (m + parts - 1) / parts;
+  ParallelFor(b, gs * parts, [&](int64_t idx) {
+    const int64_t ht = idx / parts, first = (idx % parts) * run, last = first + run < m ? first + run : m;
     const float* q = c.qa + ht * m;
-    const float* rt = c.rrows + t * m;
+    const float* rt = c.rrows + (ht % sl) * m;
     float best = kNegInf;
-    for (int64_t i = 0; i < m; ++i) best = Max(best, q[i] + rt[i]);
+    for (int64_t i = first; i < last; ++i) best = Max(best, q[i] + rt[i]);
+    c.n[idx] = best;
+  });
+  ParallelFor(b, gs, [&](int64_t ht) {
+    float best = kNegInf;
+    for (int64_t p = 0; p < parts; ++p) best = Max(best, c.n[ht * parts + p]);
     c.s2[ht] = best;
   });
 }
