@@ -23,7 +23,8 @@ namespace {
 using namespace cuda_op_cases;  // NOLINT: the cases these tests share
 
 // Every path the kernels have, small: fp32 on CUDA cores; bf16 on tensor cores (shared memory)
-// with documents read on the device, and 2 slices of features over 5 chunks; each block's scratch
+// with documents read on the device (a sub-chunk's pairs as products before the start at 12, by
+// exponentials from it: FactoredQueries), and 2 slices of features over 5 chunks; each block's scratch
 // in its shared memory (racecheck reads its hazards there), then in global memory; then the rows
 // in segments of 2 chunks (the states carried between them).
 TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) {
