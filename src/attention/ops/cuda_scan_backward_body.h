@@ -95,15 +95,16 @@ DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const Backwar
   // pairs factor (FactoredQueries: c.kk holds the keys' factors).
   const int64_t factored = Numerators(b, r, pos, sl, state, ref, has, c, /*qc=*/c.da);  // da is written after
   Cotangents(b, r, io, pos, sl, /*numerators=*/true, c);
-  // Per pair (j <= t): pw = h_t . [v_j, 1].
-  ParallelFor(b, g * sl * sl, [&](int64_t idx) {
-    const int64_t ht = idx / sl, j = idx % sl, t = ht % sl;
-    float pw = 0.0f;
-    if (FirstKey(c, t) <= j && j <= t) {
-      for (int64_t kk = 0; kk < v; ++kk) pw += c.h[ht * v + kk] * c.vh[j * v + kk];
-    }
-    c.pw[idx] = pw;
-  });
+  // Per pair (j <= t): pw = h_t . [v_j, 1], 0 off t's own pairs. A product (G sl x sl, Dv + 1
+  // deep) in 3xTF32: g . v_j cancels against g . out_t on sharp rows, as in S h. By thread it was
+  // a Dv + 1 walk per pair, 16 pairs a thread at S = 64.
+  MatMul<Split::kTf32>(
+      b, r.tensor_cores, g * sl, sl, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
+      [&](int64_t kk, int64_t j) { return c.vh[j * v + kk]; },
+      [&](int64_t ht, int64_t j, float sum) {
+        const int64_t t = ht % sl;
+        c.pw[ht * sl + j] = FirstKey(c, t) <= j && j <= t ? sum : 0.0f;
+      });
   // The sub-chunk's own pairs into da (per query) and dl (per key), and dv. For the queries t < T,
   // da_ti = qe_ti sum_j pw_tj ke_ji and their share of dl_ji = ke_ji sum_t pw_tj qe_ti (pw is 0 but
   // for t's own pairs; ke is 0 from T on), two products in 3xTF32 (pw cancels on sharp rows, as
