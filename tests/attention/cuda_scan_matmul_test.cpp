@@ -183,5 +183,44 @@ TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
   EXPECT_EQ(state, want);
 }
 
+
+// BatchedPuts (ops/cuda_scan_block.h) as the device's blocks run it: kThreads threads, each issuing
+// kStageBatch gets before its puts. Every element is put once, with its own get, by the thread the
+// block's stride gives it, at sizes that end inside a batch and a panel's (the staging's), and no
+// thread puts before it has got its whole batch.
+TEST(CudaScanMatMulTest, BatchedPutsPutEachElementOnceOnEveryThreadCount) {
+  using cuda_scan::BatchedPuts;
+  using cuda_scan::kStageBatch;
+  for (const int threads : {1, 32, cuda_scan::kThreads}) {
+    for (const int64_t n : {int64_t{1}, int64_t{255}, int64_t{257}, int64_t{kPanelRows * kPanelDepth},
+                            int64_t{8 * 257 + 3}}) {
+      std::vector<int> puts(n, 0), by(n, -1);
+      for (int tid = 0; tid < threads; ++tid) {
+        const Block block{tid, threads};
+        int got = 0, put = 0;
+        BatchedPuts(
+            block, n,
+            [&](int64_t i) {
+              EXPECT_EQ(put % kStageBatch, 0) << "a get after a put inside one batch";
+              ++got;
+              return static_cast<float>(i);
+            },
+            [&](int64_t i, float x) {
+              ++put;
+              EXPECT_LE(put, got);
+              EXPECT_EQ(x, static_cast<float>(i)) << "element " << i << " put another's value";
+              ++puts[i];
+              by[i] = tid;
+            });
+        EXPECT_EQ(got, put);
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        EXPECT_EQ(puts[i], 1) << "element " << i << " of " << n << " at " << threads << " threads";
+        EXPECT_EQ(by[i], i % threads) << "element " << i << ": consecutive threads take consecutive elements";
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace darkformer

@@ -35,12 +35,15 @@ DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io,
       io.dot[at_of(ht)] = dot;
     });
   }
-  ParallelFor(b, gs * v, [&](int64_t idx) {
-    const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-    const int64_t gt = h * io.g_head_stride + (pos + t) * io.g_pos, at = at_of(ht);
-    const float inv = 1.0f / io.den[at];
-    c.h[idx] = kk < dv ? LoadAsFloat(io.g, io.g_bf16, gt + kk * io.g_dim) * inv : -io.dot[at] * inv;
-  });
+  ParallelLoad(
+      b, gs * v,
+      [&](int64_t idx) {
+        const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
+        const int64_t gt = h * io.g_head_stride + (pos + t) * io.g_pos, at = at_of(ht);
+        const float inv = 1.0f / io.den[at];
+        return kk < dv ? LoadAsFloat(io.g, io.g_bf16, gt + kk * io.g_dim) * inv : -io.dot[at] * inv;
+      },
+      [&](int64_t idx, float x) { c.h[idx] = x; });
 }
 
 // A dv term into its element: added to the value row's shared zeros (io.dv_shared), else the row's
@@ -85,7 +88,7 @@ DF_HD inline void PairsByExponentials(const Block& b, const Row& r, const Backwa
 // has: one exists) or only its own keys: da_t in full, and the first terms of dl_j and dv_j (the
 // key side adds the later queries' share). c.rrows and c.starts are left as Maxima's, for the fold
 // that follows.
-DF_HD inline void QuerySideGradients(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
+DF_HD_INLINE void QuerySideGradients(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
                                      const float* state, const float* ref, bool has, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
   LoadValues(b, r, pos, sl, c);
@@ -167,7 +170,7 @@ DF_HD inline float* SubChunkRef(const Row& r, const BackwardIo& io, int64_t k) {
 // The query side of chunk n: its checkpoint (io.states, consumed: folded in place) read by each
 // sub-chunk's queries, and each sub-chunk's own pairs. Each sub-chunk's entering reference is left
 // in io.sub_refs for the key side, which would otherwise rerun the chunk's maxima to find them.
-DF_HD inline void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const Scratch& c) {
+DF_HD_INLINE void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, const Scratch& c) {
   const int64_t m = r.features, mv = m * (r.value_dim + 1), first = n * r.group_subs, end = ChunkEnd(r, n);
   float* state = io.states + (n - io.first) * mv;
   float* ref = c.group_ref;  // the current sub-chunk's entering reference (the checkpoint's is kept)
@@ -187,7 +190,7 @@ DF_HD inline void ChunkQuerySide(const Block& b, const Row& r, const BackwardIo&
 // are added; without, z ends as the chunk's own share of the reverse state at its entering
 // reference (step 1 of the reverse scan; ReverseStates is step 2). The sub-chunks' entering
 // references are the query side's (io.sub_refs).
-DF_HD inline void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, float* z, bool has_z,
+DF_HD_INLINE void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& io, int64_t n, float* z, bool has_z,
                                bool gradients, const Scratch& c) {
   const int64_t m = r.features, v = r.value_dim + 1, dv = r.value_dim, g = r.group;
   const int64_t first = n * r.group_subs, end = ChunkEnd(r, n);

@@ -12,6 +12,13 @@
 #define DF_HD
 #define DF_EXP2 std::exp2
 #endif
+// A step inlined into its kernel whatever its size: out of line, the call's ABI caps the kernel at
+// 128 registers and spills (the query side's, when its staging batched its loads).
+#ifdef __CUDACC__
+#define DF_HD_INLINE __host__ __device__ __forceinline__
+#else
+#define DF_HD_INLINE inline
+#endif
 // A loop of constant count unrolled on the device (its arrays then live in registers).
 #ifdef __CUDA_ARCH__
 #define DF_UNROLL _Pragma("unroll")
@@ -39,6 +46,10 @@ constexpr int kScanBlocksPerSm = 3;
 // Gemma 2B's shape) once per 64 output rows, so a sub-chunk's G S query rows read it half as often
 // as in panels of 32 rows (docs/gpu.md, "What a sub-chunk reads"); two tiles per warp, as 32 x 128.
 constexpr int kPanelRows = 64, kPanelCols = 64, kPanelDepth = 32;
+// Elements a thread reads before it puts any (BatchedPuts: ParallelLoad, the products' staging and
+// their columns by thread): their loads in flight together, one memory latency a batch. At 8 ptxas
+// gives ChunkOwnStateKernel 128 registers and 270 bytes of spill stores; 4 spills nowhere new.
+constexpr int kStageBatch = 4;
 constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 
 // The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x, tiles its kMatMulFloats of
@@ -68,6 +79,32 @@ DF_HD inline void AddShared(float* to, float value) {
 template <typename F>
 DF_HD void ParallelFor(const Block& b, int64_t n, F f) {
   for (int64_t i = b.tid; i < n; i += b.size) f(i);
+  b.Sync();
+}
+
+// put(i, get(i)) for i < n, split between the block's threads, each issuing kStageBatch gets
+// before their puts, so a thread's loads are in flight together (get and put in turn wait on every
+// load: a put may alias a later get). Both executors run it (the host's block is one thread).
+template <typename Get, typename Put>
+DF_HD void BatchedPuts(const Block& b, int64_t n, Get get, Put put) {
+  const int64_t stride = b.size;
+  for (int64_t i0 = b.tid; i0 < n; i0 += stride * kStageBatch) {
+    float x[kStageBatch];
+    DF_UNROLL for (int k = 0; k < kStageBatch; ++k) {
+      const int64_t i = i0 + k * stride;
+      x[k] = i < n ? get(i) : 0.0f;
+    }
+    DF_UNROLL for (int k = 0; k < kStageBatch; ++k) {
+      const int64_t i = i0 + k * stride;
+      if (i < n) put(i, x[k]);
+    }
+  }
+}
+
+// ParallelFor of a step that reads memory and puts what it read: BatchedPuts, then a barrier.
+template <typename Get, typename Put>
+DF_HD void ParallelLoad(const Block& b, int64_t n, Get get, Put put) {
+  BatchedPuts(b, n, get, put);
   b.Sync();
 }
 

@@ -157,10 +157,13 @@ struct Scratch {
 // [v_j, 1] of positions [pos, pos + sl) into c.vh.
 DF_HD inline void LoadValues(const Block& b, const Row& r, int64_t pos, int64_t sl, const Scratch& c) {
   const int64_t v = r.value_dim + 1;
-  ParallelFor(b, sl * v, [&](int64_t idx) {
-    const int64_t j = idx / v, k = idx % v;
-    c.vh[idx] = k < r.value_dim ? LoadAsFloat(r.v, r.v_bf16, (pos + j) * r.v_pos + k * r.v_dim) : 1.0f;
-  });
+  ParallelLoad(
+      b, sl * v,
+      [&](int64_t idx) {
+        const int64_t j = idx / v, k = idx % v;
+        return k < r.value_dim ? LoadAsFloat(r.v, r.v_bf16, (pos + j) * r.v_pos + k * r.v_dim) : 1.0f;
+      },
+      [&](int64_t idx, float x) { c.vh[idx] = x; });
 }
 
 // Per query t of the sub-chunk [pos, pos + sl): the last document start in [pos, pos + t], relative
@@ -405,7 +408,7 @@ DF_HD inline int64_t ChunkEnd(const Row& r, int64_t n) {
 // 1. Chunk n's keys folded from an empty state: its own state and per-feature reference (the
 // chunk's running max at its end), into `state` and `ref`, and into `reset` whether a document
 // starts in the chunk (its own state then holds only the last document's keys).
-DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* state, float* ref, float* reset,
+DF_HD_INLINE void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* state, float* ref, float* reset,
                                 const Scratch& c) {
   bool has = false, starts = false;
   for (int64_t k = n * r.group_subs; k < ChunkEnd(r, n); ++k) {
@@ -423,7 +426,7 @@ DF_HD inline void ChunkOwnState(const Block& b, const Row& r, int64_t n, float* 
 
 // 3. Chunk n's outputs, from its checkpoint, folding its sub-chunks into it in place (nothing
 // reads a checkpoint after the forward's last step).
-DF_HD inline void ChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t n, const Scratch& c) {
+DF_HD_INLINE void ChunkForward(const Block& b, const Row& r, const ForwardOut& o, int64_t n, const Scratch& c) {
   const int64_t m = r.features, mv = m * (r.value_dim + 1);
   float* state = o.states + (n - o.first) * mv;
   float* ref = o.refs + (n - o.first) * m;

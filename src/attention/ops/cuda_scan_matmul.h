@@ -96,22 +96,27 @@ DF_HD inline float SplitProduct(float a, float b) {
 // emulation walks the same panels, tiles and offsets, and forms each tile's sums in order of k
 // as the device's accumulator does (only the order inside one WMMA step differs there).
 constexpr int kPanelTileCols = kPanelCols / 16, kPanelTiles = (kPanelRows / 16) * kPanelTileCols;
+constexpr int kPanelA = kPanelRows * kPanelDepth, kPanelB = kPanelDepth * kPanelCols;
 static_assert(kPanelRows % 16 == 0 && kPanelCols % 16 == 0 && kPanelDepth % 8 == 0, "whole WMMA tiles");
 
 // Panel (r0, c0, k0)'s operands, element e of pa (kPanelRows x kPanelDepth) and of pb
 // (kPanelDepth x kPanelCols), row-major, to put_a(e, x) and put_b(e, x), zeros beyond the
-// product's edges; then a barrier.
+// product's edges; then a barrier. A thread reads its elements in batches before it puts them
+// (BatchedPuts): 4 memory latencies a round at kStageBatch 4, where reading and putting each in
+// turn waited on every load (16 a round).
 template <typename A, typename B, typename PutA, typename PutB>
 DF_HD void StagePanels(const Block& blk, int64_t rows, int64_t cols, int64_t depth, int64_t r0, int64_t c0,
                        int64_t k0, A a, B b, PutA put_a, PutB put_b) {
-  for (int e = blk.tid; e < kPanelRows * kPanelDepth; e += blk.size) {
+  auto get_a = [&](int64_t e) {
     const int64_t r = r0 + e / kPanelDepth, k = k0 + e % kPanelDepth;
-    put_a(e, r < rows && k < depth ? a(r, k) : 0.0f);
-  }
-  for (int e = blk.tid; e < kPanelDepth * kPanelCols; e += blk.size) {
+    return r < rows && k < depth ? a(r, k) : 0.0f;
+  };
+  auto get_b = [&](int64_t e) {
     const int64_t k = k0 + e / kPanelCols, c = c0 + e % kPanelCols;
-    put_b(e, k < depth && c < cols ? b(k, c) : 0.0f);
-  }
+    return k < depth && c < cols ? b(k, c) : 0.0f;
+  };
+  BatchedPuts(blk, kPanelA, get_a, put_a);
+  BatchedPuts(blk, kPanelB, get_b, put_b);
   blk.Sync();
 }
 
@@ -132,7 +137,6 @@ DF_HD inline void StoreHalves(uint16_t* halves, int n, int e, float x) {
   halves[e] = hi;
   halves[n + e] = FloatToBf16(x - Bf16ToFloat(hi));
 }
-constexpr int kPanelA = kPanelRows * kPanelDepth, kPanelB = kPanelDepth * kPanelCols;
 
 // A finished 16 x 16 tile (row-major in pc) of panel (r0, c0) to `out`, lanes [lane, 32) step 32
 // apart of it, inside the product's edges.
@@ -339,10 +343,23 @@ DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t col
       ParallelFor(blk, rows * tail, [&](int64_t idx) {
         const int64_t r = idx / tail, c = panels + idx % tail;
         float acc = 0.0f;
+        // kStageBatch steps' operands read before they are summed (in order of k, as the emulated
+        // tiles): their loads in flight together, where a step at a time waited on each of
+        // `depth` (256 for a state read).
 #ifdef __CUDA_ARCH__
 #pragma unroll 1  // one column per thread, rarely: its code small beside the panels' (registers)
 #endif
-        for (int64_t k = 0; k < depth; ++k) acc += SplitProduct<kSplit>(a(r, k), b(k, c));
+        for (int64_t k0 = 0; k0 < depth; k0 += kStageBatch) {
+          float xa[kStageBatch], xb[kStageBatch];
+          DF_UNROLL for (int i = 0; i < kStageBatch; ++i) {
+            const bool in = k0 + i < depth;
+            xa[i] = in ? a(r, k0 + i) : 0.0f;
+            xb[i] = in ? b(k0 + i, c) : 0.0f;
+          }
+          DF_UNROLL for (int i = 0; i < kStageBatch; ++i) {
+            if (k0 + i < depth) acc += SplitProduct<kSplit>(xa[i], xb[i]);
+          }
+        }
         out(r, c, acc);
       });
     }
