@@ -12,13 +12,18 @@
 #          chunk form, the Gemma 2B q/k/v step for exact, performer and darkformer;
 #   hf     transformers itself on the device against the fixtures' CPU numbers (tools/hf_parity_device.py);
 #   sanitize (only when named in STAGES) compute-sanitizer's memcheck and racecheck on the CUDA
-#          operator's small case (tests/cuda/device_cuda_op_test.cpp).
+#          operator's small case (tests/cuda/device_cuda_op_test.cpp);
+#   ncu    (only when named in STAGES) Nsight Compute on op: cuda's launches in one bench call
+#          (NCU_KERNEL [darkformer] at NCU_LENGTH [2048], NCU_OPTIONS [num_features: 256], bf16, the
+#          first NCU_LAUNCHES [40] of them): each launch's time, throughputs and warp stall reasons
+#          (logs/ncu.csv, the summary's table: whether the chunk kernels wait on memory, barriers or
+#          the tensor cores).
 # Writes to $OUT (default build/gpu-check): summary.json, summary.md and logs.tar.gz.
 # DEVICE=cpu runs the same at toy sizes against an existing build (tests/tools/test_gpu_check.py).
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/gpu-check], BUILD_DIR [build-gpu on
 # cuda, build on cpu], SKIP_BUILD [0], JOBS [nproc], LIMIT_BUILD [240], LIMIT_TESTS [150],
-# LIMIT_BENCH [330], LIMIT_HF [60], LIMIT_SANITIZE [120] (seconds), TEST_REGEX [all cuda tests], BENCH_ENV [extra
+# LIMIT_BENCH [330], LIMIT_HF [60], LIMIT_SANITIZE [120], LIMIT_NCU [90] (seconds), TEST_REGEX [all cuda tests], BENCH_ENV [extra
 # VAR=value words for bench_gpu.sh], PYTHON [.venv/bin/python, else python3], STAGES [build tests bench hf],
 # GPU_CHECK_SLEEP [none; stage:seconds makes that stage sleep first, to test the limits].
 set -uo pipefail
@@ -111,6 +116,22 @@ stage_sanitize() {
   done
 }
 
+stage_ncu() {
+  set -e
+  local ncu
+  ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
+  # Our launches only (the bench's SDPA runs unprofiled); one report, then its raw page as CSV in
+  # base units (the summary converts them).
+  "$ncu" --target-processes all --launch-count "${NCU_LAUNCHES:-40}" -f -o "$OUT/logs/ncu" \
+    --kernel-name 'regex:(ChunkOwnState|EnteringStates|ChunkForward|QuerySide|ReverseShare|ReverseStates|KeySide)Kernel' \
+    --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
+    "$BUILD_DIR/darkformer" kernel-check --bench --device cuda --dtype bf16 --kernel "${NCU_KERNEL:-darkformer}" \
+    --heads 8 --kv-heads 1 --bench-head-dims 256 --bench-lengths "${NCU_LENGTH:-2048}" --op cuda \
+    --options "{${NCU_OPTIONS:-num_features: 256}}" --repeats 1
+  "$ncu" --import "$OUT/logs/ncu.ncu-rep" --csv --page raw --print-units base > "$OUT/logs/ncu.csv"
+  rm -f "$OUT/logs/ncu.ncu-rep"
+}
+
 # Debian's HDF5 needs libcurl and libssl at run time; where the image lacks them, the carried
 # .device/extra/*.deb (docs/gpu.md) are unpacked and put on the loader's path.
 if ! ldconfig -p | grep -q libcurl.so.4 && compgen -G "$ROOT/.device/extra/*.deb" > /dev/null; then
@@ -119,7 +140,7 @@ if ! ldconfig -p | grep -q libcurl.so.4 && compgen -G "$ROOT/.device/extra/*.deb
   log "libcurl.so.4 missing here: using the carried .device/extra packages"
 fi
 # The stages run in a child bash under `timeout`: they see these through the environment.
-export -f stage_build stage_tests stage_bench stage_hf stage_sanitize
+export -f stage_build stage_tests stage_bench stage_hf stage_sanitize stage_ncu
 export ROOT DEVICE OUT BUILD_DIR JOBS PY TEST_REGEX="${TEST_REGEX:-}" BENCH_ENV="${BENCH_ENV:-}"
 log "device $DEVICE, root $ROOT, build $BUILD_DIR, $JOBS jobs"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
@@ -132,12 +153,13 @@ built=1
 if [[ "${SKIP_BUILD:-0}" == 1 ]] || ! wants build; then skip_stage build "SKIP_BUILD or STAGES"
 else run_stage build "${LIMIT_BUILD:-240}" stage_build || built=0; fi
 declare -A limits=([tests]="${LIMIT_TESTS:-150}" [bench]="${LIMIT_BENCH:-330}" [hf]="${LIMIT_HF:-60}"
-                   [sanitize]="${LIMIT_SANITIZE:-120}")
-if wants sanitize; then
-  if [[ "$DEVICE" != cuda ]]; then skip_stage sanitize "no GPU"
-  elif [[ $built == 0 ]]; then skip_stage sanitize "the build failed"
-  else run_stage sanitize "${limits[sanitize]}" stage_sanitize || true; fi
-fi
+                   [sanitize]="${LIMIT_SANITIZE:-120}" [ncu]="${LIMIT_NCU:-90}")
+for stage in sanitize ncu; do  # only where named: each needs a GPU and the build
+  if ! wants "$stage"; then continue
+  elif [[ "$DEVICE" != cuda ]]; then skip_stage "$stage" "no GPU"
+  elif [[ $built == 0 ]]; then skip_stage "$stage" "the build failed"
+  else run_stage "$stage" "${limits[$stage]}" "stage_$stage" || true; fi
+done
 for stage in tests bench hf; do
   if ! wants "$stage"; then skip_stage "$stage" "not in STAGES"
   elif [[ $built == 0 && $stage != hf ]]; then skip_stage "$stage" "the build failed"

@@ -1,5 +1,5 @@
 """The summary of tools/gpu_check.sh: summary.json and summary.md in OUT, from what its stages left
-there (stages.tsv, junit.xml of the device tests, bench/*.jsonl, hf.json).
+there (stages.tsv, junit.xml of the device tests, bench/*.jsonl, hf.json, logs/ncu.csv).
 
 usage: gpu_check_summary.py OUT DEVICE
 """
@@ -8,6 +8,8 @@ import json
 import os
 import sys
 import xml.etree.ElementTree as ET
+
+import ncu_table
 
 
 def read_jsonl(path):
@@ -43,6 +45,8 @@ def main():
     steps = read_jsonl(steps_path) if os.path.exists(steps_path) else []
     hf_path = os.path.join(out, "hf.json")
     hf = json.load(open(hf_path)) if os.path.exists(hf_path) else None
+    ncu_path = os.path.join(out, "logs", "ncu.csv")
+    ncu = ncu_table.kernel_rows(ncu_table.read_launches(ncu_path)) if os.path.exists(ncu_path) else []
     summary = {"device": device, "machine": machine, "stages": stages,
                "tests": tests_summary(os.path.join(out, "junit.xml")),
                "kernels": [{k: r.get(k) for k in ("kernel", "impl", "chunk_size", "sub_chunk", "segment_chunks", "pairs",
@@ -54,7 +58,7 @@ def main():
                "fla": fla,
                "documents": [{k: r.get(k) for k in ("kernel", "impl", "length", "batch", "documents_mean_length",
                                                     "ms_median", "peak_mib", "time_vs_unmasked")} for r in documents],
-               "steps": steps, "hf": hf}
+               "steps": steps, "hf": hf, "ncu": ncu}
     with open(os.path.join(out, "summary.json"), "w") as f:
         json.dump(summary, f, indent=1)
 
@@ -110,6 +114,9 @@ def main():
                 s["tokens_per_s"], 100 * s["mfu"], s["peak_memory_gib"],
                 "%.2f" % s["allocator_peak_gib"] if "allocator_peak_gib" in s else "-",
                 "%.2f" % s["predicted_peak_gib"] if "predicted_peak_gib" in s else "-", s["loss_first"], s["loss_last"]))
+    if ncu:
+        md += ["", "Nsight Compute on op: cuda's launches (stage ncu; clocks at base, caches flushed per launch)", ""]
+        md += ncu_table.markdown(ncu)
     if hf:
         md += ["", "transformers on %s against the fixtures' CPU numbers:" % device]
         md += ["- %s: logits max |diff| %.3g, loss rel %.3g" % (r["family"], r["logits_max_diff"], r["loss_rel"])

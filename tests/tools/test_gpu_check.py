@@ -5,7 +5,8 @@ cannot rot between GPUs:
    row (skipped: no CUDA), a training-step row for each of exact, performer and darkformer, and
    transformers' parity figures;
 2. a stage that runs past its limit is cut and reported as such, and the stages after it still report
-   (run without PYTHON: the default interpreter, the project's venv, runs transformers' parity);
+   (run without PYTHON: the default interpreter, the project's venv, runs transformers' parity); the
+   GPU-only stages (sanitize, ncu) named on a CPU are skipped as such;
 3. the device tests refuse DARKFORMER_TEST_DEVICE=cuda without CUDA, and an unknown device, with exit 2."""
 
 import json
@@ -76,10 +77,12 @@ def main():
 
         cut_out = os.path.join(work, "cut")
         # Without PYTHON: the default must have torch (the project's venv), or transformers' parity fails.
-        cut = run(cut_out, shards, python=None, LIMIT_TESTS="1", STAGES="tests hf", GPU_CHECK_SLEEP="tests:30")
+        cut = run(cut_out, shards, python=None, LIMIT_TESTS="1", STAGES="tests hf sanitize ncu",
+                  GPU_CHECK_SLEEP="tests:30")
         status = {s["stage"]: s["status"] for s in cut["stages"]}
         if status.get("tests") != "cut at 1 s" or status.get("hf") != "ok" or \
-                not status.get("bench", "").startswith("skipped"):
+                not status.get("bench", "").startswith("skipped") or \
+                status.get("sanitize") != "skipped: no GPU" or status.get("ncu") != "skipped: no GPU":
             failures.append("a stage past its limit: %s" % cut["stages"])
         with open(os.path.join(cut_out, "summary.md")) as f:
             if "cut at 1 s" not in f.read():
