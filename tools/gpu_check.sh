@@ -14,7 +14,7 @@
 #   sanitize (only when named in STAGES) compute-sanitizer's memcheck and racecheck on the CUDA
 #          operator's small case (tests/cuda/device_cuda_op_test.cpp);
 #   ncu    (only when named in STAGES) Nsight Compute on op: cuda's launches in one bench call
-#          (NCU_KERNEL [darkformer] at NCU_LENGTH [2048], NCU_OPTIONS [num_features: 256], bf16, the
+#          (NCU_KERNEL [darkformer] at NCU_LENGTH [2048], NCU_OPTIONS [num_features: 256, chunk_size: 64], bf16, the
 #          first NCU_LAUNCHES [40] of them): each launch's time, throughputs and warp stall reasons
 #          (logs/ncu.csv, the summary's table: whether the chunk kernels wait on memory, barriers or
 #          the tensor cores).
@@ -127,7 +127,7 @@ stage_ncu() {
     --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
     "$BUILD_DIR/darkformer" kernel-check --bench --device cuda --dtype bf16 --kernel "${NCU_KERNEL:-darkformer}" \
     --heads 8 --kv-heads 1 --bench-head-dims 256 --bench-lengths "${NCU_LENGTH:-2048}" --op cuda \
-    --options "{${NCU_OPTIONS:-num_features: 256}}" --repeats 1
+    --options "{${NCU_OPTIONS:-num_features: 256, chunk_size: 64}}" --repeats 1
   "$ncu" --import "$OUT/logs/ncu.ncu-rep" --csv --page raw --print-units base > "$OUT/logs/ncu.csv"
   rm -f "$OUT/logs/ncu.ncu-rep"
 }
