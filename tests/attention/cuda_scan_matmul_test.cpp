@@ -24,6 +24,7 @@ using cuda_scan::Block;
 using cuda_scan::kPanelCols;
 using cuda_scan::kPanelDepth;
 using cuda_scan::kPanelRows;
+using cuda_scan::Major;
 using cuda_scan::MatMul;
 using cuda_scan::Split;
 using cuda_scan::SplitProduct;
@@ -66,36 +67,68 @@ Operands Make(const Shape& s, uint32_t seed) {
   return o;
 }
 
-// The operands' product on the emulated tensor-core path, each output to `out`.
-template <typename Out>
-void TensorCoreProduct(Split split, const Operands& o, Out out) {
+// How the block stages the operands (Major: A's order, B's), every pairing; the sums must not
+// depend on it, only where each element lands in the panels.
+struct Order {
+  Major a, b;
+};
+constexpr Order kOrders[] = {{Major::kRow, Major::kRow}, {Major::kCol, Major::kRow}, {Major::kRow, Major::kCol},
+                             {Major::kCol, Major::kCol}};
+const char* Name(Order order) {
+  static const char* names[] = {"row/row", "col/row", "row/col", "col/col"};
+  return names[(order.a == Major::kCol ? 1 : 0) + (order.b == Major::kCol ? 2 : 0)];
+}
+
+template <Split kSplit, Major kA, Major kB, typename Out>
+void StagedProduct(const Operands& o, Out out) {
   auto a = [&](int64_t r, int64_t k) { return o.at[k * o.rows + r]; };
   auto b = [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; };
+  MatMul<kSplit, kA, kB>(Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, a, b, out);
+}
+
+template <Split kSplit, typename Out>
+void ProductStaged(Order order, const Operands& o, Out out) {
+  if (order.a == Major::kRow && order.b == Major::kRow) StagedProduct<kSplit, Major::kRow, Major::kRow>(o, out);
+  if (order.a == Major::kCol && order.b == Major::kRow) StagedProduct<kSplit, Major::kCol, Major::kRow>(o, out);
+  if (order.a == Major::kRow && order.b == Major::kCol) StagedProduct<kSplit, Major::kRow, Major::kCol>(o, out);
+  if (order.a == Major::kCol && order.b == Major::kCol) StagedProduct<kSplit, Major::kCol, Major::kCol>(o, out);
+}
+
+// The operands' product on the emulated tensor-core path, staged in `order`, each output to `out`.
+template <typename Out>
+void TensorCoreProduct(Split split, const Operands& o, Out out, Order order = kOrders[0]) {
   if (split == Split::kTf32) {
-    MatMul<Split::kTf32>(Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, a, b, out);
+    ProductStaged<Split::kTf32>(order, o, out);
   } else {
-    MatMul<Split::kBf16>(Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, a, b, out);
+    ProductStaged<Split::kBf16>(order, o, out);
   }
 }
 
 TEST(CudaScanMatMulTest, PanelsGiveTheInOrderSplitSumsToTheBit) {
   // The emulation's contract (cuda_scan_matmul.h): each output is sum_k SplitProduct(a, b) in
-  // order of k, whatever the panels; so it equals the plain loop bit for bit.
+  // order of k, whatever the panels and the order they are staged in (an element put where the
+  // tiles do not read it fails this); so it equals the plain loop bit for bit.
   for (const Split split : kSplits) {
-    uint32_t seed = 1;
-    for (const auto& s : Shapes()) {
-      const auto o = Make(s, seed++);
-      std::vector<float> got(s.rows * s.cols, NAN);
-      TensorCoreProduct(split, o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; });
-      int64_t mismatches = 0;
-      for (int64_t r = 0; r < s.rows; ++r) {
-        for (int64_t c = 0; c < s.cols; ++c) {
-          float want = 0.0f;
-          for (int64_t k = 0; k < s.depth; ++k) want += Product(split, o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
-          mismatches += got[r * s.cols + c] != want;  // NaN (never written) counts too
+    for (const Order order : kOrders) {
+      uint32_t seed = 1;
+      for (const auto& s : Shapes()) {
+        const auto o = Make(s, seed++);
+        std::vector<float> got(s.rows * s.cols, NAN);
+        TensorCoreProduct(
+            split, o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; }, order);
+        int64_t mismatches = 0;
+        for (int64_t r = 0; r < s.rows; ++r) {
+          for (int64_t c = 0; c < s.cols; ++c) {
+            float want = 0.0f;
+            for (int64_t k = 0; k < s.depth; ++k) {
+              want += Product(split, o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
+            }
+            mismatches += got[r * s.cols + c] != want;  // NaN (never written) counts too
+          }
         }
+        EXPECT_EQ(mismatches, 0) << Name(split) << " " << Name(order) << " " << s.rows << " x " << s.cols << " x "
+                                 << s.depth;
       }
-      EXPECT_EQ(mismatches, 0) << Name(split) << " " << s.rows << " x " << s.cols << " x " << s.depth;
     }
   }
 }

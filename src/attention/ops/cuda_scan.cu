@@ -34,11 +34,13 @@ __device__ Scratch ScratchFor(const Launch& x, bool backward) {
              : x.ScratchOf(blockIdx.x, backward);
 }
 
-// At most kThreads threads: the compiler keeps each thread within the registers a full block may use.
+// At most kThreads threads, at least one block an SM: the compiler keeps each thread within the
+// registers a full block may use. Without the 1, ptxas chose 128 registers for ChunkOwnStateKernel
+// (two blocks an SM) and spilled 234-270 bytes a thread; with it, 179 and none.
 // The forward's three steps (cuda_scan_body.h): blocks that take the segment's chunks b, b + F,
 // ... (F = forward_blocks; Launch::SegmentChunk), then one block per (row, slice of features), then
 // chunks again.
-__global__ void __launch_bounds__(kThreads) ChunkOwnStateKernel(Launch x) {
+__global__ void __launch_bounds__(kThreads, 1) ChunkOwnStateKernel(Launch x) {
   for (int64_t c = blockIdx.x; c < x.SegmentChunkCount(); c += gridDim.x) {
     const int64_t row = x.SegmentRow(c), n = x.SegmentChunk(c);
     if (!x.OwnStateEnters(n)) continue;  // the row's last chunk's enters no chunk
@@ -56,7 +58,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) EnteringStates
   EnteringStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.ForwardOf(row));
 }
 
-__global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
+__global__ void __launch_bounds__(kThreads, 1) ChunkForwardKernel(Launch x) {
   for (int64_t c = blockIdx.x; c < x.SegmentChunkCount(); c += gridDim.x) {
     const int64_t row = x.SegmentRow(c);
     ChunkForward(ThisBlock(), x.RowOf(row), x.ForwardOf(row), x.SegmentChunk(c), ScratchFor(x, false));
@@ -66,14 +68,14 @@ __global__ void __launch_bounds__(kThreads) ChunkForwardKernel(Launch x) {
 // The backward's launches: the query side, blocks (row, w) taking chunks first + w, first + w + W,
 // ... of their row's segment; then the key side's three steps: (row, w) again, one block per
 // (row, slice of features), (row, w) again.
-__global__ void __launch_bounds__(kThreads) QuerySideKernel(Launch x) {
+__global__ void __launch_bounds__(kThreads, 1) QuerySideKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
   for (int64_t n = x.first_chunk + blockIdx.x % w; n < x.SegmentEnd(); n += w) {
     ChunkQuerySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, ScratchFor(x, true));
   }
 }
 
-__global__ void __launch_bounds__(kThreads) ReverseShareKernel(Launch x) {
+__global__ void __launch_bounds__(kThreads, 1) ReverseShareKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
   for (int64_t n = x.first_chunk + blockIdx.x % w; n < x.SegmentEnd(); n += w) {
     if (n == 0) continue;  // chunk 0's own share reaches no earlier chunk
@@ -87,7 +89,7 @@ __global__ void __launch_bounds__(kScanThreads, kScanBlocksPerSm) ReverseStatesK
   ReverseStates(ScanBlock(), x.RowOf(row), x.SliceFirst(slice), x.SliceLast(slice), x.BackwardOf(row), x.ZOf(row));
 }
 
-__global__ void __launch_bounds__(kThreads) KeySideKernel(Launch x) {
+__global__ void __launch_bounds__(kThreads, 1) KeySideKernel(Launch x) {
   const int64_t w = x.backward_blocks, row = blockIdx.x / w;
   for (int64_t n = x.first_chunk + blockIdx.x % w; n < x.SegmentEnd(); n += w) {
     ChunkKeySide(ThisBlock(), x.RowOf(row), x.BackwardOf(row), n, x.ZAt(row, n), /*has_z=*/n + 1 < x.Chunks(),

@@ -101,7 +101,7 @@ DF_HD_INLINE void QuerySideGradients(const Block& b, const Row& r, const Backwar
   // Per pair (j <= t): pw = h_t . [v_j, 1], 0 off t's own pairs. A product (G sl x sl, Dv + 1
   // deep) in 3xTF32: g . v_j cancels against g . out_t on sharp rows, as in S h. By thread it was
   // a Dv + 1 walk per pair, 16 pairs a thread at S = 64.
-  MatMul<Split::kTf32>(
+  MatMul<Split::kTf32, Major::kRow, Major::kCol>(
       b, r.tensor_cores, g * sl, sl, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
       [&](int64_t kk, int64_t j) { return c.vh[j * v + kk]; },
       [&](int64_t ht, int64_t j, float sum) {
@@ -119,7 +119,7 @@ DF_HD_INLINE void QuerySideGradients(const Block& b, const Row& r, const Backwar
         [&](int64_t ht, int64_t i, float sum) {
           if (ht % sl < factored) c.da[ht * m + i] = PairQueryFactor(r, c, ht, i) * sum;
         });
-    MatMul<Split::kTf32>(
+    MatMul<Split::kTf32, Major::kCol>(
         b, r.tensor_cores, sl, m, g * sl,
         [&](int64_t j, int64_t ht) { return ht % sl < factored ? c.pw[ht * sl + j] : 0.0f; },
         [&](int64_t ht, int64_t i) { return ht % sl < factored ? PairQueryFactor(r, c, ht, i) : 0.0f; },
@@ -127,14 +127,14 @@ DF_HD_INLINE void QuerySideGradients(const Block& b, const Row& r, const Backwar
   }
   if (factored < sl) PairsByExponentials(b, r, io, pos, sl, l, factored, c);
   // dv_j = sum_t w_tj h_t (w is 0 but for t's own pairs).
-  MatMul<Split::kBf16>(
+  MatMul<Split::kBf16, Major::kCol>(
       b, r.tensor_cores, sl, dv, g * sl, [&](int64_t j, int64_t ht) { return c.w[ht * sl + j]; },
       [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
       [&](int64_t j, int64_t kk, float sum) { StoreDv(io, io.dv + (pos + j) * dv + kk, sum, /*first=*/true); });
   // da_t += qc_t * (S h_t), qc = StateReadFactor (0 for queries whose document starts here). 3xTF32:
   // S h cancels on sharp rows (cuda_scan_matmul.h); the dv products above and below take bf16x3.
   if (has) {
-    MatMul<Split::kTf32>(
+    MatMul<Split::kTf32, Major::kRow, Major::kCol>(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
         [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += StateReadFactor(r, sl, ref, c, ht, i) * sum; });
@@ -206,7 +206,7 @@ DF_HD_INLINE void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     if (gradients && has_z) {
       KeysAtEnd(b, r, l, sl, c);
       // dl_j += kk_j * (Z [v_j, 1]) (3xTF32: Z [v_j, 1] cancels); dv_j += kk_j Z.
-      MatMul<Split::kTf32>(
+      MatMul<Split::kTf32, Major::kRow, Major::kCol>(
           b, r.tensor_cores, sl, m, v, [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
           [&](int64_t kk, int64_t i) { return z[i * v + kk]; },
           [&](int64_t j, int64_t i, float sum) { io.dl[(pos + j) * m + i] += c.kk[j * m + i] * sum; });
@@ -225,7 +225,7 @@ DF_HD_INLINE void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     const float* end_r = c.rrows + (sl - 1) * m;
     const bool had_z = has_z && !holds_start;
     StateReadFactors(b, r, sl, ref, c, c.da);  // the key side writes no da
-    MatMul<Split::kTf32>(
+    MatMul<Split::kTf32, Major::kCol>(
         b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.da[ht * m + i]; },
         [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t i, int64_t kk, float sum) {

@@ -47,9 +47,9 @@ constexpr int kScanBlocksPerSm = 3;
 // as in panels of 32 rows (docs/gpu.md, "What a sub-chunk reads"); two tiles per warp, as 32 x 128.
 constexpr int kPanelRows = 64, kPanelCols = 64, kPanelDepth = 32;
 // Elements a thread reads before it puts any (BatchedPuts: ParallelLoad, the products' staging and
-// their columns by thread): their loads in flight together, one memory latency a batch. At 8 ptxas
-// gives ChunkOwnStateKernel 128 registers and 270 bytes of spill stores; 4 spills nowhere new.
-constexpr int kStageBatch = 4;
+// their columns by thread): their loads in flight together, one memory latency a batch; 8 is all
+// of a thread's share of a panel (kPanelA / kThreads), so a staging round waits on two.
+constexpr int kStageBatch = 8;
 constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 
 // The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x, tiles its kMatMulFloats of

@@ -314,7 +314,7 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
   KeysAtEnd(b, r, l, sl, c);
   ParallelFor(b, m, [&](int64_t i) { c.decay[i] = has ? DF_EXP2(ref[i] - end[i]) : 0.0f; });
   // state_ik = decay_i state_ik + sum_j kk_ji vh_jk.
-  MatMul<Split::kBf16>(
+  MatMul<Split::kBf16, Major::kCol>(
       b, r.tensor_cores, m, v, sl, [&](int64_t i, int64_t j) { return c.kk[j * m + i]; },
       [&](int64_t j, int64_t k) { return c.vh[j * v + k]; },
       [&](int64_t i, int64_t k, float sum) { state[i * v + k] = (has ? state[i * v + k] * c.decay[i] : 0.0f) + sum; });
@@ -338,7 +338,7 @@ DF_HD inline int64_t Numerators(const Block& b, const Row& r, int64_t pos, int64
   const int64_t factored = FactoredQueries(b, r, sl, c);
   if (factored > 0) {
     PairKeyFactors(b, r, l, sl, factored, c);
-    MatMul<Split::kTf32>(
+    MatMul<Split::kTf32, Major::kRow, Major::kCol>(
         b, r.tensor_cores, g * sl, sl, m, [&](int64_t ht, int64_t i) { return PairQueryFactor(r, c, ht, i); },
         [&](int64_t i, int64_t j) { return c.kk[j * m + i]; },
         [&](int64_t ht, int64_t j, float sum) { c.w[ht * sl + j] = j <= ht % sl ? sum : 0.0f; });

@@ -26,6 +26,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <type_traits>
 #include <vector>
 
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 800
@@ -97,22 +98,42 @@ DF_HD inline float SplitProduct(float a, float b) {
 // as the device's accumulator does (only the order inside one WMMA step differs there).
 constexpr int kPanelTileCols = kPanelCols / 16, kPanelTiles = (kPanelRows / 16) * kPanelTileCols;
 constexpr int kPanelA = kPanelRows * kPanelDepth, kPanelB = kPanelDepth * kPanelCols;
+
+// How an operand lies in memory, and so how its panel is staged: kRow, A's k (B's c) contiguous;
+// kCol, A's rows (B's k) contiguous, as where A(i, j) = x[j * m + i]. Consecutive threads stage
+// consecutive elements of memory either way, and store them to consecutive words of the panel,
+// which then lies in the same order (row- or column-major); the tensor cores load it as such
+// (WMMA's row_major / col_major). Staged across its contiguous run, a panel's elements are 256
+// floats apart (m): every thread of a warp on one bank of shared memory, or each on its own line of
+// global memory.
+enum class Major { kRow, kCol };
+// Element (r, k) of A's panel and (k, c) of B's, by how each is staged, and their leading dimension.
+template <Major kA>
+DF_HD constexpr int PanelA(int r, int k) { return kA == Major::kRow ? r * kPanelDepth + k : k * kPanelRows + r; }
+template <Major kB>
+DF_HD constexpr int PanelB(int k, int c) { return kB == Major::kRow ? k * kPanelCols + c : c * kPanelDepth + k; }
+template <Major kA>
+constexpr int kLeadA = kA == Major::kRow ? kPanelDepth : kPanelRows;
+template <Major kB>
+constexpr int kLeadB = kB == Major::kRow ? kPanelCols : kPanelDepth;
 static_assert(kPanelRows % 16 == 0 && kPanelCols % 16 == 0 && kPanelDepth % 8 == 0, "whole WMMA tiles");
 
 // Panel (r0, c0, k0)'s operands, element e of pa (kPanelRows x kPanelDepth) and of pb
-// (kPanelDepth x kPanelCols), row-major, to put_a(e, x) and put_b(e, x), zeros beyond the
-// product's edges; then a barrier. A thread reads its elements in batches before it puts them
-// (BatchedPuts): 4 memory latencies a round at kStageBatch 4, where reading and putting each in
-// turn waited on every load (16 a round).
-template <typename A, typename B, typename PutA, typename PutB>
+// (kPanelDepth x kPanelCols), in kA's and kB's order (PanelA, PanelB), to put_a(e, x) and
+// put_b(e, x), zeros beyond the product's edges; then a barrier. A thread reads its elements in
+// batches before it puts them (BatchedPuts): 2 memory latencies a round (A's 8, B's 8), where
+// reading and putting each in turn waited on every load (16 a round).
+template <Major kA, Major kB, typename A, typename B, typename PutA, typename PutB>
 DF_HD void StagePanels(const Block& blk, int64_t rows, int64_t cols, int64_t depth, int64_t r0, int64_t c0,
                        int64_t k0, A a, B b, PutA put_a, PutB put_b) {
   auto get_a = [&](int64_t e) {
-    const int64_t r = r0 + e / kPanelDepth, k = k0 + e % kPanelDepth;
+    const int64_t r = r0 + (kA == Major::kRow ? e / kPanelDepth : e % kPanelRows);
+    const int64_t k = k0 + (kA == Major::kRow ? e % kPanelDepth : e / kPanelRows);
     return r < rows && k < depth ? a(r, k) : 0.0f;
   };
   auto get_b = [&](int64_t e) {
-    const int64_t k = k0 + e / kPanelCols, c = c0 + e % kPanelCols;
+    const int64_t k = k0 + (kB == Major::kRow ? e / kPanelCols : e % kPanelDepth);
+    const int64_t c = c0 + (kB == Major::kRow ? e % kPanelCols : e / kPanelDepth);
     return k < depth && c < cols ? b(k, c) : 0.0f;
   };
   BatchedPuts(blk, kPanelA, get_a, put_a);
@@ -121,13 +142,13 @@ DF_HD void StagePanels(const Block& blk, int64_t rows, int64_t cols, int64_t dep
 }
 
 // Tile `tile` of a panel: its first row and column inside the panel; and where its operands'
-// 8-deep step at kk starts in pa (leading dimension kPanelDepth) and pb (kPanelCols).
+// 8-deep step at kk starts in pa and pb (leading dimensions kLeadA, kLeadB).
 DF_HD inline int TileRow(int tile) { return (tile / kPanelTileCols) * 16; }
 DF_HD inline int TileCol(int tile) { return (tile % kPanelTileCols) * 16; }
-template <typename T>
-DF_HD inline const T* TileA(const T* pa, int tile, int kk) { return pa + TileRow(tile) * kPanelDepth + kk; }
-template <typename T>
-DF_HD inline const T* TileB(const T* pb, int tile, int kk) { return pb + kk * kPanelCols + TileCol(tile); }
+template <Major kA, typename T>
+DF_HD inline const T* TileA(const T* pa, int tile, int kk) { return pa + PanelA<kA>(TileRow(tile), kk); }
+template <Major kB, typename T>
+DF_HD inline const T* TileB(const T* pb, int tile, int kk) { return pb + PanelB<kB>(kk, TileCol(tile)); }
 
 // A staged element x of a bf16x3 product's panel as its halves: hi = bf16(x) at e, lo =
 // bf16(x - hi) at n + e (n: the panel's elements), so the panel's halves fill its fp32 bytes.
@@ -153,13 +174,18 @@ DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int
 // One WMMA step of tile `tile` at depth kk of the staged panels into acc, in three products (the
 // small terms first): TF32 fragments loaded from the fp32 panels and split in registers; or bf16
 // fragments loaded from the halves staged already split (StoreHalves).
+// WMMA's layout tag for a panel staged in kMajor's order.
+template <Major kMajor>
+using WmmaLayout = std::conditional_t<kMajor == Major::kRow, nvcuda::wmma::row_major, nvcuda::wmma::col_major>;
+
+template <Major kA, Major kB>
 __device__ inline void Tf32x3Step(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 8, float>& acc,
                                   const float* pa, const float* pb, int tile, int kk) {
   namespace wmma = nvcuda::wmma;
-  wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, wmma::row_major> a_hi, a_lo;
-  wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, wmma::row_major> b_hi, b_lo;
-  wmma::load_matrix_sync(a_hi, TileA(pa, tile, kk), kPanelDepth);
-  wmma::load_matrix_sync(b_hi, TileB(pb, tile, kk), kPanelCols);
+  wmma::fragment<wmma::matrix_a, 16, 16, 8, wmma::precision::tf32, WmmaLayout<kA>> a_hi, a_lo;
+  wmma::fragment<wmma::matrix_b, 16, 16, 8, wmma::precision::tf32, WmmaLayout<kB>> b_hi, b_lo;
+  wmma::load_matrix_sync(a_hi, TileA<kA>(pa, tile, kk), kLeadA<kA>);
+  wmma::load_matrix_sync(b_hi, TileB<kB>(pb, tile, kk), kLeadB<kB>);
   for (int i = 0; i < a_hi.num_elements; ++i) {
     const float x = a_hi.x[i], hi = wmma::__float_to_tf32(x);
     a_hi.x[i] = hi;
@@ -181,15 +207,16 @@ struct Halves {
   const __nv_bfloat16 *hi, *lo;
 };
 
+template <Major kA, Major kB>
 __device__ inline void Bf16x3Step(nvcuda::wmma::fragment<nvcuda::wmma::accumulator, 16, 16, 16, float>& acc,
                                   Halves pa, Halves pb, int tile, int kk) {
   namespace wmma = nvcuda::wmma;
-  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, wmma::row_major> a_hi, a_lo;
-  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, wmma::row_major> b_hi, b_lo;
-  wmma::load_matrix_sync(a_hi, TileA(pa.hi, tile, kk), kPanelDepth);
-  wmma::load_matrix_sync(a_lo, TileA(pa.lo, tile, kk), kPanelDepth);
-  wmma::load_matrix_sync(b_hi, TileB(pb.hi, tile, kk), kPanelCols);
-  wmma::load_matrix_sync(b_lo, TileB(pb.lo, tile, kk), kPanelCols);
+  wmma::fragment<wmma::matrix_a, 16, 16, 16, __nv_bfloat16, WmmaLayout<kA>> a_hi, a_lo;
+  wmma::fragment<wmma::matrix_b, 16, 16, 16, __nv_bfloat16, WmmaLayout<kB>> b_hi, b_lo;
+  wmma::load_matrix_sync(a_hi, TileA<kA>(pa.hi, tile, kk), kLeadA<kA>);
+  wmma::load_matrix_sync(a_lo, TileA<kA>(pa.lo, tile, kk), kLeadA<kA>);
+  wmma::load_matrix_sync(b_hi, TileB<kB>(pb.hi, tile, kk), kLeadB<kB>);
+  wmma::load_matrix_sync(b_lo, TileB<kB>(pb.lo, tile, kk), kLeadB<kB>);
   wmma::mma_sync(acc, a_hi, b_lo, acc);
   wmma::mma_sync(acc, a_lo, b_hi, acc);
   wmma::mma_sync(acc, a_hi, b_hi, acc);
@@ -198,7 +225,7 @@ __device__ inline void Bf16x3Step(nvcuda::wmma::fragment<nvcuda::wmma::accumulat
 // Warp w takes tiles w, w + warps, ... of each panel (kPanelTiles / warps each: kThreads warps
 // cover a panel in one pass); tiles and steps beyond the product's edges are skipped whole. In
 // bf16 the block stages the operands' halves (StoreHalves).
-template <Split kSplit, typename A, typename B, typename Out>
+template <Split kSplit, Major kA, Major kB, typename A, typename B, typename Out>
 __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, int64_t depth, A a, B b, Out out) {
   namespace wmma = nvcuda::wmma;
   constexpr bool kBf16 = kSplit == Split::kBf16;
@@ -232,17 +259,17 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
 #pragma unroll
       for (int t = 0; t < kTilesPerWarp; ++t) wmma::fill_fragment(acc[t], 0.0f);
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
-        StagePanels(blk, rows, cols, depth, r0, c0, k0, a, b, put(pa, a_halves, kPanelA),
-                    put(pb, b_halves, kPanelB));
+        StagePanels<kA, kB>(blk, rows, cols, depth, r0, c0, k0, a, b, put(pa, a_halves, kPanelA),
+                            put(pb, b_halves, kPanelB));
 #pragma unroll  // the accumulators stay in registers
         for (int t = 0; t < kTilesPerWarp; ++t) {
           const int tile = warp + t * kWarps;
           if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;  // uniform in the warp
           for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += kStep) {
             if constexpr (kBf16) {
-              Bf16x3Step(acc[t], ha, hb, tile, kk);
+              Bf16x3Step<kA, kB>(acc[t], ha, hb, tile, kk);
             } else {
-              Tf32x3Step(acc[t], pa, pb, tile, kk);
+              Tf32x3Step<kA, kB>(acc[t], pa, pb, tile, kk);
             }
           }
         }
@@ -268,7 +295,7 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
 // In bf16 it stages and reads the halves as the device does (StoreHalves, TileA and TileB on
 // them), so their layout is proven here; the sums are Bf16x3Product's to the bit.
 constexpr int kEmulatedMatMulFloats = kPanelA + kPanelB + kPanelTiles * 256;
-template <Split kSplit, typename A, typename B, typename Out>
+template <Split kSplit, Major kA, Major kB, typename A, typename B, typename Out>
 void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves, int64_t rows, int64_t cols,
                               int64_t depth, A a, B b, Out out) {
   float* pa = shared;
@@ -281,20 +308,20 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves,
     for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
       for (int e = 0; e < kPanelTiles * 256; ++e) pc[e] = 0.0f;
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
-        StagePanels(
+        StagePanels<kA, kB>(
             blk, rows, cols, depth, r0, c0, k0, a, b,
             [&](int e, float x) { kBf16 ? StoreHalves(a_halves, kPanelA, e, x) : void(pa[e] = x); },
             [&](int e, float x) { kBf16 ? StoreHalves(b_halves, kPanelB, e, x) : void(pb[e] = x); });
         for (int tile = 0; tile < kPanelTiles; ++tile) {
           if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
           for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += 8) {
-            const float *ta = TileA(pa, tile, kk), *tb = TileB(pb, tile, kk);
-            const uint16_t *ta_hi = TileA(a_halves, tile, kk), *tb_hi = TileB(b_halves, tile, kk);
+            const float *ta = TileA<kA>(pa, tile, kk), *tb = TileB<kB>(pb, tile, kk);
+            const uint16_t *ta_hi = TileA<kA>(a_halves, tile, kk), *tb_hi = TileB<kB>(b_halves, tile, kk);
             const uint16_t *ta_lo = ta_hi + kPanelA, *tb_lo = tb_hi + kPanelB;
             for (int e = 0; e < 256; ++e) {
               const int i = e / 16, j = e % 16;
               for (int k = 0; k < 8 && k0 + kk + k < depth; ++k) {
-                const int at = i * kPanelDepth + k, bt = k * kPanelCols + j;
+                const int at = PanelA<kA>(i, k), bt = PanelB<kB>(k, j);
                 if constexpr (kBf16) {  // Bf16x3Product's sum, from the staged halves
                   pc[tile * 256 + e] += SplitSum(Bf16ToFloat(ta_hi[at]), Bf16ToFloat(ta_lo[at]),
                                                  Bf16ToFloat(tb_hi[bt]), Bf16ToFloat(tb_lo[bt]));
@@ -326,18 +353,19 @@ DF_HD inline int64_t ThreadTailCols(int64_t cols) {
 }
 
 // out(r, c, sum) for every output, then a barrier (a step, as ParallelFor). The operands must not
-// read what `out` writes. kSplit: how tensor cores split the operands (the header above).
-template <Split kSplit, typename A, typename B, typename Out>
+// read what `out` writes. kSplit: how tensor cores split the operands (the header above); kA, kB:
+// how the operands lie in memory (Major), which sets only the order the block stages them in.
+template <Split kSplit, Major kA = Major::kRow, Major kB = Major::kRow, typename A, typename B, typename Out>
 DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t cols, int64_t depth, A a, B b, Out out) {
 #if defined(DF_TENSOR_CORES) || !defined(__CUDA_ARCH__)  // else (a device before sm_80): fp32, below
   if (tensor_cores) {
     const int64_t tail = ThreadTailCols(cols), panels = cols - tail;
 #ifdef DF_TENSOR_CORES
-    TensorCoreMatMul<kSplit>(blk, rows, panels, depth, a, b, out);
+    TensorCoreMatMul<kSplit, kA, kB>(blk, rows, panels, depth, a, b, out);
 #else
     thread_local std::vector<float> shared(kEmulatedMatMulFloats);  // the block's shared memory
     thread_local std::vector<uint16_t> halves(2 * (kPanelA + kPanelB));  // its panels' bf16 halves
-    EmulatedTensorCoreMatMul<kSplit>(blk, shared.data(), halves.data(), rows, panels, depth, a, b, out);
+    EmulatedTensorCoreMatMul<kSplit, kA, kB>(blk, shared.data(), halves.data(), rows, panels, depth, a, b, out);
 #endif
     if (tail > 0) {
       ParallelFor(blk, rows * tail, [&](int64_t idx) {
