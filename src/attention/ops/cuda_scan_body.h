@@ -225,7 +225,9 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
   QueryFeatures(b, r.queries, r.tensor_cores, m, r.group, pos, sl, c.qa);
   // s_t over kShiftParts threads a query, each a run of features, their maxima in c.n (free until
   // the numerators), then combined: G S queries alone would leave most of a block idle at S = 8
-  // (64 of 256 threads), each walking all m features. A max is exact: the same s_t either way.
+  // (64 of 256 threads), each walking all m features. A max is exact: the same s_t either way, in
+  // any order. So each thread starts its run at its lane (idx % 32): a warp's 32 rows lie m floats
+  // apart, and walked in step they would read one bank of shared memory at a time (32-way).
   const int64_t gs = r.group * sl, v = r.value_dim + 1, parts = v < kShiftParts ? v : kShiftParts;
   const int64_t run = (m + parts - 1) / parts;
   ParallelFor(b, gs * parts, [&](int64_t idx) {
@@ -233,7 +235,13 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
     const float* q = c.qa + ht * m;
     const float* rt = c.rrows + (ht % sl) * m;
     float best = kNegInf;
-    for (int64_t i = first; i < last; ++i) best = Max(best, q[i] + rt[i]);
+    if (first < last) {
+      int64_t i = first + (idx % 32) % (last - first);
+      for (int64_t step = first; step < last; ++step) {
+        best = Max(best, q[i] + rt[i]);
+        i = i + 1 < last ? i + 1 : first;
+      }
+    }
     c.n[idx] = best;
   });
   ParallelFor(b, gs, [&](int64_t ht) {
