@@ -168,16 +168,17 @@ DF_HD inline void LoadValues(const Block& b, const Row& r, int64_t pos, int64_t 
 
 // Per query t of the sub-chunk [pos, pos + sl): the last document start in [pos, pos + t], relative
 // to pos, or -1 (t's document began before the sub-chunk) into c.starts (small integers, exact).
+// A thread walks back kStageBatch positions at a time, their ids read before any is compared: one
+// memory latency a batch, where a walk that stopped at each start's test waited on every read.
 DF_HD inline void DocumentStarts(const Block& b, const Row& r, int64_t pos, int64_t sl, const Scratch& c) {
   ParallelFor(b, sl, [&](int64_t t) {
-    float start = -1.0f;
-    for (int64_t j = t; j >= 0; --j) {
-      if (r.StartsAt(pos + j)) {
-        start = static_cast<float>(j);
-        break;
-      }
+    int64_t start = -1;
+    for (int64_t j0 = t; j0 >= 0 && start < 0; j0 -= kStageBatch) {
+      bool starts[kStageBatch];
+      DF_UNROLL for (int k = 0; k < kStageBatch; ++k) starts[k] = j0 - k >= 0 && r.StartsAt(pos + j0 - k);
+      DF_UNROLL for (int k = 0; k < kStageBatch; ++k) start = start < 0 && starts[k] ? j0 - k : start;
     }
-    c.starts[t] = start;
+    c.starts[t] = static_cast<float>(start);
   });
 }
 
