@@ -7,6 +7,7 @@
 // both splits (Split::kTf32, the projections'; Split::kBf16, every other product's).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -214,6 +215,48 @@ TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
     state[r * s.cols + c] = 0.5f * state[r * s.cols + c] + sum;
   });
   EXPECT_EQ(state, want);
+  // The same as an InPlace epilogue (its reads batched before its writes), in every staging order.
+  for (const Order order : kOrders) {
+    std::fill(state.begin(), state.end(), 2.0f);
+    TensorCoreProduct(
+        Split::kBf16, o,
+        cuda_scan::Updating([&](int64_t r, int64_t c) { return state.data() + r * s.cols + c; },
+                            [](int64_t, int64_t, float old, float sum) { return 0.5f * old + sum; }),
+        order);
+    EXPECT_EQ(state, want) << Name(order);
+  }
+}
+
+// EmitTile's InPlace epilogue as a warp runs it, lane after lane, on a tile cut by the product's
+// edges: every output inside them read once and then written once, with combine(old, sum); none
+// outside touched.
+TEST(CudaScanMatMulTest, InPlaceEpilogueReadsEachOutputBeforeItsOnlyWrite) {
+  std::vector<float> pc(256);
+  for (int e = 0; e < 256; ++e) pc[e] = static_cast<float>(e);
+  const int64_t rows = 16 + 11, cols = 16 + 5, r0 = 0, c0 = 0;
+  const int tile = cuda_scan::kPanelCols / 16 + 1;  // second tile row, second tile column: rows 16-31, cols 16-31
+  std::vector<float> out(rows * cols, 1000.0f);
+  std::vector<int> reads(rows * cols, 0), writes(rows * cols, 0);
+  for (int lane = 0; lane < 32; ++lane) {
+    auto at = [&](int64_t r, int64_t c) {
+      ++reads[r * cols + c];  // a write goes through at() too: counted below
+      return out.data() + r * cols + c;
+    };
+    auto combine = [&](int64_t r, int64_t c, float old, float sum) {
+      EXPECT_EQ(writes[r * cols + c], 0) << "output " << r << ", " << c << " combined twice";
+      ++writes[r * cols + c];
+      return old + sum;
+    };
+    cuda_scan::EmitTile(pc.data(), rows, cols, r0, c0, tile, lane, 32, cuda_scan::Updating(at, combine));
+  }
+  for (int64_t r = 0; r < rows; ++r) {
+    for (int64_t c = 0; c < cols; ++c) {
+      const bool inside = r >= 16 && c >= 16;
+      EXPECT_EQ(writes[r * cols + c], inside ? 1 : 0) << r << ", " << c;
+      EXPECT_EQ(reads[r * cols + c], inside ? 2 : 0) << r << ", " << c;  // its read, then its write's address
+      EXPECT_EQ(out[r * cols + c], inside ? 1000.0f + pc[(r - 16) * 16 + (c - 16)] : 1000.0f) << r << ", " << c;
+    }
+  }
 }
 
 

@@ -137,7 +137,10 @@ DF_HD_INLINE void QuerySideGradients(const Block& b, const Row& r, const Backwar
     MatMul<Split::kTf32, Major::kRow, Major::kCol>(
         b, r.tensor_cores, g * sl, m, v, [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         [&](int64_t kk, int64_t i) { return state[i * v + kk]; },
-        [&](int64_t ht, int64_t i, float sum) { c.da[ht * m + i] += StateReadFactor(r, sl, ref, c, ht, i) * sum; });
+        Updating([&](int64_t ht, int64_t i) { return c.da + ht * m + i; },
+                 [&](int64_t ht, int64_t i, float old, float sum) {
+                   return old + StateReadFactor(r, sl, ref, c, ht, i) * sum;
+                 }));
   }
   // The exponentials are the same numbers in base e, so the sums are the natural-log gradients.
   QueryGradients(b, r.queries, r.tensor_cores, m, g, pos, sl, c.da, io.dq, io.dq_head_stride);
@@ -209,7 +212,8 @@ DF_HD_INLINE void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
       MatMul<Split::kTf32, Major::kRow, Major::kCol>(
           b, r.tensor_cores, sl, m, v, [&](int64_t j, int64_t kk) { return c.vh[j * v + kk]; },
           [&](int64_t kk, int64_t i) { return z[i * v + kk]; },
-          [&](int64_t j, int64_t i, float sum) { io.dl[(pos + j) * m + i] += c.kk[j * m + i] * sum; });
+          Updating([&](int64_t j, int64_t i) { return io.dl + (pos + j) * m + i; },
+                   [&](int64_t j, int64_t i, float old, float sum) { return old + c.kk[j * m + i] * sum; }));
       MatMul<Split::kBf16>(
           b, r.tensor_cores, sl, dv, m, [&](int64_t j, int64_t i) { return c.kk[j * m + i]; },
           [&](int64_t i, int64_t kk) { return z[i * v + kk]; },
@@ -228,9 +232,10 @@ DF_HD_INLINE void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
     MatMul<Split::kTf32, Major::kCol>(
         b, r.tensor_cores, m, v, g * sl, [&](int64_t i, int64_t ht) { return c.da[ht * m + i]; },
         [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
-        [&](int64_t i, int64_t kk, float sum) {
-          z[i * v + kk] = had_z ? sum + DF_EXP2(ref[i] - end_r[i]) * z[i * v + kk] : sum;
-        });
+        Updating([&](int64_t i, int64_t kk) { return z + i * v + kk; },
+                 [&](int64_t i, int64_t, float old, float sum) {
+                   return had_z ? sum + DF_EXP2(ref[i] - end_r[i]) * old : sum;  // old unread without z
+                 }));
     has_z = true;
   }
 }

@@ -326,7 +326,8 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
   MatMul<Split::kBf16, Major::kCol>(
       b, r.tensor_cores, m, v, sl, [&](int64_t i, int64_t j) { return c.kk[j * m + i]; },
       [&](int64_t j, int64_t k) { return c.vh[j * v + k]; },
-      [&](int64_t i, int64_t k, float sum) { state[i * v + k] = (has ? state[i * v + k] * c.decay[i] : 0.0f) + sum; });
+      Updating([&](int64_t i, int64_t k) { return state + i * v + k; },
+               [&](int64_t i, int64_t, float old, float sum) { return (has ? old * c.decay[i] : 0.0f) + sum; }));
   ParallelFor(b, m, [&](int64_t i) { ref[i] = end[i]; });
 }
 
@@ -375,7 +376,8 @@ DF_HD inline int64_t Numerators(const Block& b, const Row& r, int64_t pos, int64
     MatMul<Split::kTf32>(
         b, r.tensor_cores, g * sl, v, m, [&](int64_t ht, int64_t i) { return qc[ht * m + i]; },
         [&](int64_t i, int64_t kk) { return state[i * v + kk]; },
-        [&](int64_t ht, int64_t kk, float sum) { c.n[ht * v + kk] += sum; });
+        Updating([&](int64_t ht, int64_t kk) { return c.n + ht * v + kk; },
+                 [](int64_t, int64_t, float old, float sum) { return old + sum; }));
   }
   return factored;
 }

@@ -170,6 +170,46 @@ DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int
   }
 }
 
+// An epilogue that reads the output it writes (a fold into a state, a term added to a gradient):
+// at(r, c), the output's address; combine(r, c, old, sum), its new value. Called alone it reads and
+// writes one output; EmitTile reads a batch of them before it writes any, their loads in flight
+// together, where out(r, c, sum) in turn could not start a read before the write before it (which,
+// for all the compiler knows, may be to the same address): a memory latency per output.
+template <typename At, typename Combine>
+struct InPlace {
+  At at;
+  Combine combine;
+  DF_HD void operator()(int64_t r, int64_t c, float sum) const {
+    float* p = at(r, c);
+    *p = combine(r, c, *p, sum);
+  }
+};
+template <typename At, typename Combine>
+DF_HD InPlace<At, Combine> Updating(At at, Combine combine) {
+  return {at, combine};
+}
+
+// Outputs a lane of EmitTile reads before it writes any (an InPlace epilogue): 2 batches of a
+// tile's 8 a lane. At 8 (kStageBatch) ptxas spilled 280 bytes a thread in QuerySideKernel.
+constexpr int kEpilogueBatch = 4;
+template <typename At, typename Combine>
+DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int64_t c0, int tile, int lane,
+                    int lanes, const InPlace<At, Combine>& out) {
+  for (int e0 = lane; e0 < 256; e0 += lanes * kEpilogueBatch) {
+    float old[kEpilogueBatch];
+    DF_UNROLL for (int k = 0; k < kEpilogueBatch; ++k) {
+      const int e = e0 + k * lanes;
+      const int64_t r = r0 + TileRow(tile) + e / 16, c = c0 + TileCol(tile) + e % 16;
+      old[k] = e < 256 && r < rows && c < cols ? *out.at(r, c) : 0.0f;
+    }
+    DF_UNROLL for (int k = 0; k < kEpilogueBatch; ++k) {
+      const int e = e0 + k * lanes;
+      const int64_t r = r0 + TileRow(tile) + e / 16, c = c0 + TileCol(tile) + e % 16;
+      if (e < 256 && r < rows && c < cols) *out.at(r, c) = out.combine(r, c, old[k], pc[e]);
+    }
+  }
+}
+
 #ifdef DF_TENSOR_CORES
 // One WMMA step of tile `tile` at depth kk of the staged panels into acc, in three products (the
 // small terms first): TF32 fragments loaded from the fp32 panels and split in registers; or bf16
