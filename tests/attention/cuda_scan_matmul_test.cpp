@@ -7,7 +7,6 @@
 // both splits (Split::kTf32, the projections'; Split::kBf16, every other product's).
 #include <gtest/gtest.h>
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -203,12 +202,14 @@ TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
   // As the fold's `state = decay state + sum`: each output's epilogue runs once, after its sum.
   const Shape s{2 * kPanelRows + 5, kPanelCols + 9, 2 * kPanelDepth + 1};
   const auto o = Make(s, 7);
-  std::vector<float> state(s.rows * s.cols, 2.0f), want(s.rows * s.cols);
+  std::vector<float> initial(s.rows * s.cols), want(s.rows * s.cols);
+  for (int64_t i = 0; i < s.rows * s.cols; ++i) initial[i] = static_cast<float>(i % 97) - 48.0f;
+  auto state = initial;
   for (int64_t r = 0; r < s.rows; ++r) {
     for (int64_t c = 0; c < s.cols; ++c) {
       float sum = 0.0f;
       for (int64_t k = 0; k < s.depth; ++k) sum += Product(Split::kBf16, o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
-      want[r * s.cols + c] = 0.5f * 2.0f + sum;
+      want[r * s.cols + c] = 0.5f * initial[r * s.cols + c] + sum;
     }
   }
   TensorCoreProduct(Split::kBf16, o, [&](int64_t r, int64_t c, float sum) {
@@ -217,7 +218,7 @@ TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
   EXPECT_EQ(state, want);
   // The same as an InPlace epilogue (its reads batched before its writes), in every staging order.
   for (const Order order : kOrders) {
-    std::fill(state.begin(), state.end(), 2.0f);
+    state = initial;
     TensorCoreProduct(
         Split::kBf16, o,
         cuda_scan::Updating([&](int64_t r, int64_t c) { return state.data() + r * s.cols + c; },
@@ -235,7 +236,8 @@ TEST(CudaScanMatMulTest, InPlaceEpilogueReadsEachOutputBeforeItsOnlyWrite) {
   for (int e = 0; e < 256; ++e) pc[e] = static_cast<float>(e);
   const int64_t rows = 16 + 11, cols = 16 + 5, r0 = 0, c0 = 0;
   const int tile = cuda_scan::kPanelCols / 16 + 1;  // second tile row, second tile column: rows 16-31, cols 16-31
-  std::vector<float> out(rows * cols, 1000.0f);
+  std::vector<float> out(rows * cols), before(rows * cols);
+  for (int64_t i = 0; i < rows * cols; ++i) out[i] = before[i] = 1000.0f + static_cast<float>(i);
   std::vector<int> reads(rows * cols, 0), writes(rows * cols, 0);
   for (int lane = 0; lane < 32; ++lane) {
     auto at = [&](int64_t r, int64_t c) {
@@ -254,7 +256,8 @@ TEST(CudaScanMatMulTest, InPlaceEpilogueReadsEachOutputBeforeItsOnlyWrite) {
       const bool inside = r >= 16 && c >= 16;
       EXPECT_EQ(writes[r * cols + c], inside ? 1 : 0) << r << ", " << c;
       EXPECT_EQ(reads[r * cols + c], inside ? 2 : 0) << r << ", " << c;  // its read, then its write's address
-      EXPECT_EQ(out[r * cols + c], inside ? 1000.0f + pc[(r - 16) * 16 + (c - 16)] : 1000.0f) << r << ", " << c;
+      const float old = before[r * cols + c];
+      EXPECT_EQ(out[r * cols + c], inside ? old + pc[(r - 16) * 16 + (c - 16)] : old) << r << ", " << c;
     }
   }
 }
