@@ -210,15 +210,26 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
   ProjectKeys(b, r.keys, r.tensor_cores, m, pos, sl, c.ka);
   const float* l = KeysOf(r, pos, c);
   DocumentStarts(b, r, pos, sl, c);
+  // A feature's walk over the positions reads kStageBatch keys ahead of its writes (each write of
+  // c.rrows might, for all the compiler knows, be what the next read reads: one latency a step).
   ParallelFor(b, m, [&](int64_t i) {
     float running = has ? ref[i] : kNegInf, first = 0.0f;
     int64_t grown = sl;  // the first position where R_i has grown past kMaxPairGrowth (FactoredQueries)
-    for (int64_t j = 0; j < sl; ++j) {
-      const bool restart = (j == 0 && !has) || c.starts[j] == static_cast<float>(j);
-      running = restart ? l[j * m + i] : Max(running, l[j * m + i]);
-      c.rrows[j * m + i] = running;
-      first = j == 0 ? running : first;
-      grown = grown == sl && !(running - first <= kMaxPairGrowth) ? j : grown;  // NaN: grown
+    for (int64_t j0 = 0; j0 < sl; j0 += kStageBatch) {
+      float key[kStageBatch], start[kStageBatch];
+      DF_UNROLL for (int k = 0; k < kStageBatch; ++k) {
+        key[k] = j0 + k < sl ? l[(j0 + k) * m + i] : 0.0f;
+        start[k] = j0 + k < sl ? c.starts[j0 + k] : -1.0f;
+      }
+      DF_UNROLL for (int k = 0; k < kStageBatch; ++k) {
+        const int64_t j = j0 + k;
+        if (j >= sl) break;
+        const bool restart = (j == 0 && !has) || start[k] == static_cast<float>(j);
+        running = restart ? key[k] : Max(running, key[k]);
+        c.rrows[j * m + i] = running;
+        first = j == 0 ? running : first;
+        grown = grown == sl && !(running - first <= kMaxPairGrowth) ? j : grown;  // NaN: grown
+      }
     }
     c.decay[i] = static_cast<float>(grown);
   });
