@@ -123,7 +123,7 @@ stage_ncu() {
   # Our launches only (the bench's SDPA runs unprofiled); one report, then its raw page as CSV in
   # base units (the summary converts them).
   "$ncu" --target-processes all --launch-count "${NCU_LAUNCHES:-40}" -f -o "$OUT/logs/ncu" \
-    --kernel-name 'regex:(ChunkOwnState|EnteringStates|ChunkForward|QuerySide|ReverseShare|ReverseStates|KeySide)Kernel' \
+    --kernel-name 'regex:.*(ChunkOwnState|EnteringStates|ChunkForward|QuerySide|ReverseShare|ReverseStates|KeySide)Kernel.*' \
     --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
     "$BUILD_DIR/darkformer" kernel-check --bench --device cuda --dtype bf16 --kernel "${NCU_KERNEL:-darkformer}" \
     --heads 8 --kv-heads 1 --bench-head-dims 256 --bench-lengths "${NCU_LENGTH:-2048}" --op cuda \
