@@ -121,8 +121,9 @@ stage_ncu() {
   local ncu
   ncu="$(command -v ncu || echo /usr/local/cuda/bin/ncu)"
   # Our launches only (the bench's SDPA runs unprofiled); one report, then its raw page as CSV in
-  # base units (the summary converts them).
-  "$ncu" --target-processes all --launch-count "${NCU_LAUNCHES:-40}" -f -o "$OUT/logs/ncu" \
+  # base units (the summary converts them). --clock-control none: the card's clocks as found (ncu
+  # would lock them to base otherwise; a lent card's settings are not ours to change).
+  "$ncu" --target-processes all --clock-control none --launch-count "${NCU_LAUNCHES:-40}" -f -o "$OUT/logs/ncu" \
     --kernel-name 'regex:.*(ChunkOwnState|EnteringStates|ChunkForward|QuerySide|ReverseShare|ReverseStates|KeySide)Kernel.*' \
     --section SpeedOfLight --section WarpStateStats --section Occupancy --section LaunchStats \
     "$BUILD_DIR/darkformer" kernel-check --bench --device cuda --dtype bf16 --kernel "${NCU_KERNEL:-darkformer}" \

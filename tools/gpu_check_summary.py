@@ -115,7 +115,7 @@ def main():
                 "%.2f" % s["allocator_peak_gib"] if "allocator_peak_gib" in s else "-",
                 "%.2f" % s["predicted_peak_gib"] if "predicted_peak_gib" in s else "-", s["loss_first"], s["loss_last"]))
     if ncu:
-        md += ["", "Nsight Compute on op: cuda's launches (stage ncu; clocks at base, caches flushed per launch)", ""]
+        md += ["", "Nsight Compute on op: cuda's launches (stage ncu; clocks as found, caches flushed per launch)", ""]
         md += ncu_table.markdown(ncu)
     if hf:
         md += ["", "transformers on %s against the fixtures' CPU numbers:" % device]
