@@ -36,7 +36,7 @@ __device__ Scratch ScratchFor(const Launch& x, bool backward) {
 
 // At most kThreads threads, at least one block an SM: the compiler keeps each thread within the
 // registers a full block may use. Without the 1, ptxas chose 128 registers for ChunkOwnStateKernel
-// (two blocks an SM) and spilled 234-270 bytes a thread; with it, 179 and none.
+// (two blocks an SM) and spilled 234-270 bytes a thread; with it, no spill.
 // The forward's three steps (cuda_scan_body.h): blocks that take the segment's chunks b, b + F,
 // ... (F = forward_blocks; Launch::SegmentChunk), then one block per (row, slice of features), then
 // chunks again.
