@@ -250,8 +250,15 @@ DF_HD inline int64_t Numerators(const Block& b, const Row& r, int64_t pos, int64
       if (t < factored) return;
       float w = 0.0f;
       if (FirstKey(c, t) <= j && j <= t) {
+        // The features from the thread's lane on, wrapping round: a warp's keys lie m floats
+        // apart, and summed in step from feature 0 they would read one bank at a time (32-way at
+        // S = 64). The order is the thread's own, the same on every run and on the host.
         const float* q = c.qa + ht * m;
-        for (int64_t i = 0; i < m; ++i) w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
+        int64_t i = (idx % 32) % m;
+        for (int64_t step = 0; step < m; ++step) {
+          w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
+          i = i + 1 < m ? i + 1 : 0;
+        }
       }
       c.w[idx] = w;
     });
