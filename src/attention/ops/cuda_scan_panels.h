@@ -25,9 +25,9 @@ constexpr int kPanelA = kPanelRows * kPanelDepth, kPanelB = kPanelDepth * kPanel
 // kCol, A's rows (B's k) contiguous, as where A(i, j) = x[j * m + i]. Consecutive threads stage
 // consecutive elements of memory either way, and store them to consecutive words of the panel,
 // which then lies in the same order (row- or column-major); the tensor cores load it as such
-// (WMMA's row_major / col_major). Staged across its contiguous run, a panel's elements are 256
-// floats apart (m): every thread of a warp on one bank of shared memory, or each on its own line of
-// global memory.
+// (WMMA's row_major / col_major). Staged across its contiguous run instead, a warp's 32 reads
+// would lie a row apart (m = 256 floats at Gemma 2B's shape): all on one bank of shared memory, or
+// each on its own line of global memory.
 enum class Major { kRow, kCol };
 // Element (r, k) of A's panel and (k, c) of B's, by how each is staged, and their leading dimension.
 template <Major kA>
