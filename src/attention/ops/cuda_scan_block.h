@@ -108,6 +108,19 @@ DF_HD void ParallelLoad(const Block& b, int64_t n, Get get, Put put) {
   b.Sync();
 }
 
+// f(i) for i in [first, last), from first + lane % (last - first) on, wrapping round: a warp whose
+// threads each walk a row, rows a multiple of 32 floats apart, then reads 32 banks of shared memory
+// a step instead of one. The order is the thread's own, a fixed function of its lane.
+template <typename F>
+DF_HD void WalkFromLane(int64_t lane, int64_t first, int64_t last, F f) {
+  if (first >= last) return;
+  int64_t i = first + lane % (last - first);
+  for (int64_t step = first; step < last; ++step) {
+    f(i);
+    i = i + 1 < last ? i + 1 : first;
+  }
+}
+
 // Whether pred(i) holds for some i in [0, n), split between the block's threads: every thread gets
 // the answer (a barrier: __syncthreads_or on the device).
 template <typename P>

@@ -118,8 +118,8 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
   // s_t over kShiftParts threads a query, each a run of features, their maxima in c.n (free until
   // the numerators), then combined: G S queries alone would leave most of a block idle at S = 8
   // (64 of 256 threads), each walking all m features. A max is exact: the same s_t either way, in
-  // any order. So each thread starts its run at its lane (idx % 32): a warp's 32 rows lie m floats
-  // apart, and walked in step they would read one bank of shared memory at a time (32-way).
+  // any order. So each thread walks its run from its lane on (WalkFromLane): a warp's 32 rows lie m
+  // floats apart, and walked in step they would read one bank of shared memory at a time (32-way).
   const int64_t gs = r.group * sl, v = r.value_dim + 1, parts = v < kShiftParts ? v : kShiftParts;
   const int64_t run = (m + parts - 1) / parts;
   ParallelFor(b, gs * parts, [&](int64_t idx) {
@@ -127,13 +127,7 @@ DF_HD inline void Maxima(const Block& b, const Row& r, int64_t pos, int64_t sl, 
     const float* q = c.qa + ht * m;
     const float* rt = c.rrows + (ht % sl) * m;
     float best = kNegInf;
-    if (first < last) {
-      int64_t i = first + (idx % 32) % (last - first);
-      for (int64_t step = first; step < last; ++step) {
-        best = Max(best, q[i] + rt[i]);
-        i = i + 1 < last ? i + 1 : first;
-      }
-    }
+    WalkFromLane(idx % 32, first, last, [&](int64_t i) { best = Max(best, q[i] + rt[i]); });
     c.n[idx] = best;
   });
   ParallelFor(b, gs, [&](int64_t ht) {
@@ -250,15 +244,10 @@ DF_HD inline int64_t Numerators(const Block& b, const Row& r, int64_t pos, int64
       if (t < factored) return;
       float w = 0.0f;
       if (FirstKey(c, t) <= j && j <= t) {
-        // The features from the thread's lane on, wrapping round: a warp's keys lie m floats
-        // apart, and summed in step from feature 0 they would read one bank at a time (32-way at
-        // S = 64). The order is the thread's own, the same on every run and on the host.
+        // The features from the thread's lane on: a warp's keys lie m floats apart, and summed in
+        // step from feature 0 they would read one bank at a time (32-way at S = 64).
         const float* q = c.qa + ht * m;
-        int64_t i = (idx % 32) % m;
-        for (int64_t step = 0; step < m; ++step) {
-          w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]);
-          i = i + 1 < m ? i + 1 : 0;
-        }
+        WalkFromLane(idx % 32, 0, m, [&](int64_t i) { w += DF_EXP2((q[i] + l[j * m + i]) - c.s2[ht]); });
       }
       c.w[idx] = w;
     });
