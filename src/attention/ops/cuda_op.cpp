@@ -34,6 +34,7 @@ using cuda_op_launch::Pass;
 using cuda_op_launch::PerSegment;
 using cuda_op_launch::PointFeatures;
 using cuda_op_launch::Scratch;
+using cuda_op_launch::Unwritten;
 
 std::atomic<bool> emulate_on_host{false};
 
@@ -168,12 +169,12 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   const bool mapped = scan.features.QueriesInside();
   const int64_t per_query = mapped ? launch.mapped_dim : launch.features;
   launch.dv_shared = cuda_scan::DvShared(launch.value_rows_per, at::globalContext().deterministicAlgorithms());
-  ScanGradients result{torch::empty({x.size(0), x.size(1), launch.length, per_query}, options),
-                       torch::empty({x.size(0), rows, launch.length, launch.features}, options),
+  ScanGradients result{Unwritten({x.size(0), x.size(1), launch.length, per_query}, options),
+                       Unwritten({x.size(0), rows, launch.length, launch.features}, options),
                        launch.dv_shared ? torch::zeros({x.size(0), v.size(1), launch.length, launch.value_dim}, options)
-                                        : torch::empty({x.size(0), rows, launch.length, launch.value_dim}, options),
+                                        : Unwritten({x.size(0), rows, launch.length, launch.value_dim}, options),
                        mapped, launch.dv_shared};
-  const auto dot = torch::empty_like(den);  // g_t . out_t, from the query side to the key side
+  const auto dot = Unwritten(den.sizes(), den.options());  // g_t . out_t, from the query side to the key side
   launch.dot = dot.data_ptr<float>();
   launch.den = den.data_ptr<float>();
   launch.g = g.data_ptr();
@@ -183,11 +184,11 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
   launch.dl = result.dl.data_ptr<float>();
   launch.dv = result.dv.data_ptr<float>();
   // Each sub-chunk's entering reference, from the query side to the key side (m floats each).
-  const auto sub_refs = torch::empty({launch.rows * launch.Segment() * launch.group_subs, launch.features}, options);
+  const auto sub_refs = Unwritten({launch.rows * launch.Segment() * launch.group_subs, launch.features}, options);
   launch.sub_refs = sub_refs.data_ptr<float>();
   // The reverse state at the start of the segment the key side just took, for the one before it
   // (the reverse scan reads and replaces it).
-  const auto passed = segments > 1 ? torch::empty({launch.rows, launch.features, launch.value_dim + 1}, options)
+  const auto passed = segments > 1 ? Unwritten({launch.rows, launch.features, launch.value_dim + 1}, options)
                                    : torch::Tensor();
   if (passed.defined()) launch.z_carry = passed.data_ptr<float>();
   for (int64_t s = segments - 1; s >= 0; --s) {
@@ -230,9 +231,9 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto& on = scan.values;  // on the call's device
     const auto options = scan.options;
     // The output in the caller's dtype only (OutputDtype): the backward recomputes the fp32 one.
-    const auto out = torch::empty({x.size(0), x.size(1), launch.length, launch.value_dim},
+    const auto out = Unwritten({x.size(0), x.size(1), launch.length, launch.value_dim},
                                   options.dtype(OutputDtype(v)));
-    auto den = torch::empty({x.size(0), x.size(1), launch.length}, options);
+    auto den = Unwritten({x.size(0), x.size(1), launch.length}, options);
     const ForwardBuffers buffers(launch, options);
     if (out.scalar_type() == torch::kBFloat16) {
       launch.out16 = static_cast<uint16_t*>(out.data_ptr());

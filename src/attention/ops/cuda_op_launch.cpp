@@ -85,7 +85,7 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
                                           : EvenSegment(SegmentChunks(x.rows, v, pass == Pass::kBackward), x.Chunks());
   }
   x.forward_blocks = std::max<int64_t>(1, std::min(x.rows * x.Segment(), ResidentBlocks(v, /*backward=*/false)));
-  resets = torch::empty({x.rows * x.Segment()}, v.options().dtype(torch::kFloat32));
+  resets = Unwritten({x.rows * x.Segment()}, v.options().dtype(torch::kFloat32));
   x.resets = resets.data_ptr<float>();
   if (!document_ids_BL.defined()) return x;
   CheckDocumentIds(document_ids_BL, v.size(0), x.length);
@@ -93,6 +93,18 @@ cuda_scan::Launch MakeLaunch(int64_t heads, int64_t rows, int64_t features, cons
   ids = document_ids_BL.to(v.device(), torch::kInt64).contiguous();
   x.ids = ids.data_ptr<int64_t>();
   return x;
+}
+
+torch::Tensor Unwritten(at::IntArrayRef sizes, const torch::TensorOptions& options) {
+  auto t = torch::empty(sizes, options);
+  if (!t.is_cpu()) return t;
+  // Written in place, not by fill_: a LibTorch op here would count as a launch (util/op_count.h).
+  if (t.scalar_type() == torch::kBFloat16) {
+    std::fill_n(static_cast<uint16_t*>(t.data_ptr()), t.numel(), uint16_t{0x7fc0});  // bf16's quiet NaN
+  } else {
+    std::fill_n(t.data_ptr<float>(), t.numel(), std::numeric_limits<float>::quiet_NaN());
+  }
+  return t;
 }
 
 // The backward's scratch in global memory is held to this many bytes by giving each row fewer blocks.
@@ -126,20 +138,20 @@ torch::Tensor Scratch(cuda_scan::Launch& x, bool backward, const torch::TensorOp
   x.scratch_shared[1] = backward && ScratchInSharedMemory(x, true, options.device());
   const int64_t forward = x.scratch_shared[0] ? 0 : x.forward_blocks * x.ScratchFloats(false);
   const int64_t back = !backward || x.scratch_shared[1] ? 0 : x.rows * x.backward_blocks * x.ScratchFloats(true);
-  auto scratch = torch::empty({std::max(forward, back)}, options);
+  auto scratch = Unwritten({std::max(forward, back)}, options);
   x.scratch = scratch.numel() > 0 ? scratch.data_ptr<float>() : nullptr;
   return scratch;
 }
 
 torch::Tensor PerSegment(const cuda_scan::Launch& x, bool with_values, const torch::TensorOptions& options) {
   const int64_t slots = x.rows * (x.Segment() + 1);
-  return with_values ? torch::empty({slots, x.features, x.value_dim + 1}, options)
-                     : torch::empty({slots, x.features}, options);
+  return with_values ? Unwritten({slots, x.features, x.value_dim + 1}, options)
+                     : Unwritten({slots, x.features}, options);
 }
 
 Carries::Carries(cuda_scan::Launch& x, int64_t slots, const torch::TensorOptions& options)
-    : states(torch::empty({x.rows, slots, x.features, x.value_dim + 1}, options)),
-      refs(torch::empty({x.rows, slots, x.features}, options)) {
+    : states(Unwritten({x.rows, slots, x.features, x.value_dim + 1}, options)),
+      refs(Unwritten({x.rows, slots, x.features}, options)) {
   x.carry_states = states.data_ptr<float>();
   x.carry_refs = refs.data_ptr<float>();
   x.carry_slots = slots;

@@ -57,6 +57,11 @@ int64_t EvenSegment(int64_t most, int64_t chunks);
 // without the kernels), whose estimate then counts whole rows, an upper bound.
 int64_t SegmentChunksHere(int64_t rows);
 
+// A buffer the kernels write before they read it: torch::empty on a device; on the host, where the
+// tests run the emulation, every element NaN (bf16's too), so one read before it is written, or a
+// result never written, shows in what the call returns rather than reading what the allocator held.
+torch::Tensor Unwritten(at::IntArrayRef sizes, const torch::TensorOptions& options);
+
 // W blocks per row for the backward (each takes every W-th chunk of its row's segment): as many as
 // run at once on `on`'s device, and, where their scratch lives in global memory, no more than keep
 // it within 256 MiB.

@@ -52,14 +52,24 @@ constexpr int kPanelRows = 64, kPanelCols = 64, kPanelDepth = 32;
 constexpr int kStageBatch = 8;
 constexpr int kMatMulFloats = kPanelRows * kPanelDepth + kPanelDepth * kPanelCols + (kThreads / 32) * 256;
 
+// The host emulation's threads of one block, fibers switched at its barriers (cuda_scan_threads.h):
+// a barrier, and one that also ORs a flag over the block's threads.
+struct HostThreads;
+void HostBarrier(HostThreads* threads);
+bool HostBarrierOr(HostThreads* threads, int tid, bool flag);
+
 // The executor: a CUDA block (tid = threadIdx.x of size = blockDim.x, tiles its kMatMulFloats of
-// shared memory for the products), or one host thread (0 of 1, no tiles: its products hold their own).
+// shared memory for the products), or the host's emulation of one: one thread (0 of 1, `threads`
+// null), or `size` fibers of a host thread (cuda_scan_threads.h); no tiles: its products hold their own.
 struct Block {
   int tid = 0, size = 1;
   float* tiles = nullptr;
+  HostThreads* threads = nullptr;  // host only
   DF_HD void Sync() const {
 #ifdef __CUDA_ARCH__
     __syncthreads();
+#else
+    if (threads != nullptr) HostBarrier(threads);
 #endif
   }
 };
@@ -130,7 +140,7 @@ DF_HD bool AnyOf(const Block& b, int64_t n, P pred) {
 #ifdef __CUDA_ARCH__
   return __syncthreads_or(any ? 1 : 0) != 0;
 #else
-  return any;
+  return b.threads != nullptr ? HostBarrierOr(b.threads, b.tid, any) : any;
 #endif
 }
 

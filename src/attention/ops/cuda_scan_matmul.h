@@ -211,10 +211,12 @@ __device__ void TensorCoreMatMul(const Block& blk, int64_t rows, int64_t cols, i
 }
 #endif
 
-// The host's emulation of TensorCoreMatMul: the same panels and tiles, one thread holding every
-// tile of a panel; each tile's sums in order of k, each product split as kSplit's (SplitProduct).
-// In bf16 it stages and reads the halves as the device does (StoreHalves, TileA and TileB on
-// them), so their layout is proven here; the sums are Bf16x3Product's to the bit.
+// The host's emulation of TensorCoreMatMul: the same panels, tiles and barriers. Warp w of the
+// block's threads (one warp of one thread where the host runs one) takes tiles w, w + warps, ...,
+// as on the device: its first lane sums them, each in order of k, each product split as kSplit's
+// (SplitProduct), and its lanes emit them. In bf16 it stages and reads the halves as the device
+// does (StoreHalves, TileA and TileB on them), so their layout is proven here; the sums are
+// Bf16x3Product's to the bit.
 constexpr int kEmulatedMatMulFloats = kPanelA + kPanelB + kPanelTiles * 256;
 template <Split kSplit, Major kA, Major kB, typename A, typename B, typename Out>
 void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves, int64_t rows, int64_t cols,
@@ -225,16 +227,23 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves,
   uint16_t* a_halves = halves;  // 2 kPanelA, then 2 kPanelB: the device's bytes of pa and pb
   uint16_t* b_halves = halves + 2 * kPanelA;
   constexpr bool kBf16 = kSplit == Split::kBf16;
+  const int warps = (blk.size + 31) / 32, warp = blk.tid / 32, lane = blk.tid % 32;
+  const int lanes = blk.size - warp * 32 < 32 ? blk.size - warp * 32 : 32;
+  static const float zeros[256] = {};  // a tile no step reached (depth 0)
   for (int64_t r0 = 0; r0 < rows; r0 += kPanelRows) {
     for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
-      for (int e = 0; e < kPanelTiles * 256; ++e) pc[e] = 0.0f;
+      auto inside = [&](int tile) { return r0 + TileRow(tile) < rows && c0 + TileCol(tile) < cols; };
       for (int64_t k0 = 0; k0 < depth; k0 += kPanelDepth) {
         StagePanels<kA, kB>(
             blk, rows, cols, depth, r0, c0, k0, a, b,
             [&](int e, float x) { kBf16 ? StoreHalves(a_halves, kPanelA, e, x) : void(pa[e] = x); },
             [&](int e, float x) { kBf16 ? StoreHalves(b_halves, kPanelB, e, x) : void(pb[e] = x); });
-        for (int tile = 0; tile < kPanelTiles; ++tile) {
-          if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
+        for (int tile = warp; lane == 0 && tile < kPanelTiles; tile += warps) {
+          if (!inside(tile)) continue;
+          float* acc = pc + tile * 256;
+          if (k0 == 0) {
+            for (int e = 0; e < 256; ++e) acc[e] = 0.0f;  // after the staging's barrier: the last emit is done
+          }
           for (int kk = 0; kk < kPanelDepth && k0 + kk < depth; kk += 8) {
             const float *ta = TileA<kA>(pa, tile, kk), *tb = TileB<kB>(pb, tile, kk);
             const uint16_t *ta_hi = TileA<kA>(a_halves, tile, kk), *tb_hi = TileB<kB>(b_halves, tile, kk);
@@ -244,22 +253,23 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves,
               for (int k = 0; k < 8 && k0 + kk + k < depth; ++k) {
                 const int at = PanelA<kA>(i, k), bt = PanelB<kB>(k, j);
                 if constexpr (kBf16) {  // Bf16x3Product's sum, from the staged halves
-                  pc[tile * 256 + e] += SplitSum(Bf16ToFloat(ta_hi[at]), Bf16ToFloat(ta_lo[at]),
-                                                 Bf16ToFloat(tb_hi[bt]), Bf16ToFloat(tb_lo[bt]));
+                  acc[e] += SplitSum(Bf16ToFloat(ta_hi[at]), Bf16ToFloat(ta_lo[at]), Bf16ToFloat(tb_hi[bt]),
+                                     Bf16ToFloat(tb_lo[bt]));
                 } else {
-                  pc[tile * 256 + e] += Tf32x3Product(ta[at], tb[bt]);
+                  acc[e] += Tf32x3Product(ta[at], tb[bt]);
                 }
               }
             }
           }
         }
+        blk.Sync();  // every warp has read the panels before the next step stages its own
       }
-      for (int tile = 0; tile < kPanelTiles; ++tile) {
-        if (r0 + TileRow(tile) >= rows || c0 + TileCol(tile) >= cols) continue;
-        EmitTile(pc + tile * 256, rows, cols, r0, c0, tile, 0, 1, out);
+      for (int tile = warp; tile < kPanelTiles; tile += warps) {
+        if (inside(tile)) EmitTile(depth > 0 ? pc + tile * 256 : zeros, rows, cols, r0, c0, tile, lane, lanes, out);
       }
     }
   }
+  blk.Sync();
 }
 
 // The columns past the last whole panel that the panels leave to one thread each: at most this
