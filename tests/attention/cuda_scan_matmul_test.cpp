@@ -7,6 +7,7 @@
 // both splits (Split::kTf32, the projections'; Split::kBf16, every other product's).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <cstring>
@@ -16,6 +17,7 @@
 #include <c10/util/BFloat16.h>
 
 #include "attention/ops/cuda_scan_matmul.h"
+#include "attention/ops/cuda_scan_threads.h"
 
 namespace darkformer {
 namespace {
@@ -46,7 +48,12 @@ std::vector<Shape> Shapes() {
           {kPanelRows, kPanelCols, kPanelDepth},
           {kPanelRows + 1, kPanelCols + 1, kPanelDepth + 1},
           {3 * kPanelRows - 7, 257, 5 * kPanelDepth - 3},  // Dv + 1 = 257 columns: whole panels and a tail
-          {kPanelRows / 2 + 3, 3 * kPanelCols - 5, 4}};
+          {kPanelRows / 2 + 3, 3 * kPanelCols - 5, 4},
+          // A state read: G S rows, m = 256 deep, the tail's depth split between threads (TailParts):
+          // 32 runs at G S = 8, 4 at 64; 30 outputs of a 37-deep tail, 5 runs, the last short.
+          {8, 257, 256},
+          {64, 257, 256},
+          {5, kPanelCols + 6, 37}};
 }
 
 // A (rows x depth) read transposed from a (depth x rows) buffer, B (depth x cols) at a row
@@ -83,7 +90,10 @@ template <Split kSplit, Major kA, Major kB, typename Out>
 void StagedProduct(const Operands& o, Out out) {
   auto a = [&](int64_t r, int64_t k) { return o.at[k * o.rows + r]; };
   auto b = [&](int64_t k, int64_t c) { return o.b[k * o.b_stride + c]; };
-  MatMul<kSplit, kA, kB>(Block{}, /*tensor_cores=*/true, o.rows, o.cols, o.depth, a, b, out);
+  // One thread, or the device's where a test sets the host's order (cuda_scan_threads.h).
+  cuda_scan::RunHostBlock(cuda_scan::kThreads, [&](const Block& blk) {
+    MatMul<kSplit, kA, kB>(blk, /*tensor_cores=*/true, o.rows, o.cols, o.depth, a, b, out);
+  });
 }
 
 template <Split kSplit, typename Out>
@@ -104,10 +114,28 @@ void TensorCoreProduct(Split split, const Operands& o, Out out, Order order = kO
   }
 }
 
-TEST(CudaScanMatMulTest, PanelsGiveTheInOrderSplitSumsToTheBit) {
-  // The emulation's contract (cuda_scan_matmul.h): each output is sum_k SplitProduct(a, b) in
-  // order of k, whatever the panels and the order they are staged in (an element put where the
-  // tiles do not read it fails this); so it equals the plain loop bit for bit.
+// The emulation's contract (cuda_scan_matmul.h): each output is sum_k SplitProduct(a, b) in order
+// of k; past the last whole panel (ThreadTailCols) the depth in TailParts runs of TailRun, each
+// summed so, the runs' sums then added in order.
+float Want(Split split, const Operands& o, int64_t r, int64_t c) {
+  const int64_t tail = cuda_scan::ThreadTailCols(o.cols);
+  const bool in_tail = c >= o.cols - tail;
+  const int64_t parts = in_tail ? cuda_scan::TailParts(o.rows * tail, o.depth) : 1;
+  const int64_t run = parts > 1 ? cuda_scan::TailRun(o.depth, parts) : o.depth;
+  float want = 0.0f;
+  for (int64_t first = 0; first < o.depth; first += run) {
+    float part = 0.0f;
+    for (int64_t k = first; k < std::min(o.depth, first + run); ++k) {
+      part += Product(split, o.at[k * o.rows + r], o.b[k * o.b_stride + c]);
+    }
+    want = parts > 1 ? want + part : part;
+  }
+  return want;
+}
+
+// Each output of every shape, split and staging order against Want, bit for bit: the mismatches.
+int64_t Mismatches() {
+  int64_t total = 0;
   for (const Split split : kSplits) {
     for (const Order order : kOrders) {
       uint32_t seed = 1;
@@ -118,18 +146,31 @@ TEST(CudaScanMatMulTest, PanelsGiveTheInOrderSplitSumsToTheBit) {
             split, o, [&](int64_t r, int64_t c, float sum) { got[r * s.cols + c] = sum; }, order);
         int64_t mismatches = 0;
         for (int64_t r = 0; r < s.rows; ++r) {
-          for (int64_t c = 0; c < s.cols; ++c) {
-            float want = 0.0f;
-            for (int64_t k = 0; k < s.depth; ++k) {
-              want += Product(split, o.at[k * s.rows + r], o.b[k * o.b_stride + c]);
-            }
-            mismatches += got[r * s.cols + c] != want;  // NaN (never written) counts too
-          }
+          for (int64_t c = 0; c < s.cols; ++c) mismatches += got[r * s.cols + c] != Want(split, o, r, c);  // NaN too
         }
         EXPECT_EQ(mismatches, 0) << Name(split) << " " << Name(order) << " " << s.rows << " x " << s.cols << " x "
                                  << s.depth;
+        total += mismatches;
       }
     }
+  }
+  return total;
+}
+
+TEST(CudaScanMatMulTest, PanelsGiveTheInOrderSplitSumsToTheBit) {
+  // Whatever the panels and the order they are staged in (an element put where the tiles do not
+  // read it fails this), the sums of the contract above, bit for bit.
+  EXPECT_EQ(Mismatches(), 0);
+}
+
+TEST(CudaScanMatMulTest, TheDevicesThreadsGiveTheSameSumsInEitherOrder) {
+  // The block's 256 threads as the device splits the products between them (each warp its tiles,
+  // the tails' runs one thread each), in order of tid and reversed: the same bits (a missing
+  // barrier between staging, sums, runs and emits reads otherwise in one of the orders).
+  for (const bool reversed : {false, true}) {
+    cuda_scan::SetHostThreadOrderForTesting({/*device_threads=*/true, reversed});
+    EXPECT_EQ(Mismatches(), 0) << (reversed ? "reversed" : "in order");
+    cuda_scan::SetHostThreadOrderForTesting({});
   }
 }
 

@@ -272,15 +272,53 @@ void EmulatedTensorCoreMatMul(const Block& blk, float* shared, uint16_t* halves,
   blk.Sync();
 }
 
-// The columns past the last whole panel that the panels leave to one thread each: at most this
+// The columns past the last whole panel that the panels leave to the threads: at most this
 // many (less than a tile's width). The scan's [v, 1] products have Dv + 1 = 257 columns, and a
 // panel round for their one normaliser column would cost as much as a round for a whole panel's
-// columns: 5 rounds where 4 do. Such a column sums in order of k, split as the panels' (SplitProduct): the sums the
-// emulation's tiles form.
+// columns: 5 rounds where 4 do. Such a column's outputs sum split as the panels' (SplitProduct).
 constexpr int64_t kThreadTailCols = 15;
 DF_HD inline int64_t ThreadTailCols(int64_t cols) {
   const int64_t tail = cols % kPanelCols;
   return cols > kPanelCols && tail <= kThreadTailCols ? tail : 0;
+}
+
+// The threads that share one tail output, each summing a run of its depth in order of k, the runs'
+// sums then added in order: as many as a block's kThreads give each of `outputs`, no more than
+// the depth's batches of kStageBatch (so each thread's loads are in flight together). A state read
+// (G S rows, m = 256 deep) by one thread per row waited on 32 batches of loads in turn, the rest of
+// the block idle at the barrier; in 32 runs of 8 at G S = 8, on one. The count is the device's
+// block's, not the executor's: the host's one thread sums the same runs.
+DF_HD inline int64_t TailParts(int64_t outputs, int64_t depth) {
+  const int64_t batches = (depth + kStageBatch - 1) / kStageBatch;
+  const int64_t share = kThreads / (outputs > 0 ? outputs : 1), parts = share < batches ? share : batches;
+  return parts < 1 ? 1 : parts;
+}
+// Each run's depth: whole batches.
+DF_HD inline int64_t TailRun(int64_t depth, int64_t parts) {
+  const int64_t run = (depth + parts - 1) / parts;
+  return (run + kStageBatch - 1) / kStageBatch * kStageBatch;
+}
+
+// sum_k a(r, k) b(k, c) for k in [first, last) in order of k, split as kSplit's, kStageBatch steps'
+// operands read before they are summed: their loads in flight together.
+template <Split kSplit, typename A, typename B>
+DF_HD float TailSum(int64_t r, int64_t c, int64_t first, int64_t last, A a, B b) {
+  float acc = 0.0f;
+#ifdef __CUDA_ARCH__
+#pragma unroll 1  // rarely run: its code small beside the panels' (registers)
+#endif
+  for (int64_t k0 = first; k0 < last; k0 += kStageBatch) {
+    float xa[kStageBatch], xb[kStageBatch];
+    DF_UNROLL for (int i = 0; i < kStageBatch; ++i) {
+      const bool in = k0 + i < last;
+      xa[i] = in ? a(r, k0 + i) : 0.0f;
+      xb[i] = in ? b(k0 + i, c) : 0.0f;
+    }
+    DF_UNROLL for (int i = 0; i < kStageBatch; ++i) {
+      if (k0 + i < last) acc += SplitProduct<kSplit>(xa[i], xb[i]);
+    }
+  }
+  return acc;
 }
 
 // out(r, c, sum) for every output, then a barrier (a step, as ParallelFor). The operands must not
@@ -293,34 +331,38 @@ DF_HD void MatMul(const Block& blk, bool tensor_cores, int64_t rows, int64_t col
     const int64_t tail = ThreadTailCols(cols), panels = cols - tail;
 #ifdef DF_TENSOR_CORES
     TensorCoreMatMul<kSplit, kA, kB>(blk, rows, panels, depth, a, b, out);
+    float* runs = blk.tiles;  // free once the panels are done (their last barrier)
 #else
     thread_local std::vector<float> shared(kEmulatedMatMulFloats);  // the block's shared memory
     thread_local std::vector<uint16_t> halves(2 * (kPanelA + kPanelB));  // its panels' bf16 halves
     EmulatedTensorCoreMatMul<kSplit, kA, kB>(blk, shared.data(), halves.data(), rows, panels, depth, a, b, out);
+    float* runs = shared.data();
 #endif
     if (tail > 0) {
-      ParallelFor(blk, rows * tail, [&](int64_t idx) {
-        const int64_t r = idx / tail, c = panels + idx % tail;
-        float acc = 0.0f;
-        // kStageBatch steps' operands read before they are summed (in order of k, as the emulated
-        // tiles): their loads in flight together, where a step at a time waited on each of
-        // `depth` (256 for a state read).
-#ifdef __CUDA_ARCH__
-#pragma unroll 1  // one column per thread, rarely: its code small beside the panels' (registers)
-#endif
-        for (int64_t k0 = 0; k0 < depth; k0 += kStageBatch) {
-          float xa[kStageBatch], xb[kStageBatch];
-          DF_UNROLL for (int i = 0; i < kStageBatch; ++i) {
-            const bool in = k0 + i < depth;
-            xa[i] = in ? a(r, k0 + i) : 0.0f;
-            xb[i] = in ? b(k0 + i, c) : 0.0f;
-          }
-          DF_UNROLL for (int i = 0; i < kStageBatch; ++i) {
-            if (k0 + i < depth) acc += SplitProduct<kSplit>(xa[i], xb[i]);
-          }
+      // parts > 1: outputs x parts <= kThreads, so the runs' sums fit where the A panel was staged.
+      static_assert(kThreads <= kPanelA, "a tail's runs fit the A panel's shared memory");
+      // 32-bit index arithmetic (a block's outputs are far fewer than 2^31): 64-bit divisions cost
+      // registers the kernels do not have.
+      const int outputs = static_cast<int>(rows * tail), parts = static_cast<int>(TailParts(outputs, depth)),
+                run = static_cast<int>(TailRun(depth, parts)), tails = static_cast<int>(tail);
+      ParallelFor(blk, outputs * parts, [&](int64_t at) {
+        const int idx = static_cast<int>(at), o = idx / parts, first = (idx % parts) * run;
+        const int64_t last = first + run < depth ? first + run : depth;
+        const float sum = TailSum<kSplit>(o / tails, panels + o % tails, first, last, a, b);
+        if (parts == 1) {
+          out(o / tails, panels + o % tails, sum);
+        } else {
+          runs[idx] = sum;
         }
-        out(r, c, acc);
       });
+      if (parts > 1) {
+        ParallelFor(blk, outputs, [&](int64_t at) {
+          const int o = static_cast<int>(at);
+          float acc = 0.0f;
+          for (int p = 0; p < parts; ++p) acc += runs[o * parts + p];
+          out(o / tails, panels + o % tails, acc);
+        });
+      }
     }
     return;
   }
