@@ -4,7 +4,12 @@
 
 #include <ATen/Context.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
 #include "attention/ops/cuda_op.h"
+#include "attention/ops/cuda_scan_threads.h"
 
 namespace darkformer::testing {
 
@@ -26,9 +31,34 @@ class DeterministicScope {
   bool was_, was_warn_only_;
 };
 
+// DARKFORMER_EMULATED_THREADS=in_order or reversed runs every block of the emulation on the device's
+// threads (ops/cuda_scan_threads.h) throughout the binary: a whole-suite check beside the suite's
+// own (cuda_op_threads_test.cpp), slower, and not part of it.
 inline const bool kCudaOpEmulatedOnTheHost = [] {
   EmulateCudaOpOnHostForTesting(true);
+  if (const char* order = std::getenv("DARKFORMER_EMULATED_THREADS")) {
+    const std::string name = order;
+    if (name != "in_order" && name != "reversed") {
+      std::fprintf(stderr, "DARKFORMER_EMULATED_THREADS=%s: expected in_order or reversed\n", order);
+      std::exit(2);
+    }
+    cuda_scan::SetHostThreadOrderForTesting({/*device_threads=*/true, /*reversed=*/name == "reversed"});
+  }
   return true;
 }();
+
+// The host emulation's order (cuda_scan_threads.h) for the scope's life, then the one before.
+class ThreadOrderScope {
+ public:
+  explicit ThreadOrderScope(cuda_scan::HostThreadOrder order) : was_(cuda_scan::HostThreadOrderNow()) {
+    cuda_scan::SetHostThreadOrderForTesting(order);
+  }
+  ~ThreadOrderScope() { cuda_scan::SetHostThreadOrderForTesting(was_); }
+  ThreadOrderScope(const ThreadOrderScope&) = delete;
+  ThreadOrderScope& operator=(const ThreadOrderScope&) = delete;
+
+ private:
+  cuda_scan::HostThreadOrder was_;
+};
 
 }  // namespace darkformer::testing

@@ -167,11 +167,12 @@ TEST(CudaScanMatMulTest, TheDevicesThreadsGiveTheSameSumsInEitherOrder) {
   // The block's 256 threads as the device splits the products between them (each warp its tiles,
   // the tails' runs one thread each), in order of tid and reversed: the same bits (a missing
   // barrier between staging, sums, runs and emits reads otherwise in one of the orders).
+  const auto was = cuda_scan::HostThreadOrderNow();
   for (const bool reversed : {false, true}) {
     cuda_scan::SetHostThreadOrderForTesting({/*device_threads=*/true, reversed});
     EXPECT_EQ(Mismatches(), 0) << (reversed ? "reversed" : "in order");
-    cuda_scan::SetHostThreadOrderForTesting({});
   }
+  cuda_scan::SetHostThreadOrderForTesting(was);
 }
 
 TEST(CudaScanMatMulTest, TensorCoreSumsStayWithinTheirBoundOfTheFp64Product) {

@@ -25,13 +25,7 @@ using cuda_scan::Block;
 using cuda_scan::HostThreadOrder;
 using namespace cuda_op_cases;  // NOLINT: the cases the device tests share
 
-// The order for the scope's life, then one thread again.
-struct ThreadOrderScope {
-  explicit ThreadOrderScope(HostThreadOrder order) { cuda_scan::SetHostThreadOrderForTesting(order); }
-  ~ThreadOrderScope() { cuda_scan::SetHostThreadOrderForTesting({}); }
-  ThreadOrderScope(const ThreadOrderScope&) = delete;
-  ThreadOrderScope& operator=(const ThreadOrderScope&) = delete;
-};
+using testing::ThreadOrderScope;
 
 constexpr HostThreadOrder kInOrder{true, false}, kReversed{true, true};
 
@@ -131,7 +125,10 @@ TEST(CudaOpThreadsTest, TheDevicesThreadsGiveOneThreadsBitsInEitherOrder) {
             return Make(name, "cuda", 30.0, cut.chunk, cut.features, kHeads, cut.sub_chunk, 0, cut.pairs);
           };
           auto one_kernel = make();
-          const auto one = RunKernel(one_kernel, in, torch::kCPU, torch::kFloat32, ids, bf16);
+          const auto one = [&] {
+            const ThreadOrderScope one_thread({});
+            return RunKernel(one_kernel, in, torch::kCPU, torch::kFloat32, ids, bf16);
+          }();
           for (const auto order : {kInOrder, kReversed}) {
             const ThreadOrderScope scope(order);
             auto kernel = make();

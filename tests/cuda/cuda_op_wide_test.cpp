@@ -69,9 +69,8 @@ TEST(DeviceCudaOpTest, WideValuesSplitTheStateReadsTailBetweenThreads) {
       }
       if (!device.is_cpu()) continue;
       for (const bool reversed : {false, true}) {
-        cuda_scan::SetHostThreadOrderForTesting({/*device_threads=*/true, reversed});
+        const testing::ThreadOrderScope order({/*device_threads=*/true, reversed});
         const auto threads = RunWide(name, "cuda", device, torch::kFloat32, bf16);
-        cuda_scan::SetHostThreadOrderForTesting({});
         for (size_t i = 0; i < got.size(); ++i) {
           if (got[i].defined()) EXPECT_TRUE(torch::equal(got[i], threads[i])) << where << " threads, " << i;
         }

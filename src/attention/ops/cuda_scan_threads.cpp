@@ -58,6 +58,16 @@ void Check(int status, const char* what) {
   if (status != 0) throw std::runtime_error(std::string("op: cuda host threads: ") + what + " failed");
 }
 
+// A fiber that starts at FiberMain on `stack` and returns to `link`. Its own function: getcontext
+// returns twice, and the caller's loop variables would be the compiler's to clobber.
+[[gnu::noinline]] void MakeFiber(ucontext_t& c, char* stack, ucontext_t* link) {
+  Check(getcontext(&c), "getcontext");
+  c.uc_stack.ss_sp = stack;
+  c.uc_stack.ss_size = kStackBytes;
+  c.uc_link = link;
+  makecontext(&c, FiberMain, 0);
+}
+
 }  // namespace
 
 void HostBarrier(HostThreads* t) {
@@ -92,14 +102,7 @@ void RunHostBlock(int threads, const std::function<void(const Block&)>& body) {
   t.fibers.resize(threads);
   t.flags.assign(threads, 0);
   while (stacks.size() < static_cast<size_t>(threads)) stacks.emplace_back(new char[kStackBytes]);
-  for (int i = 0; i < threads; ++i) {
-    ucontext_t& c = t.fibers[i].context;
-    Check(getcontext(&c), "getcontext");
-    c.uc_stack.ss_sp = stacks[i].get();
-    c.uc_stack.ss_size = kStackBytes;
-    c.uc_link = &t.scheduler;
-    makecontext(&c, FiberMain, 0);
-  }
+  for (int i = 0; i < threads; ++i) MakeFiber(t.fibers[i].context, stacks[i].get(), &t.scheduler);
   running = &t;
   const bool backwards = reversed;
   try {
