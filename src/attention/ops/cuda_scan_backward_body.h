@@ -10,40 +10,56 @@ namespace darkformer::cuda_scan {
 // The query side (`numerators`: c.n holds the sub-chunk's, Numerators) forms g_t . out_t from
 // out_t = n_t / den_t in fp32, as the forward formed the output, and writes it to io.dot; the key
 // side reads it there. So autograd keeps no fp32 output: its bf16 rounding would break the
-// parameters' fp32 rule where g . v_j - g . out cancels (sharp rows). The dot runs over
-// kShiftParts threads a query, each a run of the value dims, their sums in c.da (free between
-// the numerators and the da products) added in order after: a thread a query would walk all Dv
-// dims, a division each, while most of the block idles.
+// parameters' fp32 rule where g . v_j - g . out cancels (sharp rows). The incoming gradient is
+// read once, coalesced and in batches (ParallelLoad), into c.h; the dot then reads it there, over
+// kShiftParts threads a query, each a run of the value dims, their sums in c.da (free between the
+// numerators and the da products) added in order after, as each h is scaled: a thread a query
+// would walk all Dv dims, a division each, while most of the block idles, and each part reading g
+// from global memory a step at a time waited on a load a step.
 DF_HD inline void Cotangents(const Block& b, const Row& r, const BackwardIo& io, int64_t pos, int64_t sl,
                              bool numerators, const Scratch& c) {
   const int64_t v = r.value_dim + 1, dv = r.value_dim, gs = r.group * sl;
   auto at_of = [&](int64_t ht) { return (ht / sl) * io.den_head_stride + pos + ht % sl; };
-  if (numerators) {
-    const int64_t most = dv < r.features ? dv : r.features, parts = most < kShiftParts ? most : kShiftParts;
-    const int64_t run = (dv + parts - 1) / parts;
-    ParallelFor(b, gs * parts, [&](int64_t idx) {
-      const int64_t ht = idx / parts, first = (idx % parts) * run, last = first + run < dv ? first + run : dv;
-      const int64_t gt = (ht / sl) * io.g_head_stride + (pos + ht % sl) * io.g_pos;
-      const float* n = c.n + ht * v;
-      float dot = 0.0f;
-      for (int64_t q = first; q < last; ++q) dot += LoadAsFloat(io.g, io.g_bf16, gt + q * io.g_dim) * (n[q] / n[dv]);
-      c.da[idx] = dot;
-    });
-    ParallelFor(b, gs, [&](int64_t ht) {
-      float dot = 0.0f;
-      for (int64_t p = 0; p < parts; ++p) dot += c.da[ht * parts + p];
-      io.dot[at_of(ht)] = dot;
-    });
+  auto g_of = [&](int64_t idx) {
+    const int64_t ht = idx / v, kk = idx % v;
+    return LoadAsFloat(io.g, io.g_bf16, (ht / sl) * io.g_head_stride + (pos + ht % sl) * io.g_pos + kk * io.g_dim);
+  };
+  if (!numerators) {
+    ParallelLoad(
+        b, gs * v,
+        [&](int64_t idx) {
+          const int64_t at = at_of(idx / v);
+          const float inv = 1.0f / io.den[at];
+          return idx % v < dv ? g_of(idx) * inv : -io.dot[at] * inv;
+        },
+        [&](int64_t idx, float x) { c.h[idx] = x; });
+    return;
   }
+  // g into c.h (its normaliser column after the dot, below).
   ParallelLoad(
-      b, gs * v,
-      [&](int64_t idx) {
-        const int64_t ht = idx / v, kk = idx % v, h = ht / sl, t = ht % sl;
-        const int64_t gt = h * io.g_head_stride + (pos + t) * io.g_pos, at = at_of(ht);
-        const float inv = 1.0f / io.den[at];
-        return kk < dv ? LoadAsFloat(io.g, io.g_bf16, gt + kk * io.g_dim) * inv : -io.dot[at] * inv;
-      },
-      [&](int64_t idx, float x) { c.h[idx] = x; });
+      b, gs * v, [&](int64_t idx) { return idx % v < dv ? g_of(idx) : 0.0f; }, [&](int64_t idx, float x) { c.h[idx] = x; });
+  const int64_t most = dv < r.features ? dv : r.features, parts = most < kShiftParts ? most : kShiftParts;
+  const int64_t run = (dv + parts - 1) / parts;
+  ParallelFor(b, gs * parts, [&](int64_t idx) {
+    const int64_t ht = idx / parts, first = (idx % parts) * run, last = first + run < dv ? first + run : dv;
+    const float* n = c.n + ht * v;
+    const float* g = c.h + ht * v;
+    float dot = 0.0f;
+    for (int64_t q = first; q < last; ++q) dot += g[q] * (n[q] / n[dv]);
+    c.da[idx] = dot;
+  });
+  ParallelFor(b, gs * v, [&](int64_t idx) {
+    const int64_t ht = idx / v, at = at_of(ht);
+    const float inv = 1.0f / io.den[at];
+    if (idx % v < dv) {
+      c.h[idx] = c.h[idx] * inv;
+      return;
+    }
+    float dot = 0.0f;
+    for (int64_t p = 0; p < parts; ++p) dot += c.da[ht * parts + p];
+    io.dot[at] = dot;
+    c.h[idx] = -dot * inv;
+  });
 }
 
 // A dv term into its element: added to the value row's shared zeros (io.dv_shared), else the row's
