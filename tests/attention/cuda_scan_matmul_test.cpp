@@ -274,32 +274,37 @@ TEST(CudaScanMatMulTest, EpilogueMayReadTheOutputItWrites) {
 // edges: every output inside them read once and then written once, with combine(old, sum); none
 // outside touched.
 TEST(CudaScanMatMulTest, InPlaceEpilogueReadsEachOutputBeforeItsOnlyWrite) {
-  std::vector<float> pc(256);
-  for (int e = 0; e < 256; ++e) pc[e] = static_cast<float>(e);
-  const int64_t rows = 16 + 11, cols = 16 + 5, r0 = 0, c0 = 0;
-  const int tile = cuda_scan::kPanelCols / 16 + 1;  // second tile row, second tile column: rows 16-31, cols 16-31
-  std::vector<float> out(rows * cols), before(rows * cols);
-  for (int64_t i = 0; i < rows * cols; ++i) out[i] = before[i] = 1000.0f + static_cast<float>(i);
-  std::vector<int> reads(rows * cols, 0), writes(rows * cols, 0);
-  for (int lane = 0; lane < 32; ++lane) {
-    auto at = [&](int64_t r, int64_t c) {
-      ++reads[r * cols + c];  // a write goes through at() too: counted below
-      return out.data() + r * cols + c;
-    };
-    auto combine = [&](int64_t r, int64_t c, float old, float sum) {
-      EXPECT_EQ(writes[r * cols + c], 0) << "output " << r << ", " << c << " combined twice";
-      ++writes[r * cols + c];
-      return old + sum;
-    };
-    cuda_scan::EmitTile(pc.data(), rows, cols, r0, c0, tile, lane, 32, cuda_scan::Updating(at, combine));
-  }
-  for (int64_t r = 0; r < rows; ++r) {
-    for (int64_t c = 0; c < cols; ++c) {
-      const bool inside = r >= 16 && c >= 16;
-      EXPECT_EQ(writes[r * cols + c], inside ? 1 : 0) << r << ", " << c;
-      EXPECT_EQ(reads[r * cols + c], inside ? 2 : 0) << r << ", " << c;  // its read, then its write's address
-      const float old = before[r * cols + c];
-      EXPECT_EQ(out[r * cols + c], inside ? old + pc[(r - 16) * 16 + (c - 16)] : old) << r << ", " << c;
+  for (const bool reads_old : {true, false}) {
+    std::vector<float> pc(256);
+    for (int e = 0; e < 256; ++e) pc[e] = static_cast<float>(e);
+    const int64_t rows = 16 + 11, cols = 16 + 5, r0 = 0, c0 = 0;
+    const int tile = cuda_scan::kPanelCols / 16 + 1;  // second tile row, second tile column: rows 16-31, cols 16-31
+    std::vector<float> out(rows * cols), before(rows * cols);
+    for (int64_t i = 0; i < rows * cols; ++i) out[i] = before[i] = 1000.0f + static_cast<float>(i);
+    std::vector<int> reads(rows * cols, 0), writes(rows * cols, 0);
+    for (int lane = 0; lane < 32; ++lane) {
+      auto at = [&](int64_t r, int64_t c) {
+        ++reads[r * cols + c];  // a write goes through at() too: counted below
+        return out.data() + r * cols + c;
+      };
+      auto combine = [&](int64_t r, int64_t c, float old, float sum) {
+        EXPECT_EQ(writes[r * cols + c], 0) << "output " << r << ", " << c << " combined twice";
+        ++writes[r * cols + c];
+        return old + sum;
+      };
+      cuda_scan::EmitTile(pc.data(), rows, cols, r0, c0, tile, lane, 32, cuda_scan::Updating(at, combine, reads_old));
+    }
+    // Without reads (a fold into a state not yet made), combine gets 0 for old and at() is called
+    // for the write's address alone.
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t c = 0; c < cols; ++c) {
+        const bool inside = r >= 16 && c >= 16;
+        EXPECT_EQ(writes[r * cols + c], inside ? 1 : 0) << r << ", " << c;
+        EXPECT_EQ(reads[r * cols + c], inside ? (reads_old ? 2 : 1) : 0) << r << ", " << c;
+        const float old = before[r * cols + c];
+        EXPECT_EQ(out[r * cols + c], inside ? (reads_old ? old : 0.0f) + pc[(r - 16) * 16 + (c - 16)] : old)
+            << r << ", " << c;
+      }
     }
   }
 }

@@ -250,8 +250,9 @@ DF_HD_INLINE void ChunkKeySide(const Block& b, const Row& r, const BackwardIo& i
         [&](int64_t ht, int64_t kk) { return c.h[ht * v + kk]; },
         Updating([&](int64_t i, int64_t kk) { return z + i * v + kk; },
                  [&](int64_t i, int64_t, float old, float sum) {
-                   return had_z ? sum + DF_EXP2(ref[i] - end_r[i]) * old : sum;  // old unread without z
-                 }));
+                   return had_z ? sum + DF_EXP2(ref[i] - end_r[i]) * old : sum;
+                 },
+                 /*reads=*/had_z));
     has_z = true;
   }
 }

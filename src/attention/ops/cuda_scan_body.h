@@ -212,7 +212,8 @@ DF_HD inline void Fold(const Block& b, const Row& r, const float* l, int64_t sl,
       b, r.tensor_cores, m, v, sl, [&](int64_t i, int64_t j) { return c.kk[j * m + i]; },
       [&](int64_t j, int64_t k) { return c.vh[j * v + k]; },
       Updating([&](int64_t i, int64_t k) { return state + i * v + k; },
-               [&](int64_t i, int64_t, float old, float sum) { return (has ? old * c.decay[i] : 0.0f) + sum; }));
+               [&](int64_t i, int64_t, float old, float sum) { return (has ? old * c.decay[i] : 0.0f) + sum; },
+               /*reads=*/has));
   ParallelFor(b, m, [&](int64_t i) { ref[i] = end[i]; });
 }
 

@@ -96,19 +96,23 @@ DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int
 // at(r, c), the output's address; combine(r, c, old, sum), its new value. Called alone it reads and
 // writes one output; EmitTile reads a batch of them before it writes any, their loads in flight
 // together, where out(r, c, sum) in turn could not start a read before the write before it (which,
-// for all the compiler knows, may be to the same address): a memory latency per output.
+// for all the compiler knows, may be to the same address): a memory latency per output. `reads`
+// false (the block's, uniform): combine ignores old this time (a fold into a state not yet made),
+// so nothing is read and old is 0: the first fold of a chunk read its whole m (Dv + 1) slot for
+// nothing, which at one sub-chunk a chunk is half the state traffic of its own state's step.
 template <typename At, typename Combine>
 struct InPlace {
   At at;
   Combine combine;
+  bool reads;
   DF_HD void operator()(int64_t r, int64_t c, float sum) const {
     float* p = at(r, c);
-    *p = combine(r, c, *p, sum);
+    *p = combine(r, c, reads ? *p : 0.0f, sum);
   }
 };
 template <typename At, typename Combine>
-DF_HD InPlace<At, Combine> Updating(At at, Combine combine) {
-  return {at, combine};
+DF_HD InPlace<At, Combine> Updating(At at, Combine combine, bool reads = true) {
+  return {at, combine, reads};
 }
 
 // Outputs a lane of EmitTile reads before it writes any (an InPlace epilogue): 2 batches of a
@@ -122,7 +126,7 @@ DF_HD void EmitTile(const float* pc, int64_t rows, int64_t cols, int64_t r0, int
     DF_UNROLL for (int k = 0; k < kEpilogueBatch; ++k) {
       const int e = e0 + k * lanes;
       const int64_t r = r0 + TileRow(tile) + e / 16, c = c0 + TileCol(tile) + e % 16;
-      old[k] = e < 256 && r < rows && c < cols ? *out.at(r, c) : 0.0f;
+      old[k] = out.reads && e < 256 && r < rows && c < cols ? *out.at(r, c) : 0.0f;
     }
     DF_UNROLL for (int k = 0; k < kEpilogueBatch; ++k) {
       const int e = e0 + k * lanes;
