@@ -17,9 +17,9 @@
 #  1c. fla's chunk_linear_attn with Performer features in PyTorch, bf16, against SDPA in the same
 #     process (tools/bench_fla.py, fla.jsonl; a row saying why where CUDA, triton or fla is missing).
 #  1d. op: cuda cut otherwise (CUDA_CUTS: chunk_size, its sub_chunk key and optionally its
-#     segment_chunks key; an x after them: its pairs key, exponentials), bf16, beside SDPA:
-#     kernels_<kernel>_bf16_c<chunk>s<sub>[g<segment>][x].jsonl, each row's chunk_size, sub_chunk,
-#     segment_chunks and pairs as they ran.
+#     segment_chunks key; an x after them: its pairs key, exponentials; a p: its precompute_features
+#     key, true), bf16, beside SDPA: kernels_<kernel>_bf16_c<chunk>s<sub>[g<segment>][x][p].jsonl,
+#     each row's chunk_size, sub_chunk, segment_chunks, pairs and precompute_features as they ran.
 #  2. The paper's step, Gemma 2B q/k/v-only finetuning (bf16 autocast, activation checkpointing,
 #     chunked loss), for each of STEP_KERNELS at each of STEP_SHAPES (batch x tokens): ms, tokens/s,
 #     MFU, peak device memory, and on CUDA the caching allocator's peak beside `inspect --memory`'s
@@ -35,9 +35,10 @@
 # DOCUMENTS [256; 0 skips 1b], DOCUMENT_LENGTHS [4096,16384], DOCUMENT_BATCH [4], FLA [1; 0 skips
 # 1c], HEADS [8], KV_HEADS [1], HEAD_DIM [256], FEATURES [256], REPEATS [3], OP [auto:
 # chunk_parallel on CUDA; a list, e.g. auto,cuda, times each], CHUNK [64: the feature kernels'
-# chunk_size], CUDA_CUTS [none: 1d skipped; a list of chunk:sub_chunk[:segment_chunks][x], e.g.
-# 64:32,64:32:100000 (whole rows),64:32x (pairs by exponentials): op: cuda in bf16 so cut, beside
-# SDPA: kernels_<kernel>_bf16_c<chunk>s<sub>[g<segment>][x].jsonl and .log], SHARP_NORM
+# chunk_size], CUDA_CUTS [none: 1d skipped; a list of chunk:sub_chunk[:segment_chunks][x][p], e.g.
+# 64:32,64:32:100000 (whole rows),64:32x (pairs by exponentials),64:32p (features precomputed): op:
+# cuda in bf16 so cut, beside SDPA: kernels_<kernel>_bf16_c<chunk>s<sub>[g<segment>][x][p].jsonl and
+# .log], SHARP_NORM
 # [60; 0 skips 3], SHARP_LENGTHS [8192], STEP_OP [the last form of OP: the step's], STEP_KERNELS
 # [exact performer darkformer], STEP_SHAPES [8x2048 1x16384], STEPS [4],
 # MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into
@@ -58,8 +59,8 @@ STEPS="${STEPS:-4}" CHUNK="${CHUNK:-64}" SHARP_NORM="${SHARP_NORM:-60}" SHARP_LE
 STEP_OP="${STEP_OP:-${OP##*,}}"
 CUDA_CUTS="${CUDA_CUTS:-}"
 for cut in ${CUDA_CUTS//,/ }; do  # checked before anything runs
-  [[ "$cut" =~ ^[1-9][0-9]*:[1-9][0-9]*(:[1-9][0-9]*)?x?$ ]] ||
-    { echo "[bench_gpu] CUDA_CUTS: '$cut' is not chunk:sub_chunk[:segment_chunks][x] (positive integers, e.g. 64:32 or 64:32x)" >&2; exit 2; }
+  [[ "$cut" =~ ^[1-9][0-9]*:[1-9][0-9]*(:[1-9][0-9]*)?x?p?$ ]] ||
+    { echo "[bench_gpu] CUDA_CUTS: '$cut' is not chunk:sub_chunk[:segment_chunks][x][p] (positive integers, e.g. 64:32, 64:32x or 64:32p)" >&2; exit 2; }
 done
 FEATURE_OPTIONS="num_features: $FEATURES, chunk_size: $CHUNK"  # every feature kernel's, in every part
 MODEL="${MODEL:-$ROOT/configs/model/gemma-2b.yaml}"
@@ -108,16 +109,18 @@ part_attention() {
   done
 }
 
-# 1d. op: cuda at other cuts (CUDA_CUTS: chunk:sub_chunk[:segment_chunks][x]; its keys, which other
-# forms refuse), bf16.
+# 1d. op: cuda at other cuts (CUDA_CUTS: chunk:sub_chunk[:segment_chunks][x][p]; its keys, which
+# other forms refuse), bf16.
 part_cuts() {
   for cut in ${CUDA_CUTS//,/ }; do
-    local pairs=""
+    local pairs="" precompute=""
+    if [[ "$cut" == *p ]]; then precompute=true; cut="${cut%p}"; fi
     if [[ "$cut" == *x ]]; then pairs=exponentials; cut="${cut%x}"; fi
     IFS=: read -r chunk sub segment <<< "$cut"
     local options="num_features: $FEATURES, chunk_size: $chunk, sub_chunk: $sub" name="c${chunk}s${sub}"
     if [[ -n "$segment" ]]; then options+=", segment_chunks: $segment"; name+="g$segment"; fi
     if [[ -n "$pairs" ]]; then options+=", pairs: $pairs"; name+="x"; fi
+    if [[ -n "$precompute" ]]; then options+=", precompute_features: true"; name+="p"; fi
     for kernel in performer darkformer; do
       attention_call "$kernel" bf16 cuda "$options" "kernels_${kernel}_bf16_$name"
     done

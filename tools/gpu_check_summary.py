@@ -50,6 +50,7 @@ def main():
     summary = {"device": device, "machine": machine, "stages": stages,
                "tests": tests_summary(os.path.join(out, "junit.xml")),
                "kernels": [{k: r.get(k) for k in ("kernel", "impl", "chunk_size", "sub_chunk", "segment_chunks", "pairs",
+                                                  "precompute_features",
                                                   "dtype",
                                                   "computes_in", "length",
                                                   "ms_median", "peak_mib", "ops_forward", "ops_backward",
@@ -75,13 +76,16 @@ def main():
                "|---|---|---|---|---|---|---|---|---|---|"]
         for r in sorted(kernels, key=lambda r: (r["kernel"], r.get("dtype") or "", r["length"], r["impl"],
                                                 r.get("chunk_size") or 0, r.get("sub_chunk") or 0,
-                                                r.get("segment_chunks") or 0, r.get("pairs") or "")):
+                                                r.get("segment_chunks") or 0, r.get("pairs") or "",
+                                                bool(r.get("precompute_features")))):
             # op: cuda's rows say how they were cut: chunk / sub-chunk, the chunks per segment where
             # its key gave them (" g<n>"; else at most what the device runs at once), and " x" where
-            # its pairs ran by exponentials throughout (its key pairs; else products where they factor).
+            # its pairs ran by exponentials throughout (its key pairs; else products where they factor),
+            # " p" where its features were precomputed (its key precompute_features; else inside).
             impl = r["impl"] + (" %s/%s" % (r.get("chunk_size"), r["sub_chunk"]) if "sub_chunk" in r else "")
             impl += " g%s" % r["segment_chunks"] if r.get("segment_chunks") else ""
             impl += " x" if r.get("pairs") == "exponentials" else ""
+            impl += " p" if r.get("precompute_features") else ""
             md.append("| %s | %s | %s | %s | %d | %.2f | %.0f | %s/%s | %s | %s |" % (
                 r["kernel"], impl, r.get("dtype", "fp32"), r.get("computes_in") or "-", r["length"],
                 r["ms_median"], r["peak_mib"], r.get("ops_forward", "-"), r.get("ops_backward", "-"),

@@ -52,6 +52,14 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
              "config key '" << reader.KeyPath("pairs") << "' = exponentials" << ValueOrigin(reader.KeyPath("pairs"), reader.node()["pairs"])
                             << " applies to op: cuda only, and '" << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
                             << ": set op: cuda, or drop pairs (the other forms take theirs their own way)");
+    o.precompute_features = reader.Get<bool>(
+        "precompute_features", false,
+        "op: cuda's log-features: false, projected inside its launches where the scan can (positive features: O(L D) memory); true, one LibTorch product before each pass, held through it (about m fp32 more per position, query head and key row at D = m); other forms refuse true");
+    DF_CHECK(!o.precompute_features || o.op == CausalOp::kCuda,
+             "config key '" << reader.KeyPath("precompute_features") << "' = true"
+                            << ValueOrigin(reader.KeyPath("precompute_features"), reader.node()["precompute_features"])
+                            << " applies to op: cuda only, and '" << reader.KeyPath("op") << "' is " << CausalOpName(o.op)
+                            << ": set op: cuda, or drop precompute_features (the other forms compute theirs up front)");
   }
   if (!with_redraw) return o;
   o.redraw = reader.GetEnum("redraw", o.redraw,

@@ -44,10 +44,14 @@ struct FeatureKernelOptions {
   // factor (cuda_scan_body.h's FactoredQueries); true (exponentials), pair by pair throughout, the
   // arithmetic the products replace. Other forms refuse exponentials.
   bool exponential_pairs = false;
+  // op: cuda's log-features (`precompute_features`): false, projected inside its launches one
+  // sub-chunk at a time wherever the scan can (positive features, fp32 or bf16 inputs); true, by
+  // one LibTorch product before each pass, held through it. Other forms refuse true.
+  bool precompute_features = false;
 
   // Reads the keys above; `with_redraw` false (trainable W) leaves redraw keys unknown, and
   // `with_op` false (signed features: one composite path) leaves `op`, `fused`, `sub_chunk`,
-  // `segment_chunks` and `pairs` unknown keys.
+  // `segment_chunks`, `pairs` and `precompute_features` unknown keys.
   // `default_features`: num_features when absent (SLAY's is smaller), recorded as the default.
   static FeatureKernelOptions Read(const ConfigReader& options, bool with_redraw, bool with_op,
                                    int64_t default_features = kDefaultFeatures);

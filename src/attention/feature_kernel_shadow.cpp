@@ -44,7 +44,11 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     // an upper bound. (A 16-bit input is bf16 here: autocast's.)
     const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
     const int64_t dv_rows = cuda_scan::DvShared(rows / K, c.deterministic) ? K : rows;
-    const int64_t queries = form.projection_trains ? 2 * m : (form.rank > 0 ? form.rank : D);
+    // The kernel's precompute_features gives both sides' log-features before the scan, held
+    // through it beside their gradients: as for the queries where W trains.
+    const bool given = options.precompute_features;
+    const int64_t queries = form.projection_trains || given ? 2 * m : (form.rank > 0 ? form.rank : D);
+    const int64_t keys = given ? 2 * m : m + 1;
     const auto cut = cuda_op_launch::ChunkingFor(chunk, options.sub_chunk);
     const int64_t scratch = cuda_scan::Scratch::Floats(m, D, H / rows, cut.sub, true);
     if (rg) {
@@ -61,9 +65,9 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
     const int64_t segments = (chunks + held - 1) / held, state = m * (D + 1) + m;
     const int64_t per_row = held * (state + 1 + cut.chunk_subs * m + scratch) + state +
                             (segments - 1) * state + (segments > 1 ? m * (D + 1) : 0);
-    const int64_t projection = std::max<int64_t>(form.map_heads, 1) * D * m;
+    const int64_t projection = given ? 0 : std::max<int64_t>(form.map_heads, 1) * D * m;
     r.backward_bytes =
-        (T * H + T * H * queries + T * rows * (m + 1) + T * dv_rows * D + B * rows * per_row + projection) * kF32;
+        (T * H + T * H * queries + T * rows * keys + T * dv_rows * D + B * rows * per_row + projection) * kF32;
     return r;
   }
   const bool mapped = form.positive && form.map_heads > 0;

@@ -23,6 +23,7 @@ FeatureMap LogFeatureKernel::MakeFeatureMap() const {
   map.sub_chunk = options_.sub_chunk;
   map.segment_chunks = options_.segment_chunks;
   map.exponential_pairs = options_.exponential_pairs;
+  map.precompute_features = options_.precompute_features;
   map.num_features = options_.num_features;
   return map;
 }
@@ -84,6 +85,7 @@ torch::Tensor LogFeatureKernel::ForwardPositiveFused(const PositiveFeatureForm& 
   map.sub_chunk = options_.sub_chunk;
   map.segment_chunks = options_.segment_chunks;
   map.exponential_pairs = options_.exponential_pairs;
+  map.precompute_features = options_.precompute_features;
   map.num_features = form.w_MR.size(0);
   map.input_dtype = q_BHLD.scalar_type();
   // q, k and v as given: the operator maps them (op: cuda inside, so autograd keeps them as they

@@ -248,8 +248,8 @@ void RunKernelBench(const KernelBenchOptions& o) {
                           bench_device);
   }
   // Log-form kernels take the operator's form; signed ones have their composite path only. The
-  // probe is built as `op: auto`, which takes no sub_chunk, segment_chunks or pairs (op: cuda's: checked below).
-  const std::vector<std::string> cuda_keys = {"sub_chunk", "segment_chunks", "pairs"};
+  // probe is built as `op: auto`, which takes none of op: cuda's keys (checked below).
+  const std::vector<std::string> cuda_keys = {"sub_chunk", "segment_chunks", "pairs", "precompute_features"};
   auto probe_options = YAML::Clone(fused_options);
   for (const auto& key : cuda_keys) probe_options.remove(key);
   const bool log_form = std::dynamic_pointer_cast<LogFeatureKernel>(Build(o.kernel, probe_options, o.heads, 8).ptr()) != nullptr;
@@ -273,6 +273,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
   const int64_t sub_chunk = fused_options["sub_chunk"] ? fused_options["sub_chunk"].as<int64_t>() : 0;
   const int64_t segment_chunks = fused_options["segment_chunks"] ? fused_options["segment_chunks"].as<int64_t>() : 0;
   const std::string pairs = fused_options["pairs"] ? fused_options["pairs"].as<std::string>() : "products";
+  const bool precompute = fused_options["precompute_features"] && fused_options["precompute_features"].as<bool>();
   std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads; TF32 {}\n",
                            o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
@@ -375,6 +376,7 @@ void RunKernelBench(const KernelBenchOptions& o) {
           line["sub_chunk"] = cuda_op_launch::ChunkingFor(std::min(chunk, length), sub_chunk).sub;
           line["segment_chunks"] = segment_chunks;  // its key: 0, at most what the device runs at once, evened
           line["pairs"] = pairs;                    // its key: products where they factor, or exponentials
+          line["precompute_features"] = precompute;  // its key: the log-features by LibTorch before each pass
         }
         line["computes_in"] = impl.twin < 0 ? impl.computes_in : impls[impl.twin].computes_in;
         line["bench_norm"] = o.norm;  // 0: ordinary rows

@@ -85,6 +85,11 @@ def cuda_op_on_a_cpu_run(tmp):
                "attention.performer.op", run_dir=run_dir, what="pairs: exponentials without op: cuda")
     expect_bad(train(path, "attention.performer.op=cuda", "attention.performer.pairs=sometimes"),
                "attention.performer.pairs", run_dir=run_dir, what="an unknown pairs")
+    # And precompute_features, where another form would not read it; a value not a bool anywhere.
+    expect_bad(train(path, "attention.performer.precompute_features=true"), "attention.performer.precompute_features",
+               "attention.performer.op", run_dir=run_dir, what="precompute_features without op: cuda")
+    expect_bad(train(path, "attention.performer.op=cuda", "attention.performer.precompute_features=often"),
+               "attention.performer.precompute_features", run_dir=run_dir, what="a precompute_features not a bool")
 
 
 def main(argv):

@@ -19,17 +19,17 @@ namespace darkformer::cuda_op_cases {
 
 inline constexpr int64_t kHeads = 2, kKvHeads = 1, kLength = 40, kDim = 8, kFeatures = 16, kChunk = 16;
 
-// sub_chunk: op: cuda's key (0: absent, its default); segment_chunks and pairs: its others
-// (0, "": absent).
+// sub_chunk: op: cuda's key (0: absent, its default); segment_chunks, pairs and precompute: its
+// others (0, "", false: absent).
 inline AttentionKernel Make(const std::string& name, const std::string& op, double projection_norm, int64_t chunk = kChunk,
                      int64_t features = kFeatures, int64_t heads = kHeads, int64_t sub_chunk = 0,
-                     int64_t segment_chunks = 0, const std::string& pairs = "") {
+                     int64_t segment_chunks = 0, const std::string& pairs = "", bool precompute = false) {
   KernelShape shape{heads, kDim};
   const std::string yaml =
       "{num_features: " + std::to_string(features) + ", chunk_size: " + std::to_string(chunk) + ", op: " + op +
       (sub_chunk > 0 ? ", sub_chunk: " + std::to_string(sub_chunk) : "") +
       (segment_chunks > 0 ? ", segment_chunks: " + std::to_string(segment_chunks) : "") +
-      (pairs.empty() ? "" : ", pairs: " + pairs) + "}";
+      (pairs.empty() ? "" : ", pairs: " + pairs) + (precompute ? ", precompute_features: true" : "") + "}";
   auto kernel = MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
   torch::NoGradGuard no_grad;
   if (projection_norm > 0) {  // rows projection_norm e_i: a key along e_i raises feature i by ~norm^2 / 2
@@ -109,19 +109,19 @@ inline double RelativeError(const torch::Tensor& a, const torch::Tensor& b) {
 inline void ExpectMatches(const std::string& name, const std::string& pattern, double max_log_feature,
                    const torch::Tensor& document_ids_BL = {}, bool bf16 = false, int64_t chunk = kChunk,
                    int64_t features = kFeatures, const std::string& op = "cuda", int64_t sub_chunk = 0,
-                   const std::string& pairs = "") {
+                   const std::string& pairs = "", bool precompute = false) {
   const auto device = testing::TestDevice();
   const double projection_norm = pattern == "jump" ? 30.0 : 0.0;
   const auto in = MakeInputs(pattern);
   auto reference = Make(name, "chunk_loop", projection_norm, kChunk, features);
   const auto ref = RunKernel(reference, in, torch::kCPU, torch::kFloat64, document_ids_BL, bf16);
-  auto kernel = Make(name, op, projection_norm, chunk, features, kHeads, sub_chunk, 0, pairs);
+  auto kernel = Make(name, op, projection_norm, chunk, features, kHeads, sub_chunk, 0, pairs, precompute);
   const auto got = RunKernel(kernel, in, device, torch::kFloat32, document_ids_BL, bf16);
   const double out_tol = std::max(1e-4, 4 * max_log_feature * std::ldexp(1.0, -24));
   const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
   const std::string where = name + " " + op + " " + pattern + " on " + device.str() + (bf16 ? " bf16" : "") +
                             " chunk " + std::to_string(chunk) + " sub_chunk " + std::to_string(sub_chunk) +
-                            (pairs.empty() ? "" : " pairs " + pairs);
+                            (pairs.empty() ? "" : " pairs " + pairs) + (precompute ? " precomputed features" : "");
   ASSERT_TRUE(torch::isfinite(got.out).all().item<bool>()) << where;
   EXPECT_LE(RelativeError(got.out, ref.out), std::max(out_tol, storage)) << where << " output";
   ASSERT_EQ(got.grads.size(), ref.grads.size()) << where;

@@ -41,9 +41,10 @@ constexpr int64_t kHeads = 4, kKvHeads = 1;
 // dominate), or Gemma 2B's D = m with long chunks, where the features' backward (L x D per query
 // head: the inputs' fp32 copies and their gradients) must stay within the scan's working set;
 // and the sub_chunk key (0: the default), whose longer sub-chunks widen a block's scratch; the
-// segment_chunks key (0: the default, as many as run at once).
+// segment_chunks key (0: the default, as many as run at once); and the precompute_features key.
 struct Shape {
   int64_t dim, features, chunk, sub_chunk = 0, segment_chunks = 0;
+  bool precompute = false;
 };
 
 struct Bytes {
@@ -55,7 +56,8 @@ AttentionKernel Make(const std::string& name, const Shape& s) {
   KernelShape shape{kHeads, s.dim};
   const std::string yaml = "{num_features: " + std::to_string(s.features) + ", chunk_size: " + std::to_string(s.chunk) +
                            ", op: cuda, sub_chunk: " + std::to_string(s.sub_chunk) +
-                           ", segment_chunks: " + std::to_string(s.segment_chunks) + "}";
+                           ", segment_chunks: " + std::to_string(s.segment_chunks) +
+                           ", precompute_features: " + (s.precompute ? "true" : "false") + "}";
   return MakeAttentionKernel(name, shape, ConfigReader(YAML::Load(yaml), "attention." + name));
 }
 
@@ -129,7 +131,8 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   const std::string where = name + " at D " + std::to_string(shape.dim) + ", m " + std::to_string(shape.features) +
                             ", chunk " + std::to_string(shape.chunk) + ", sub_chunk " +
                             std::to_string(shape.sub_chunk) + ", segments of " + std::to_string(per_segment) +
-                            (shape.segment_chunks > 0 ? " (its key)" : "");
+                            (shape.segment_chunks > 0 ? " (its key)" : "") +
+                            (shape.precompute ? ", features precomputed" : "");
   // dv per KV head, to which its key rows add theirs; per row, summed after, under deterministic
   // algorithms (train.deterministic).
   const int64_t dv_rows = deterministic ? rows : kKvHeads;
@@ -159,7 +162,11 @@ void ExpectBytesPerPosition(const Shape& shape, const std::string& name, torch::
   launch.group_subs = cut.chunk_subs;
   const double per_chunk =
       4.0 * rows * (m * (dv + 1) + m + 1 + cut.chunk_subs * m + launch.ScratchFloats(/*backward=*/true));
-  const double per_position = 4.0 * (h + h * d + rows * (m + 1) + dv_rows * dv);
+  // Precomputed (the precompute_features key): both sides' log-features, held through the scan
+  // beside their gradients, in place of the queries' gradient at their mapped input and the keys'
+  // norms.
+  const double per_position = shape.precompute ? 4.0 * (h + 2 * h * m + 2 * rows * m + dv_rows * dv)
+                                               : 4.0 * (h + h * d + rows * (m + 1) + dv_rows * dv);
   const double working = per_position + per_chunk / shape.chunk;  // whole rows
   const double peak_working =
       per_segment > 0 ? per_position + 4.0 * rows * (m * (dv + 1) + m) / (per_segment * shape.chunk) : working;
@@ -194,6 +201,17 @@ TEST(CudaOpMemoryTest, HeldAndPeakBytesPerPosition) {
     for (const std::string name : {"performer", "darkformer", "darkformer deterministic"}) {
       ExpectBytesPerPosition(shape, name, device);
     }
+  }
+}
+
+// With both sides' log-features precomputed (the precompute_features key), the scan holds them and
+// their gradients through the backward: m fp32 more per query head and key row than the working
+// set above, and what is kept from the forward to the backward is the same.
+TEST(CudaOpMemoryTest, PrecomputedFeaturesHeldThroughTheScan) {
+  const auto device = testing::TestDevice();
+  for (const std::string name : {"performer", "darkformer"}) {
+    ExpectBytesPerPosition(Shape{16, 32, 16, 0, 0, true}, name, device);
+    ExpectBytesPerPosition(Shape{32, 32, 64, 0, 0, true}, name, device);
   }
 }
 

@@ -170,16 +170,18 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
   const auto seen = CountHostSyncs([&] { q0.sum().item<float>(); });
   ASSERT_TRUE(seen.has_value() && *seen >= 1) << "the profiler must see a read on the host";
   // op: cuda, whole rows and in segments of one chunk (its segment_chunks key: the states carried
-  // between segments by device copies), and op: auto, which takes the chunk-parallel form on CUDA
-  // (the form training runs).
+  // between segments by device copies), with its features precomputed (its precompute_features key:
+  // LibTorch's products before each pass), and op: auto, which takes the chunk-parallel form on
+  // CUDA (the form training runs).
   struct Case {
     std::string name, op;
     int64_t segment_chunks;
+    bool precompute;
   };
-  for (const auto& [name, op, segment_chunks] :
-       {Case{"darkformer", "cuda", 0}, Case{"darkformer", "cuda", 1}, Case{"darkformer", "auto", 0},
-        Case{"performer", "auto", 0}}) {
-    auto kernel = Make(name, op, 0, kChunk, kFeatures, kHeads, /*sub_chunk=*/0, segment_chunks);
+  for (const auto& [name, op, segment_chunks, precompute] :
+       {Case{"darkformer", "cuda", 0, false}, Case{"darkformer", "cuda", 1, false}, Case{"performer", "cuda", 0, true},
+        Case{"darkformer", "auto", 0, false}, Case{"performer", "auto", 0, false}}) {
+    auto kernel = Make(name, op, 0, kChunk, kFeatures, kHeads, /*sub_chunk=*/0, segment_chunks, "", precompute);
     kernel->to(device);
     for (const bool documents : {false, true}) {
       AttentionCall call;
@@ -191,7 +193,7 @@ TEST(DeviceCudaOpTest, NoHostSyncInACall) {
       };
       run();  // warm: the allocator's first blocks, the kernels' first load, the forms' cached masks
       EXPECT_EQ(CountHostSyncs(run).value_or(-1), 0)
-          << name << " op: " << op << " segment_chunks " << segment_chunks
+          << name << " op: " << op << " segment_chunks " << segment_chunks << (precompute ? " precomputed" : "")
           << (documents ? " with documents" : " without documents");
     }
   }

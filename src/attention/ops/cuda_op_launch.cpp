@@ -208,9 +208,10 @@ ScanFeatures MakeScanFeatures(const FeatureMap& map, const std::vector<torch::Te
                               const torch::Tensor& y, int64_t rows) {
   torch::NoGradGuard no_grad;
   ScanFeatures f;
-  // W that learns needs the queries' d log phi itself; an fp16 input would need its own loads.
-  const bool queries_inside = ProjectedInside(map, x) && !p.at(0).requires_grad();
-  const bool keys_inside = ProjectedInside(map, y);
+  // W that learns needs the queries' d log phi itself; an fp16 input would need its own loads; the
+  // kernel's precompute_features asks for both sides' up front.
+  const bool queries_inside = !map.precompute_features && ProjectedInside(map, x) && !p.at(0).requires_grad();
+  const bool keys_inside = !map.precompute_features && ProjectedInside(map, y);
   if (queries_inside || keys_inside) {
     f.w = p[0].detach().to(torch::kFloat32).contiguous();
     const auto w_RM = f.w.t();

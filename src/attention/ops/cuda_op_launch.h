@@ -105,7 +105,8 @@ struct ForwardBuffers {
 // - the keys always (cuda_scan_keys.h: the scan gives their d log phi either way, so LFK's W
 //   learns as before), with n = log2(e) |y'|^2 / 2 per key row and position (B x R x L).
 // Else the base-2 log-features a (B x H x L x m) and l (B x R x L x m), computed here (any other
-// map; LFK's queries; fp16 inputs): their fp32 copies and mapped inputs are freed on return.
+// map; LFK's queries; fp16 inputs; both sides under the kernel's precompute_features): their fp32
+// copies and mapped inputs are freed on return.
 struct ScanFeatures {
   torch::Tensor a, x;         // the queries' features, or the queries as given
   torch::Tensor l, y, norms;  // the key rows' features, or the keys as given and n

@@ -66,6 +66,9 @@ struct FeatureMap {
   int64_t segment_chunks = 0;
   // op: cuda's pairs pair by pair throughout (FeatureKernelOptions::exponential_pairs).
   bool exponential_pairs = false;
+  // op: cuda's log-features by one LibTorch product before each pass, not inside its launches
+  // (FeatureKernelOptions::precompute_features).
+  bool precompute_features = false;
   // m, the features per head (0: not said).
   int64_t num_features = 0;
   // The dtype the caller's queries arrived in, before the features' fp32: a 16-bit one (what users
