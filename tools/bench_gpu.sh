@@ -38,7 +38,7 @@
 # chunk_size], CUDA_CUTS [none: 1d skipped; a list of chunk:sub_chunk[:segment_chunks][x][p], e.g.
 # 64:32,64:32:100000 (whole rows),64:32x (pairs by exponentials),64:32p (features precomputed): op:
 # cuda in bf16 so cut, beside SDPA: kernels_<kernel>_bf16_c<chunk>s<sub>[g<segment>][x][p].jsonl and
-# .log], SHARP_NORM
+# .log], CUT_LENGTHS [LENGTHS: 1d's], SHARP_NORM
 # [60; 0 skips 3], SHARP_LENGTHS [8192], STEP_OP [the last form of OP: the step's], STEP_KERNELS
 # [exact performer darkformer], STEP_SHAPES [8x2048 1x16384], STEPS [4],
 # MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into
@@ -49,6 +49,7 @@ ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE="${DEVICE:-cuda}"
 OUT="${OUT:-$ROOT/build/bench/gpu-$DEVICE}"
 LENGTHS="${LENGTHS:-2048,8192,32768}"
+CUT_LENGTHS="${CUT_LENGTHS:-$LENGTHS}"
 HEADS="${HEADS:-8}" KV_HEADS="${KV_HEADS:-1}" HEAD_DIM="${HEAD_DIM:-256}" FEATURES="${FEATURES:-256}"
 REPEATS="${REPEATS:-3}" OP="${OP:-auto}" DTYPES="${DTYPES:-bf16 fp32}" FLA="${FLA:-1}"
 PARTS="${PARTS:-attention cuts fla sharp step documents}"
@@ -93,10 +94,10 @@ peak_memory_of() {
 }
 
 # 1. Attention alone, per dtype; every call's whole output, profiles included, to kernels_*.log.
-# kernel-check for one kernel: attention_call KERNEL DTYPE OPS OPTIONS NAME (OUT/NAME.jsonl and .log).
+# kernel-check for one kernel: attention_call KERNEL DTYPE OPS OPTIONS NAME [LENGTHS] (OUT/NAME.jsonl and .log).
 attention_call() {
   "$BIN" kernel-check --bench --device "$DEVICE" --dtype "$2" --kernel "$1" --heads "$HEADS" \
-    --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "$LENGTHS" --exact-max-length 32768 \
+    --kv-heads "$KV_HEADS" --bench-head-dims "$HEAD_DIM" --bench-lengths "${6:-$LENGTHS}" --exact-max-length 32768 \
     --op "$3" --options "{$4}" --repeats "$REPEATS" --profile \
     --json "$OUT/$5.jsonl" > "$OUT/$5.log" 2>&1 || true
   grep -v '^  [a-z]\|^profile' "$OUT/$5.log" || true
@@ -122,7 +123,7 @@ part_cuts() {
     if [[ -n "$pairs" ]]; then options+=", pairs: $pairs"; name+="x"; fi
     if [[ -n "$precompute" ]]; then options+=", precompute_features: true"; name+="p"; fi
     for kernel in performer darkformer; do
-      attention_call "$kernel" bf16 cuda "$options" "kernels_${kernel}_bf16_$name"
+      attention_call "$kernel" bf16 cuda "$options" "kernels_${kernel}_bf16_$name" "$CUT_LENGTHS"
     done
   done
 }
