@@ -65,24 +65,40 @@ LayerOps Count(const std::string& kernel, const std::string& op, int64_t length,
 TEST(OpCountTest, ChunkParallelDispatchesTheSameOpsAtEveryLength) {
   // performer and darkformer: positive features (closed-form backward); gerf: its own log_features.
   for (const std::string kernel : {"performer", "darkformer", "gerf"}) {
-    // 50, 500: a padded chunk. 1024, 8192: 8 rows of 8192 positions exceed LibTorch's parallel
+    // 50, 500: a padded chunk. 2048, 8192: 8 rows of 8192 positions exceed LibTorch's parallel
     // grain (32768 elements), where a whole-tensor reduction adds a copy through per-thread buffers;
-    // 8 rows of 1024 do not (64 against 512 chunks).
-    // 128, 512 with chunk 64: 2 against 8 chunks, where LibTorch's bmm of a strided batch copies
-    // each matrix at 8 and not at 2 (the per-feature decays are made contiguous for it).
-    for (const auto& [short_l, long_l, chunk] :
-         {std::tuple<int64_t, int64_t, int64_t>{64, 512, 16}, {50, 500, 16}, {1024, 8192, 16}, {128, 512, 64}}) {
+    // 8 rows of 2048 do not. 128, 512 with chunk 64: 2 against 8 chunks, where LibTorch's bmm of a
+    // strided batch copies each matrix at 8 and not at 2 (the per-feature decays are made
+    // contiguous for it). Rows of more than 64 chunks take the decays in blocks
+    // (ops/chunk_decays.h): the same ops at every length past 64 chunks, whatever the padding of
+    // the last block (2048 and 8192: 128 and 512 chunks, blocks of 12 and 23; 1100 and 1300: a
+    // padded chunk, 69 and 82 chunks).
+    struct Pair {
+      int64_t short_l, long_l, chunk;
+      bool blocks;
+    };
+    LayerOps direct[2] = {}, blocked[2] = {};  // [padded chunk]
+    for (const auto& [short_l, long_l, chunk, blocks] : {Pair{64, 512, 16, false}, {50, 500, 16, false},
+                                                         {2048, 8192, 16, true}, {1100, 1300, 16, true},
+                                                         {128, 512, 64, false}}) {
       const auto a = Count(kernel, "chunk_parallel", short_l, chunk), b = Count(kernel, "chunk_parallel", long_l, chunk);
       std::cout << "[ops per layer] " << kernel << " chunk_parallel L=" << short_l << ": " << a.forward << " forward, "
                 << a.backward << " backward; L=" << long_l << ": " << b.forward << ", " << b.backward << "\n";
       EXPECT_EQ(a.forward, b.forward) << kernel << " L=" << short_l;
       EXPECT_EQ(a.backward, b.backward) << kernel << " L=" << short_l;
-      if (kernel != "gerf") {
+      if (chunk == 16) (blocks ? blocked : direct)[short_l % chunk != 0] = a;
+      if (kernel != "gerf" && !blocks) {
         // The budget per layer call: 60 forward, 120 backward (issue 38's 50 / 120, plus the
-        // per-feature stabiliser's three parts of issue 52: 46 / 85 for performer today).
+        // per-feature stabiliser's three parts of issue 52: 45 / 82 for performer today).
         EXPECT_LE(a.forward, 60) << kernel;
         EXPECT_LE(a.backward, 120) << kernel;
       }
+    }
+    // What the blocks add, a fixed number whatever L: the padded R, the blocks' own sums, the sums
+    // between blocks and each chunk's share (about a dozen ops each way; 8 and 16 for performer).
+    for (const bool padded : {false, true}) {
+      EXPECT_LE(blocked[padded].forward - direct[padded].forward, 10) << kernel << (padded ? " padded" : "");
+      EXPECT_LE(blocked[padded].backward - direct[padded].backward, 20) << kernel << (padded ? " padded" : "");
     }
   }
   // The counter sees the chunk loop's launches grow with L / C.

@@ -5,11 +5,7 @@
 // batched matmul over (B, R, N), and the sums over a row's query heads are contractions over rows.
 #include "attention/ops/chunk_parallel.h"
 
-#include <limits>
-#include <map>
-#include <mutex>
-#include <tuple>
-
+#include "attention/ops/chunk_decays.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
 #include "attention/ops/fp32_products.h"
@@ -55,30 +51,13 @@ torch::Tensor QueryBlocks(const torch::Tensor& t, const Shape& s) {
 // The blocks as a permuted view in B x R x G x N x U x S x X order (reshape it to B H Lp X).
 torch::Tensor QueryBlocksByHead(const torch::Tensor& t_BRNUGSX) { return t_BRNUGSX.permute({0, 1, 4, 2, 3, 5, 6}); }
 
-// n x n: -inf on and above `diagonal` (triu's numbering), 0 below. Made once per size, dtype and
-// device and kept (a few KiB): two launches fewer per call.
-torch::Tensor Mask(int64_t n, int64_t diagonal, const torch::TensorOptions& options) {
-  static std::mutex mutex;
-  static std::map<std::tuple<int64_t, int64_t, int, int, int>, torch::Tensor> masks;
-  const auto key = std::make_tuple(n, diagonal, static_cast<int>(options.dtype().toScalarType()),
-                                   static_cast<int>(options.device().type()), static_cast<int>(options.device().index()));
-  std::lock_guard<std::mutex> lock(mutex);
-  auto& mask = masks[key];
-  if (!mask.defined()) {
-    c10::InferenceMode no_autograd;
-    mask = torch::full({n, n}, -std::numeric_limits<double>::infinity(), options).triu(diagonal);
-  }
-  return mask;
-}
-
-
 // What forward and backward both compute from the features (no autograd).
 struct Chunked {
   causal_ops::ChunkBlock block;
   causal_ops::ChunkTerms terms;
   torch::Tensor kend_BRNCM;  // exp(l_j - R(e_c)): keys against their chunk's end
-  torch::Tensor dec_BRMNN;   // exp(R(e_c') - R(e_{c-1})) per feature for c' < c, 0 elsewhere
-  torch::Tensor sin_BRNMV;   // S(e_{c-1}), the state entering chunk c (0 for c = 0)
+  causal_ops::ChunkDecays decays;  // the per-feature decays between chunks (chunk_decays.h)
+  torch::Tensor sin_BRNMV;         // S(e_{c-1}), the state entering chunk c (0 for c = 0)
 };
 
 // Document ids per position, B x 1 x Lp; padded positions belong to the last document (they
@@ -114,18 +93,12 @@ Chunked Build(const torch::Tensor& lq_BHLM, const torch::Tensor& lk_BRLM, const 
   }
   k.terms = causal_ops::BuildChunkTerms(blk);
   k.kend_BRNCM = causal_ops::KeysAtChunkEnd(blk);
-  // Chunk states relative to their own end, then the state entering each chunk: one product with
-  // the per-feature N x N decays (c' < c; a document boundary between e_c' and e_{c-1} is -inf).
+  // Chunk states relative to their own end, then the state entering each chunk: the per-feature
+  // decayed sums over the chunks before it (chunk_decays.h: one product with N x N decays, or in
+  // blocks of chunks for long rows; a document boundary between e_c' and e_{c-1} is a 0).
   const auto u_BRMNV = torch::matmul(k.kend_BRNCM.transpose(-1, -2), blk.vh_BRNCV).transpose(2, 3);
-  // From features-first copies: the decays come out contiguous, so the batched products read them
-  // without a copy per feature (which LibTorch's bmm makes of strided batches at some sizes only).
-  const auto end_BRMN = end_BRNM.transpose(2, 3).contiguous(), prev_BRMN = blk.prev_BRNM.transpose(2, 3).contiguous();
-  auto dec = (end_BRMN.unsqueeze(-2) - prev_BRMN.unsqueeze(-1)).add_(Mask(n, 0, options));
-  if (doc_B1L.defined()) {
-    dec.add_(causal_ops::CrossingBias(end_doc_B1N.unsqueeze(-2).ne(blk.prevdoc_B1N.unsqueeze(-1)), options).unsqueeze(1));
-  }
-  k.dec_BRMNN = dec.exp_();
-  k.sin_BRNMV = torch::matmul(k.dec_BRMNN, u_BRMNV).transpose(2, 3).contiguous();
+  k.decays = causal_ops::MakeChunkDecays(end_BRNM.transpose(2, 3), end_doc_B1N);
+  k.sin_BRNMV = causal_ops::EnteringStates(k.decays, u_BRMNV);
   RecordDtype(ProbeField::kFeatures, k.terms.qc_BRNQM);
   RecordDtype(ProbeField::kState, k.sin_BRNMV);
   return k;
@@ -209,8 +182,7 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   auto q = causal_ops::ChunkQueryBackward(k.block, k.terms, h_BRNQV, k.sin_BRNMV);
   // Keys read the later chunks through their T_c' = sum_{t in c'} qc_t h_t^T, brought back to
   // chunk c by the transposed decays: Z_c = sum_{c' > c} exp(R(e_c) - R(e_{c'-1})) T_c'.
-  const auto z_BRNMV =
-      torch::matmul(k.dec_BRMNN.transpose(-1, -2), q.t_BRNMV.transpose(2, 3)).transpose(2, 3).contiguous();
+  const auto z_BRNMV = causal_ops::ReverseStates(k.decays, q.t_BRNMV.transpose(2, 3));
   const auto kg = causal_ops::ChunkKeyBackward(k.block, k.terms, q, h_BRNQV, k.kend_BRNCM, z_BRNMV);
   const int64_t m = lq.size(-1);
   const auto dlq_BHLM = QueryBlocksByHead(q.da_BRNUGSM).reshape({s.batch, s.heads, s.padded, m});

@@ -6,8 +6,9 @@
 //   * each chunk's own state U_c = sum_{j in c} exp(l_j - R(e_c)) [v_j, 1]^T relative to its last
 //     position's per-feature max, all chunks in one batched product;
 //   * the state entering chunk c, S(e_{c-1}) = sum_{c' < c} exp(R(e_c') - R(e_{c-1})) U_c' per
-//     feature: one product with the per-feature N x N decays (m N^2 per key row; a sequential
-//     scan would cost ops per chunk, a log-depth scan log N of them);
+//     feature: one product with the per-feature N x N decays, or for rows of more than 64 chunks
+//     the same sums in blocks of ~sqrt(N) chunks (chunk_decays.h: m N^2 against ~2 m N^1.5 per key
+//     row; a sequential scan would cost ops per chunk, a log-depth scan log N of them);
 //   * the sub-chunk parts and the reads, per_feature_chunks.h.
 // The backward is closed-form in the same shape: queries against the same terms, keys and values
 // against the reverse states (the transposed decays), R and s held constant (out is exactly
