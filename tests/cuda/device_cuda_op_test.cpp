@@ -275,7 +275,8 @@ TEST(DeviceCudaOpTest, QueriesReadWhereTheyLie) {
 // against the chunk loop in fp64 by the rule of ExpectMatches. Darkformer's rows add their dv into
 // their KV head's one buffer (atomics on a device), or under deterministic algorithms each keeps
 // its own, summed after: both paths, each sequence's rows into their own KV heads. In whole rows,
-// and in segments of one chunk (the batch's rows side by side in each segment's buffers).
+// and in segments of one chunk (the batch's rows side by side in each segment's buffers); and with
+// the features precomputed (precompute_features: LibTorch's key rows, per KV head or query head).
 TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
   const auto device = testing::TestDevice();
   constexpr int64_t heads = 4, kv_heads = 2;
@@ -287,8 +288,8 @@ TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
   for (const std::string name : {"performer", "darkformer", "darkformer deterministic"}) {
     const testing::DeterministicScope deterministic(name == "darkformer deterministic");
     for (const bool bf16 : {false, true}) {
-      auto run = [&](const std::string& op, torch::Device on, torch::ScalarType compute) {
-        auto kernel = Make(name.substr(0, name.find(' ')), op, 0, kChunk, kFeatures, heads);
+      auto run = [&](const std::string& op, torch::Device on, torch::ScalarType compute, bool precompute) {
+        auto kernel = Make(name.substr(0, name.find(' ')), op, 0, kChunk, kFeatures, heads, 0, 0, "", precompute);
         kernel->to(on, compute);
         const auto dtype = compute == torch::kFloat64 ? compute : (bf16 ? torch::kBFloat16 : torch::kFloat32);
         auto leaf = [&](const torch::Tensor& t) {
@@ -303,14 +304,16 @@ TEST(DeviceCudaOpTest, GroupedKeysReadByTheirKvHeadWhereTheyLie) {
         for (auto& p : kernel->parameters()) r.push_back(p.grad().defined() ? p.grad().cpu() : torch::Tensor());
         return r;
       };
-      const auto ref = run("chunk_loop", torch::kCPU, torch::kFloat64);
+      const auto ref = run("chunk_loop", torch::kCPU, torch::kFloat64, false);
       const int64_t rows = 2 * (name == "performer" ? kv_heads : heads);  // the batch's key rows
-      for (const int64_t per_segment : {0, 1}) {  // whole rows, then segments of one chunk (SegmentChunks)
+      // Whole rows, then segments of one chunk (SegmentChunks); the features projected inside,
+      // then precomputed (the key rows' features per KV head or query head alike).
+      for (const auto& [per_segment, precompute] : {std::pair<int64_t, bool>{0, false}, {1, false}, {0, true}}) {
         const ResidentBlocksScope blocks(rows * per_segment);
-        const auto got = run("cuda", device, torch::kFloat32);
+        const auto got = run("cuda", device, torch::kFloat32, precompute);
         const double storage = bf16 ? std::ldexp(1.0, -8) : 0.0;
         const std::string where = name + (bf16 ? " bf16" : " fp32") + " on " + device.str() + ", segments of " +
-                                  std::to_string(per_segment);
+                                  std::to_string(per_segment) + (precompute ? ", features precomputed" : "");
         ASSERT_EQ(got.size(), ref.size()) << where;
         EXPECT_LE(RelativeError(got[0], ref[0]), std::max(1e-4, storage)) << where << " output";
         for (size_t i = 1; i < got.size(); ++i) {

@@ -39,7 +39,7 @@ torch::Tensor Crossing(const torch::Tensor& a, const torch::Tensor& b, const tor
 // path of ops at every length: chunk_parallel's op count does not grow with L).
 int64_t BlocksOf(const ChunkDecays& d) { return d.chunks / d.block + 1; }
 
-// t (.. x N along dim `dim`) padded to nb b along it by repeating its last entry.
+// t (.. x N) padded to `padded` along its last dimension by repeating its last entry.
 torch::Tensor RepeatLastTo(const torch::Tensor& t, int64_t padded) {
   const int64_t n = t.size(-1);
   auto sizes = t.sizes().vec();
@@ -111,8 +111,8 @@ torch::Tensor EnteringStates(const ChunkDecays& d, const torch::Tensor& u_BRMNV)
   // I_c = sum_{c' <= c} exp(R(e_c') - R(e_c)) U_c', first inside each block (the padding's U: 0).
   const auto u = torch::constant_pad_nd(u_BRMNV, {0, 0, 0, nb * b - n}).view({sizes[0], sizes[1], sizes[2], nb, b, v});
   auto sums = torch::matmul(d.local_BRMKBB, u);  // B R M nb b V
-  // What enters block r + 1 from blocks 0..r, relative to R at block r's end:
-  // sum_{k <= r} exp(R_last(k) - R_last(r)) I_last(k), r = 0 .. nb - 2.
+  // What enters block r + 1 from blocks 0..r, relative to R at block r's end: sum_{k <= r}
+  // exp(R_last(k) - R_last(r)) I_last(k), I_last(k) block k's own sums at its last chunk, r = 0 .. nb - 2.
   const auto last = end.select(-1, b - 1).narrow(-1, 0, nb - 1);
   auto carry = (last.unsqueeze(-2) - last.unsqueeze(-1)).add_(Mask(nb - 1, 1, options));
   // Each chunk c of block k >= 1 takes it with exp(R_last(k - 1) - R(e_c)) <= 1.
@@ -142,8 +142,9 @@ torch::Tensor ReverseStates(const ChunkDecays& d, const torch::Tensor& t_BRMNV) 
   const auto t = torch::constant_pad_nd(t_BRMNV.narrow(3, 1, n - 1), {0, 0, 0, nb * b - n + 1})
                      .view({sizes[0], sizes[1], sizes[2], nb, b, v});
   auto sums = torch::matmul(d.local_BRMKBB.transpose(-1, -2), t);  // B R M nb b V
-  // What block k gets from blocks k' > k, relative to R at block k's end, k = 0 .. nb - 2:
-  // sum_{k' > k} exp(R_last(k) - R_first(k')) Z_first(k'), the later blocks' index r' = k' - 1 >= k.
+  // What block k gets from blocks k' > k, relative to R at block k's end, k = 0 .. nb - 2: sum_{k' > k}
+  // exp(R_last(k) - R_first(k')) Z_first(k'), Z_first(k') block k''s own sums at its first chunk
+  // (the later blocks' index r' = k' - 1 >= k).
   const auto last = end.select(-1, b - 1).narrow(-1, 0, nb - 1);
   const auto first = end.select(-1, 0).narrow(-1, 1, nb - 1);
   auto carry = (last.unsqueeze(-1) - first.unsqueeze(-2)).add_(Mask(nb - 1, 1, options).t());
