@@ -125,20 +125,21 @@ TEST(ChunkDecaysTest, LongRowsTakeBlocksOfTheSquareRoot) {
 // with 3 real chunks) and of 72 (L = 576: 8 full blocks and one of padding alone), fp32, against
 // the chunk loop in fp64: outputs within 1e-4 and gradients within 1e-3 relative
 // (extreme_scale_test.cpp's rule at ordinary scale), performer and darkformer (keys per query
-// head), with and without documents.
+// head), with and without documents (each sequence its own), a batch of 2 with 4 query heads on 2
+// KV heads.
 TEST(ChunkDecaysTest, ChunkParallelOnLongRowsHoldsTheRule) {
-  const int64_t heads = 2, dim = 8, chunk = 8;
+  const int64_t batch = 2, heads = 4, kv_heads = 2, dim = 8, chunk = 8;
   for (const std::string name : {"performer", "darkformer"}) {
     for (const int64_t length : {600, 576}) {
       for (const bool documents : {false, true}) {
         torch::manual_seed(5);
-        const auto q = torch::randn({1, heads, length, dim}, torch::kFloat64);
-        const auto k = torch::randn({1, 1, length, dim}, torch::kFloat64);
-        const auto v = torch::randn({1, 1, length, dim}, torch::kFloat64);
-        const auto weights = torch::randn({1, heads, length, dim}, torch::kFloat64);
+        const auto q = torch::randn({batch, heads, length, dim}, torch::kFloat64);
+        const auto k = torch::randn({batch, kv_heads, length, dim}, torch::kFloat64);
+        const auto v = torch::randn({batch, kv_heads, length, dim}, torch::kFloat64);
+        const auto weights = torch::randn({batch, heads, length, dim}, torch::kFloat64);
         torch::Tensor ids;
         if (documents) {  // documents of 1 to ~150 positions: boundaries inside and across blocks of chunks
-          ids = (torch::rand({1, length}, torch::kFloat64) < 0.02).to(torch::kLong).cumsum(1);
+          ids = (torch::rand({batch, length}, torch::kFloat64) < 0.02).to(torch::kLong).cumsum(1);
         }
         std::vector<std::vector<torch::Tensor>> results;
         for (const std::string op : {"chunk_loop", "chunk_parallel"}) {
