@@ -1,8 +1,8 @@
 // The chunk-parallel form's sums over chunks (ops/chunk_decays.h), directly and in blocks of
 // chunks, against their definition summed term by term in fp64: the states entering the chunks
 // and the reverse states, with and without documents, at every block size from 1 to past the
-// row (a padded last block, rows shorter than a block). Then the form itself on rows long enough
-// to take the blocks, against the chunk loop in fp64, and its memory per feature.
+// row (a padded last block, rows shorter than a block), and their memory per feature. The form on
+// rows long enough to take the blocks: tests/cuda/device_chunk_parallel_test.cpp, on the test device.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -10,7 +10,6 @@
 #include <string>
 #include <vector>
 
-#include "attention/kernel_registry.h"
 #include "attention/ops/chunk_decays.h"
 
 namespace darkformer {
@@ -118,55 +117,6 @@ TEST(ChunkDecaysTest, LongRowsTakeBlocksOfTheSquareRoot) {
     EXPECT_EQ((d.end_BRMKB.numel() + d.local_BRMKBB.numel()) / kFeatures + (blocks - 1) * (blocks - 1),
               causal_ops::DecayFloatsPerFeature(chunks));
     EXPECT_LT(causal_ops::DecayFloatsPerFeature(chunks), 3 * std::pow(chunks, 1.5)) << chunks;
-  }
-}
-
-// The chunk-parallel form on rows of 75 chunks (L = 600, chunks of 8: 9 blocks of 9, the last
-// with 3 real chunks) and of 72 (L = 576: 8 full blocks and one of padding alone), fp32, against
-// the chunk loop in fp64: outputs within 1e-4 and gradients within 1e-3 relative
-// (extreme_scale_test.cpp's rule at ordinary scale), performer and darkformer (keys per query
-// head), with and without documents (each sequence its own), a batch of 2 with 4 query heads on 2
-// KV heads.
-TEST(ChunkDecaysTest, ChunkParallelOnLongRowsHoldsTheRule) {
-  const int64_t batch = 2, heads = 4, kv_heads = 2, dim = 8, chunk = 8;
-  for (const std::string name : {"performer", "darkformer"}) {
-    for (const int64_t length : {600, 576}) {
-      for (const bool documents : {false, true}) {
-        torch::manual_seed(5);
-        const auto q = torch::randn({batch, heads, length, dim}, torch::kFloat64);
-        const auto k = torch::randn({batch, kv_heads, length, dim}, torch::kFloat64);
-        const auto v = torch::randn({batch, kv_heads, length, dim}, torch::kFloat64);
-        const auto weights = torch::randn({batch, heads, length, dim}, torch::kFloat64);
-        torch::Tensor ids;
-        if (documents) {  // documents of 1 to ~150 positions: boundaries inside and across blocks of chunks
-          ids = (torch::rand({batch, length}, torch::kFloat64) < 0.02).to(torch::kLong).cumsum(1);
-        }
-        std::vector<std::vector<torch::Tensor>> results;
-        for (const std::string op : {"chunk_loop", "chunk_parallel"}) {
-          const auto dtype = op == "chunk_loop" ? torch::kFloat64 : torch::kFloat32;
-          auto kernel = MakeAttentionKernel(
-              name, KernelShape{heads, dim},
-              ConfigReader(YAML::Load("{num_features: 16, chunk_size: " + std::to_string(chunk) + ", op: " + op + "}"),
-                           "attention." + name));
-          kernel->to(dtype);
-          auto leaf = [&](const torch::Tensor& t) { return t.to(dtype).detach().requires_grad_(); };
-          auto ql = leaf(q), kl = leaf(k), vl = leaf(v);
-          AttentionCall call;
-          call.scale = 1.0 / std::sqrt(static_cast<double>(dim));
-          if (documents) call.document_ids_BL = ids;
-          const auto out = kernel->forward(ql, kl, vl, call);
-          (out.to(torch::kFloat64) * weights).sum().backward();
-          results.push_back({out.detach().to(torch::kFloat64), ql.grad().to(torch::kFloat64),
-                             kl.grad().to(torch::kFloat64), vl.grad().to(torch::kFloat64)});
-        }
-        const std::string where = name + " L " + std::to_string(length) + (documents ? " with documents" : "");
-        for (size_t i = 0; i < results[0].size(); ++i) {
-          const auto& want = results[0][i];
-          const double error = ((results[1][i] - want).abs().max() / want.abs().max()).item<double>();
-          EXPECT_LE(error, i == 0 ? 1e-4 : 1e-3) << where << (i == 0 ? " output" : " gradient " + std::to_string(i));
-        }
-      }
-    }
   }
 }
 
