@@ -6,8 +6,11 @@
 #   source .device/setup.sh && tools/gpu_check.sh
 #
 # Stages, each under its own limit (a stage cut at its limit is reported as such; the others still run):
-#   build  configure against the machine's torch and build only the binary and the device tests;
-#   tests  the `cuda`-labelled tests with DARKFORMER_TEST_DEVICE=$DEVICE (tests/cuda/);
+#   build  the binary and the device tests packed here before the lease (tools/gpu_prebuilt.sh) where
+#          their sources are unchanged and the machine's torch and libraries match; else configure
+#          against the machine's torch and build only those two;
+#   tests  the `cuda`-labelled tests with DARKFORMER_TEST_DEVICE=$DEVICE (tests/cuda/), each in its
+#          own process (ctest, or tools/gtest_processes.py where the build was prebuilt);
 #   bench  tools/bench_gpu.sh: exact vs performer/darkformer at 2k/8k/32k in fp32 and bf16, fla's
 #          chunk form, the Gemma 2B q/k/v step for exact, performer and darkformer;
 #   hf     transformers itself on the device against the fixtures' CPU numbers (tools/hf_parity_device.py);
@@ -23,7 +26,8 @@
 #
 # Environment (defaults in brackets): DEVICE [cuda], OUT [build/gpu-check], BUILD_DIR [build-gpu on
 # cuda, build on cpu], SKIP_BUILD [0], JOBS [nproc], LIMIT_BUILD [240], LIMIT_TESTS [150],
-# LIMIT_BENCH [330], LIMIT_HF [60], LIMIT_SANITIZE [120], LIMIT_NCU [90] (seconds), TEST_REGEX [all cuda tests], BENCH_ENV [extra
+# LIMIT_BENCH [330], LIMIT_HF [60], LIMIT_SANITIZE [120], LIMIT_NCU [90] (seconds), PREBUILT [1; 0 always
+# builds from source], PREBUILT_DIR [.device/prebuilt], TEST_REGEX [all cuda tests], BENCH_ENV [extra
 # VAR=value words for bench_gpu.sh], PYTHON [.venv/bin/python, else python3], STAGES [build tests bench hf],
 # GPU_CHECK_SLEEP [none; stage:seconds makes that stage sleep first, to test the limits].
 set -uo pipefail
@@ -67,6 +71,11 @@ wants() { [[ " $STAGES " == *" $1 "* ]]; }
 
 stage_build() {
   set -e
+  if [[ "${PREBUILT:-1}" != 0 ]]; then
+    if PYTHON="$PY" bash "$ROOT/tools/gpu_prebuilt.sh" install "$BUILD_DIR"; then return 0; fi
+    echo "gpu_check: building from source"
+  fi
+  rm -f "$BUILD_DIR/.prebuilt"
   local nccl_args=()
   local nccl_include
   nccl_include=$("$PY" -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "include"))' 2>/dev/null || true)
@@ -88,6 +97,12 @@ stage_build() {
 
 stage_tests() {
   # Each test is its own process (gtest_discover_tests); the GPU is shared between them.
+  if [[ -f "$BUILD_DIR/.prebuilt" ]]; then  # no build tree: the paths ctest compiles in are the packer's
+    DARKFORMER_TEST_DEVICE="$DEVICE" DARKFORMER_PYTHON="$(command -v "$PY")" DARKFORMER_SOURCE_DIR="$ROOT" \
+      DARKFORMER_BINARY_DIR="$BUILD_DIR" "$PY" "$ROOT/tools/gtest_processes.py" "$BUILD_DIR/tests/cuda_tests" \
+      --regex "$TEST_REGEX" --jobs "$((JOBS > 8 ? 8 : JOBS))" --timeout 120 --junit "$OUT/junit.xml"
+    return
+  fi
   DARKFORMER_TEST_DEVICE="$DEVICE" DARKFORMER_PYTHON="$(command -v "$PY")" \
     ctest --test-dir "$BUILD_DIR" -L cuda ${TEST_REGEX:+-R "$TEST_REGEX"} -j"$((JOBS > 8 ? 8 : JOBS))" \
     --timeout 120 --output-on-failure --output-junit "$OUT/junit.xml"
@@ -145,9 +160,19 @@ if ! ldconfig -p | grep -q libcurl.so.4 && compgen -G "$ROOT/.device/extra/*.deb
   export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}/tmp/gpu-check-extra/usr/lib/x86_64-linux-gnu"
   log "libcurl.so.4 missing here: using the carried .device/extra packages"
 fi
+# A prebuilt binary's runpath names the packer's torch: the loader finds this machine's torch and its
+# CUDA libraries (torch/lib, nvidia/*/lib beside it), then the toolkit's, through LD_LIBRARY_PATH.
+if [[ "$DEVICE" == cuda ]]; then
+  torch_libs=$("$PY" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
+print(":".join([os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))))' 2>/dev/null || true)
+  for dir in /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64; do
+    [[ -d "$dir" ]] && torch_libs="${torch_libs:+$torch_libs:}$dir"
+  done
+  [[ -n "$torch_libs" ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$torch_libs"
+fi
 # The stages run in a child bash under `timeout`: they see these through the environment.
 export -f stage_build stage_tests stage_bench stage_hf stage_sanitize stage_ncu
-export ROOT DEVICE OUT BUILD_DIR JOBS PY TEST_REGEX="${TEST_REGEX:-}" BENCH_ENV="${BENCH_ENV:-}"
+export ROOT DEVICE OUT BUILD_DIR JOBS PY PREBUILT="${PREBUILT:-1}" PREBUILT_DIR="${PREBUILT_DIR:-$ROOT/.device/prebuilt}" TEST_REGEX="${TEST_REGEX:-}" BENCH_ENV="${BENCH_ENV:-}"
 log "device $DEVICE, root $ROOT, build $BUILD_DIR, $JOBS jobs"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1

@@ -37,6 +37,11 @@ def main():
         for line in f:
             name, status, seconds = line.rstrip("\n").split("\t")
             stages.append({"stage": name, "status": status, "seconds": int(seconds)})
+    build_log = os.path.join(out, "logs", "build.log")
+    if os.path.exists(build_log) and "gpu_prebuilt: installed" in open(build_log).read():
+        for stage in stages:  # the binaries packed before the lease (tools/gpu_prebuilt.sh)
+            if stage["stage"] == "build" and stage["status"] == "ok":
+                stage["status"] = "ok (prebuilt)"
     kernels = [r for p in sorted(glob.glob(os.path.join(out, "bench", "kernels_*.jsonl"))) for r in read_jsonl(p)]
     documents = [r for p in sorted(glob.glob(os.path.join(out, "bench", "documents_*.jsonl"))) for r in read_jsonl(p)]
     fla_path = os.path.join(out, "bench", "fla.jsonl")
