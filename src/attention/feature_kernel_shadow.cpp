@@ -6,11 +6,10 @@
 #include "attention/feature_kernel_base.h"
 #include "attention/log_feature_kernel.h"
 #include "attention/ops/causal_form.h"
-#include "attention/ops/chunk_decays.h"
+#include "attention/ops/chunk_parallel.h"
 #include "attention/ops/cuda_op_launch.h"
 #include "attention/ops/cuda_scan_launch.h"
 #include "attention/ops/raw_cpu_kernel.h"
-#include "attention/ops/sub_chunk.h"
 
 namespace darkformer {
 
@@ -125,21 +124,10 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
                                                       kF32);
   }
   if (form.causal_operator && resolved == CausalForm::kChunkParallel) {
-    // Its backward holds whole-sequence terms at once (ops/per_feature_chunks.h): per query
-    // position and head the log-features, the three parts' factors and their gradient (5 m), the
-    // sub-chunk's pairs (S m), the part-2 scores and p (2 C) and h (2 (D+1)); per key position
-    // and row the log-features, R, exp(l - R(e_c)) and d l (4 m) and each key against the chunk's
-    // U = C / S references with its gradient's product (2 U m); per key row the per-feature decays
-    // between chunks (m N^2, or in blocks of chunks past 64 of them: ops/chunk_decays.h) and the
-    // states S, T, Z (3 N m (D+1)).
-    const int64_t m = form.features, rows = form.map_heads > 1 ? H : K, chunks = (L + chunk - 1) / chunk;
-    const int64_t sub = causal_ops::SubChunk(chunk), subs = chunk / sub;
-    r.backward_bytes = std::max(r.backward_bytes, (T * H * ((5 + sub) * m + 2 * chunk + 2 * (D + 1)) +
-                                                   T * rows * (4 + 2 * subs) * m +
-                                                   B * rows *
-                                                       (m * causal_ops::DecayFloatsPerFeature(chunks) +
-                                                        3 * chunks * m * (D + 1))) *
-                                                      kF32);
+    // Its backward's terms, made a slice of key rows at a time (ops/chunk_parallel.h).
+    const ChunkParallelDims dims{B, L, H, form.map_heads > 1 ? H : K, form.features, D, chunk};
+    r.backward_bytes = std::max(
+        r.backward_bytes, ChunkParallelWorkingBytes(dims, ChunkParallelSlice(dims, kChunkParallelSliceBytes)));
   }
   return r;
 }

@@ -5,6 +5,10 @@
 // batched matmul over (B, R, N), and the sums over a row's query heads are contractions over rows.
 #include "attention/ops/chunk_parallel.h"
 
+#include <algorithm>
+#include <utility>
+#include <vector>
+
 #include "attention/ops/chunk_decays.h"
 #include "attention/ops/dtype_probe.h"
 #include "attention/ops/feature_gradients.h"
@@ -35,6 +39,47 @@ Shape MakeShape(const torch::Tensor& x, const torch::Tensor& y, const torch::Ten
   const int64_t chunk = std::min(chunk_size, length), chunks = (length + chunk - 1) / chunk;
   const int64_t sub = causal_ops::SubChunk(chunk);
   return {x.size(0), heads, rows, heads / rows, length, chunk, chunks, chunks * chunk, v.size(3), sub, chunk / sub};
+}
+
+// The call's sizes for ChunkParallelWorkingBytes, m features.
+ChunkParallelDims DimsOf(const Shape& s, int64_t features) {
+  return {s.batch, s.length, s.heads, s.rows, features, s.value_dim, s.chunk};
+}
+
+// A slice of the call: whole sequences, or key rows of one sequence (with their query heads), as
+// ChunkParallelSlice says; its shape, and its part of a tensor per key row (B x R x ...), per query
+// head (B x H x ...) or per sequence (B x 1 x ...). Each part is contiguous where the tensor is.
+struct Slice {
+  int64_t first_sequence, first_row;
+  Shape part;
+  torch::Tensor Rows(const torch::Tensor& t) const { return Sequences(t).narrow(1, first_row, part.rows); }
+  torch::Tensor Heads(const torch::Tensor& t) const {
+    return Sequences(t).narrow(1, first_row * part.group, part.heads);
+  }
+  torch::Tensor Sequences(const torch::Tensor& t) const {
+    return t.defined() ? t.narrow(0, first_sequence, part.batch) : t;
+  }
+};
+std::vector<Slice> Slices(const Shape& s, int64_t features, int64_t budget) {
+  const int64_t rows = ChunkParallelSlice(DimsOf(s, features), budget);
+  std::vector<Slice> slices;
+  if (rows >= s.rows) {
+    const int64_t each = rows / s.rows;
+    for (int64_t b0 = 0; b0 < s.batch; b0 += each) {
+      Shape part = s;
+      part.batch = std::min(each, s.batch - b0);
+      slices.push_back({b0, 0, part});
+    }
+    return slices;
+  }
+  for (int64_t b = 0; b < s.batch; ++b) {
+    for (int64_t r0 = 0; r0 < s.rows; r0 += rows) {
+      Shape part = s;
+      part.batch = 1, part.rows = std::min(rows, s.rows - r0), part.heads = part.rows * s.group;
+      slices.push_back({b, r0, part});
+    }
+  }
+  return slices;
 }
 
 // Zero-pads dim 2 (positions) of a B x N x L x X tensor to the chunked length.
@@ -113,24 +158,32 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
 
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x_BHLD,
                                const torch::Tensor& y_BKLD, const torch::Tensor& v_BKLD, at::TensorList params,
-                               const FeatureMap& map, int64_t chunk_size, const Documents& documents) {
+                               const FeatureMap& map, int64_t chunk_size, const Documents& documents,
+                               int64_t slice_bytes) {
     const auto s = MakeShape(x_BHLD, y_BKLD, v_BKLD, map, chunk_size);
     const auto& document_ids_BL = documents.ids_BL;
     const auto doc_B1L = document_ids_BL.defined() ? PaddedDocuments(document_ids_BL, s) : torch::Tensor();
     const std::vector<torch::Tensor> p(params.begin(), params.end());
     const auto x = Pad(x_BHLD, s), y = Pad(causal_ops::PerRow(y_BKLD, s.rows), s), v = Pad(causal_ops::PerRow(v_BKLD, s.rows), s);
     const auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y);
-    const auto k = Build(lq, lk, v, s, doc_B1L);
-    const auto n_BRNQV = causal_ops::ChunkNumerator(k.block, k.terms, k.sin_BRNMV);
-    const auto den_BRNQ = n_BRNQV.select(-1, s.value_dim).contiguous();  // >= 1 (per_feature_chunks.h)
     // Written through the blocked view of the output: no copy back to B H L D.
     auto out_BHLD = torch::empty({s.batch, s.heads, s.padded, s.value_dim}, x.options());
-    auto out_view = out_BHLD.view({s.batch, s.rows, s.group, s.chunks, s.subs, s.sub, s.value_dim})
-                        .permute({0, 1, 3, 4, 2, 5, 6});
-    const auto blocks = [&](const torch::Tensor& t) {
-      return t.view({s.batch, s.rows, s.chunks, s.subs, s.group, s.sub, t.size(-1)});
-    };
-    torch::div_out(out_view, blocks(n_BRNQV.narrow(-1, 0, s.value_dim)), blocks(den_BRNQ.unsqueeze(-1)));
+    const int64_t q_rows = s.subs * s.group * s.sub;
+    const auto den_BRNQ = torch::empty({s.batch, s.rows, s.chunks, q_rows}, x.options());
+    for (const auto& slice : Slices(s, lq.size(-1), slice_bytes)) {
+      const auto& part = slice.part;
+      const auto k = Build(slice.Heads(lq), slice.Rows(lk), slice.Rows(v), part, slice.Sequences(doc_B1L));
+      const auto n_BRNQV = causal_ops::ChunkNumerator(k.block, k.terms, k.sin_BRNMV);
+      const auto den = slice.Rows(den_BRNQ);
+      den.copy_(n_BRNQV.select(-1, s.value_dim));  // >= 1 (per_feature_chunks.h)
+      auto out_view = slice.Heads(out_BHLD)
+                          .view({part.batch, part.rows, s.group, s.chunks, s.subs, s.sub, s.value_dim})
+                          .permute({0, 1, 3, 4, 2, 5, 6});
+      const auto blocks = [&](const torch::Tensor& t) {
+        return t.view({part.batch, part.rows, s.chunks, s.subs, s.group, s.sub, t.size(-1)});
+      };
+      torch::div_out(out_view, blocks(n_BRNQV.narrow(-1, 0, s.value_dim)), blocks(den.unsqueeze(-1)));
+    }
     RecordDtype(ProbeField::kInputs, x);
     RecordDtype(ProbeField::kNormaliser, den_BRNQ);
     if (s.padded != s.length) out_BHLD = out_BHLD.narrow(2, 0, s.length);
@@ -138,6 +191,7 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
     saved.insert(saved.end(), p.begin(), p.end());
     ctx->save_for_backward(saved);
     ctx->saved_data["chunk"] = chunk_size;
+    ctx->saved_data["slice_bytes"] = slice_bytes;
     if (doc_B1L.defined()) ctx->saved_data["documents"] = document_ids_BL;
     ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
     return out_BHLD;
@@ -171,25 +225,42 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   const auto doc_B1L =
       documents != ctx->saved_data.end() ? PaddedDocuments(documents->second.toTensor(), s) : torch::Tensor();
   const auto [lq, lk] = causal_ops::LogFeatures(map, p, x, y);
-  auto k = Build(lq, lk, v, s, doc_B1L);
-  // h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t] (padded positions: g = 0, so h = 0).
+  const int64_t m = lq.size(-1), q_rows = s.subs * s.group * s.sub;
   const auto g_BHLD = grad_outputs[0].to(x.scalar_type());
-  const auto dot_BHL1 = (g_BHLD * out_BHLD).sum(-1, /*keepdim=*/true);
-  const int64_t q_rows = s.subs * s.group * s.sub;
-  const auto h_BRNQV = torch::cat({QueryBlocks(Pad(g_BHLD, s), s), QueryBlocks(Pad(dot_BHL1, s), s).neg_()}, -1)
-                           .view({s.batch, s.rows, s.chunks, q_rows, s.value_dim + 1})
-                           .div_(den_BRNQ.unsqueeze(-1));
-  auto q = causal_ops::ChunkQueryBackward(k.block, k.terms, h_BRNQV, k.sin_BRNMV);
-  // Keys read the later chunks through their T_c' = sum_{t in c'} qc_t h_t^T, brought back to
-  // chunk c by the transposed decays: Z_c = sum_{c' > c} exp(R(e_c) - R(e_{c'-1})) T_c'.
-  const auto z_BRNMV = causal_ops::ReverseStates(k.decays, q.t_BRNMV.transpose(2, 3));
-  const auto kg = causal_ops::ChunkKeyBackward(k.block, k.terms, q, h_BRNQV, k.kend_BRNCM, z_BRNMV);
-  const int64_t m = lq.size(-1);
-  const auto dlq_BHLM = QueryBlocksByHead(q.da_BRNUGSM).reshape({s.batch, s.heads, s.padded, m});
-  const auto dlk_BRLM = kg.dl_BRNCM.view({s.batch, s.rows, s.padded, m});
-  const auto dvh_BRNCV = kg.dvh_BRNCV;
+  const auto dot_BHL1 = Pad((g_BHLD * out_BHLD).sum(-1, /*keepdim=*/true), s);
+  const auto g_padded_BHLD = Pad(g_BHLD, s);
+  const auto slices = Slices(s, m, ctx->saved_data["slice_bytes"].toInt());
+  // One slice: the gradients are the slice's own tensors; else each slice's go into the whole's.
+  torch::Tensor dlq_BHLM, dlk_BRLM, dvh_BRLV;
+  if (slices.size() > 1) {
+    dlq_BHLM = torch::empty({s.batch, s.heads, s.padded, m}, x.options());
+    dlk_BRLM = torch::empty({s.batch, s.rows, s.padded, m}, x.options());
+    dvh_BRLV = torch::empty({s.batch, s.rows, s.padded, s.value_dim + 1}, x.options());
+  }
+  for (const auto& slice : slices) {
+    const auto& part = slice.part;
+    auto k = Build(slice.Heads(lq), slice.Rows(lk), slice.Rows(v), part, slice.Sequences(doc_B1L));
+    // h_t = dL/dn_t = [g_t / den_t, -(g_t . out_t) / den_t] (padded positions: g = 0, so h = 0).
+    const auto h_BRNQV = torch::cat({QueryBlocks(slice.Heads(g_padded_BHLD), part),
+                                     QueryBlocks(slice.Heads(dot_BHL1), part).neg_()}, -1)
+                             .view({part.batch, part.rows, s.chunks, q_rows, s.value_dim + 1})
+                             .div_(slice.Rows(den_BRNQ).unsqueeze(-1));
+    auto q = causal_ops::ChunkQueryBackward(k.block, k.terms, h_BRNQV, k.sin_BRNMV);
+    // Keys read the later chunks through their T_c' = sum_{t in c'} qc_t h_t^T, brought back to
+    // chunk c by the transposed decays: Z_c = sum_{c' > c} exp(R(e_c) - R(e_{c'-1})) T_c'.
+    const auto z_BRNMV = causal_ops::ReverseStates(k.decays, q.t_BRNMV.transpose(2, 3));
+    const auto kg = causal_ops::ChunkKeyBackward(k.block, k.terms, q, h_BRNQV, k.kend_BRNCM, z_BRNMV);
+    auto dlq = QueryBlocksByHead(q.da_BRNUGSM).reshape({part.batch, part.heads, s.padded, m});
+    auto dlk = kg.dl_BRNCM.view({part.batch, part.rows, s.padded, m});
+    auto dvh = kg.dvh_BRNCV.view({part.batch, part.rows, s.padded, s.value_dim + 1});
+    if (slices.size() == 1) {
+      dlq_BHLM = std::move(dlq), dlk_BRLM = std::move(dlk), dvh_BRLV = std::move(dvh);
+    } else {
+      slice.Heads(dlq_BHLM).copy_(dlq), slice.Rows(dlk_BRLM).copy_(dlk), slice.Rows(dvh_BRLV).copy_(dvh);
+    }
+  }
   auto g = causal_ops::FeatureBackward(map, p, x, y, dlq_BHLM, dlk_BRLM);
-  auto dv_BRLD = dvh_BRNCV.narrow(-1, 0, s.value_dim).reshape({s.batch, s.rows, s.padded, s.value_dim});
+  auto dv_BRLD = dvh_BRLV.narrow(-1, 0, s.value_dim).contiguous();
   auto unpad = [&](const torch::Tensor& t) { return s.padded == s.length ? t : t.narrow(2, 0, s.length); };
   // Rows per query head: each KV head's gradient is its group's sum.
   auto per_kv_head = [&](const torch::Tensor& t_BRLD) { return causal_ops::PerKvHead(unpad(t_BRLD), y_BKLD.size(1)); };
@@ -199,16 +270,35 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   grads.push_back({});  // map
   grads.push_back({});  // chunk_size
   grads.push_back({});  // document_ids
+  grads.push_back({});  // slice_bytes
   return grads;
 }
 
 }  // namespace
 
+int64_t ChunkParallelWorkingBytes(const ChunkParallelDims& d, int64_t slice_rows) {
+  const int64_t m = d.features, v = d.value_dim + 1, chunk = std::min(d.chunk, d.length), group = d.heads / d.rows;
+  const int64_t chunks = (d.length + chunk - 1) / chunk, sub = causal_ops::SubChunk(chunk), subs = chunk / sub;
+  const int64_t whole = d.batch * d.length * (d.heads * 2 * m + d.rows * (2 * m + v));
+  const int64_t per_row = d.length * (group * ((3 + sub) * m + 2 * chunk + 2 * v) + (2 + 2 * subs) * m) +
+                          m * causal_ops::DecayFloatsPerFeature(chunks) + 3 * chunks * m * v;
+  return 4 * (whole + slice_rows * per_row);  // fp32
+}
+
+int64_t ChunkParallelSlice(const ChunkParallelDims& d, int64_t budget) {
+  const int64_t per_row = std::max<int64_t>(ChunkParallelWorkingBytes(d, 1) - ChunkParallelWorkingBytes(d, 0), 1);
+  const int64_t fits = std::max<int64_t>(budget / per_row, 1);
+  // Whole sequences where one fits, as many as fit; else a sequence's rows in even groups.
+  const int64_t unit = fits >= d.rows ? d.rows : 1, count = fits >= d.rows ? d.batch : d.rows;
+  const int64_t each = std::min(fits / unit, count), slices = (count + each - 1) / each;
+  return unit * ((count + slices - 1) / slices);
+}
+
 torch::Tensor ChunkParallelCausalAttention(const torch::Tensor& x_BHLD, const torch::Tensor& y_BKLD,
                                            const torch::Tensor& v_BKLD, const FeatureMap& map, int64_t chunk_size,
-                                           const torch::Tensor& document_ids_BL) {
+                                           const torch::Tensor& document_ids_BL, int64_t slice_bytes) {
   return ChunkParallelFunction::apply(x_BHLD, y_BKLD, v_BKLD, at::TensorList(map.params), map, chunk_size,
-                                      ChunkParallelFunction::Documents{document_ids_BL});
+                                      ChunkParallelFunction::Documents{document_ids_BL}, slice_bytes);
 }
 
 int64_t ChunkParallelSavedBytes(const torch::Tensor& out) {
