@@ -87,6 +87,9 @@ def main():
     if args.jobs < 1 or args.timeout <= 0:
         print("gtest_processes: --jobs and --timeout must be positive", file=sys.stderr)
         return 2
+    if not (os.path.isfile(args.binary) and os.access(args.binary, os.X_OK)):
+        print("gtest_processes: %s is not an executable file" % args.binary, file=sys.stderr)
+        return 2
     try:
         selected = re.compile(args.regex)
     except re.error as error:

@@ -6,7 +6,7 @@ a build tree (tools/gtest_processes.py), on the CPU:
 2. `install` refuses, leaving the folder as it was, a pack whose sources changed, one made against
    another torch, and a folder with no pack;
 3. gtest_processes.py reports passed, skipped, failed and timed-out tests as ctest does (JUnit, exit 1),
-   and an empty selection or a bad expression with exit 2."""
+   and a missing binary, an empty selection or a bad expression with exit 2."""
 
 import json
 import os
@@ -118,8 +118,9 @@ def check_processes(work, failures):
                           timeout=60)
     if only.returncode != 0 or "2 tests: 1 passed, 1 skipped, 0 failed" not in only.stdout:
         failures.append("gtest_processes --regex: exit %d, %r" % (only.returncode, only.stdout[-300:]))
-    for args, message in ((["--regex", "Nothing"], "no test of"), (["--regex", "("], "--regex")):
-        bad = subprocess.run([sys.executable, runner, fake] + args, capture_output=True, text=True, timeout=60)
+    for args, message in (([fake, "--regex", "Nothing"], "no test of"), ([fake, "--regex", "("], "--regex"),
+                          ([os.path.join(work, "no-such-binary")], "is not an executable file")):
+        bad = subprocess.run([sys.executable, runner] + args, capture_output=True, text=True, timeout=60)
         if bad.returncode != 2 or message not in bad.stderr:
             failures.append("gtest_processes %s: exit %d, %r" % (args, bad.returncode, bad.stderr[-300:]))
 
