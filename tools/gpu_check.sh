@@ -72,7 +72,11 @@ wants() { [[ " $STAGES " == *" $1 "* ]]; }
 stage_build() {
   set -e
   if [[ "${PREBUILT:-1}" != 0 ]]; then
-    if PYTHON="$PY" bash "$ROOT/tools/gpu_prebuilt.sh" install "$BUILD_DIR"; then return 0; fi
+    local libs="${LD_LIBRARY_PATH:-}"
+    [[ -n "$PREBUILT_LIBS" ]] && libs="${libs:+$libs:}$PREBUILT_LIBS"
+    if LD_LIBRARY_PATH="$libs" PYTHON="$PY" bash "$ROOT/tools/gpu_prebuilt.sh" install "$BUILD_DIR"; then
+      return 0
+    fi
     echo "gpu_check: building from source"
   fi
   rm -f "$BUILD_DIR/.prebuilt"
@@ -161,18 +165,24 @@ if ! ldconfig -p | grep -q libcurl.so.4 && compgen -G "$ROOT/.device/extra/*.deb
   log "libcurl.so.4 missing here: using the carried .device/extra packages"
 fi
 # A prebuilt binary's runpath names the packer's torch: the loader finds this machine's torch and its
-# CUDA libraries (torch/lib, nvidia/*/lib beside it), then the toolkit's, through LD_LIBRARY_PATH.
+# CUDA libraries (torch/lib, nvidia/*/lib beside it), then the toolkit's, through LD_LIBRARY_PATH,
+# set so once the build folder holds the pack (binaries built here keep the path as it was).
+PREBUILT_LIBS=""
 if [[ "$DEVICE" == cuda ]]; then
-  torch_libs=$("$PY" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
+  PREBUILT_LIBS=$("$PY" -c 'import glob, os, torch; d = os.path.dirname(torch.__file__)
 print(":".join([os.path.join(d, "lib")] + sorted(glob.glob(os.path.join(os.path.dirname(d), "nvidia", "*", "lib")))))' 2>/dev/null || true)
   for dir in /usr/local/cuda/lib64 /usr/local/cuda/extras/CUPTI/lib64; do
-    [[ -d "$dir" ]] && torch_libs="${torch_libs:+$torch_libs:}$dir"
+    [[ -d "$dir" ]] && PREBUILT_LIBS="${PREBUILT_LIBS:+$PREBUILT_LIBS:}$dir"
   done
-  [[ -n "$torch_libs" ]] && export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$torch_libs"
 fi
+use_prebuilt_libs() {
+  [[ -f "$BUILD_DIR/.prebuilt" && -n "$PREBUILT_LIBS" ]] &&
+    export LD_LIBRARY_PATH="${LD_LIBRARY_PATH:+$LD_LIBRARY_PATH:}$PREBUILT_LIBS"
+  return 0
+}
 # The stages run in a child bash under `timeout`: they see these through the environment.
 export -f stage_build stage_tests stage_bench stage_hf stage_sanitize stage_ncu
-export ROOT DEVICE OUT BUILD_DIR JOBS PY PREBUILT="${PREBUILT:-1}" PREBUILT_DIR="${PREBUILT_DIR:-$ROOT/.device/prebuilt}" TEST_REGEX="${TEST_REGEX:-}" BENCH_ENV="${BENCH_ENV:-}"
+export ROOT DEVICE OUT BUILD_DIR JOBS PY PREBUILT="${PREBUILT:-1}" PREBUILT_LIBS PREBUILT_DIR="${PREBUILT_DIR:-$ROOT/.device/prebuilt}" TEST_REGEX="${TEST_REGEX:-}" BENCH_ENV="${BENCH_ENV:-}"
 log "device $DEVICE, root $ROOT, build $BUILD_DIR, $JOBS jobs"
 { nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "no nvidia-smi"
   "$PY" -c 'import torch; print("torch", torch.__version__, "cuda", torch.cuda.is_available())' 2>&1
@@ -183,6 +193,7 @@ cat "$LOGS/machine.log"
 built=1
 if [[ "${SKIP_BUILD:-0}" == 1 ]] || ! wants build; then skip_stage build "SKIP_BUILD or STAGES"
 else run_stage build "${LIMIT_BUILD:-240}" stage_build || built=0; fi
+use_prebuilt_libs
 declare -A limits=([tests]="${LIMIT_TESTS:-150}" [bench]="${LIMIT_BENCH:-330}" [hf]="${LIMIT_HF:-60}"
                    [sanitize]="${LIMIT_SANITIZE:-120}" [ncu]="${LIMIT_NCU:-90}")
 for stage in sanitize ncu; do  # only where named: each needs a GPU and the build

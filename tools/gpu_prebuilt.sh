@@ -25,6 +25,8 @@ torch_version() { "$PY" -c 'import torch; print(torch.__version__)'; }
 
 pack() {
   local build="${BUILD_DIR:-$ROOT/build}"
+  git -C "$ROOT" rev-parse --is-inside-work-tree > /dev/null 2>&1 ||
+    { echo "gpu_prebuilt: pack needs the git checkout (it sums the files git tracks)" >&2; exit 2; }
   if ! grep -q '^DARKFORMER_CUDA_OP:BOOL=ON' "$build/CMakeCache.txt" 2>/dev/null; then
     echo "gpu_prebuilt: $build is not a build with the CUDA operator (DARKFORMER_CUDA_OP=ON in its CMakeCache.txt)" >&2
     exit 2
