@@ -68,6 +68,7 @@ struct ShadowAttentionCall {
 struct ShadowAttention {
   shadow::Shadow out;
   int64_t backward_bytes = 0;
+  std::string note;  // what the estimate should tell of how the call runs (empty: nothing)
 };
 
 // A parameter as the shadow sees it: its size, stored element size and whether it trains.

@@ -2,6 +2,8 @@
 // the backward, replayed on sizes for the memory estimate. Features, running sums and the
 // normaliser are fp32 whatever autocast does (log_feature_kernel.cpp, signed_feature_kernel.cpp).
 #include <algorithm>
+#include <iomanip>
+#include <sstream>
 
 #include "attention/feature_kernel_base.h"
 #include "attention/log_feature_kernel.h"
@@ -126,8 +128,16 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
   if (form.causal_operator && resolved == CausalForm::kChunkParallel) {
     // Its backward's terms, made a slice of key rows at a time (ops/chunk_parallel.h).
     const ChunkParallelDims dims{B, L, H, form.map_heads > 1 ? H : K, form.features, D, chunk};
-    r.backward_bytes = std::max(
-        r.backward_bytes, ChunkParallelWorkingBytes(dims, ChunkParallelSlice(dims, kChunkParallelSliceBytes)));
+    const int64_t slice = ChunkParallelSlice(dims, kChunkParallelSliceBytes), rows = B * dims.rows;
+    const int64_t working = ChunkParallelWorkingBytes(dims, slice);
+    r.backward_bytes = std::max(r.backward_bytes, working);
+    if (slice < rows) {
+      std::ostringstream note;
+      note << std::fixed << std::setprecision(2) << "attention (chunk-parallel form): its terms " << slice
+           << (slice == 1 ? " key row of " : " key rows of ") << rows << " at a time, a working set of " << working / 1073741824.0 << " GiB where the whole call's is "
+           << ChunkParallelWorkingBytes(dims, rows) / 1073741824.0 << " GiB";
+      r.note = note.str();
+    }
   }
   return r;
 }

@@ -61,6 +61,7 @@ DecoderLayerImpl::Shadowed DecoderLayerImpl::ShadowForward(shadow::Tape& tape, c
   const int64_t mlp_grads = 3 * tokens * inner * tape.act();
   const int64_t weight_cast = tape.bf16() ? kBf16 * e * inner : 0;
   r.backward_bytes = 2 * tokens * e * kF32 + std::max(mlp_grads, attended.backward_bytes) + weight_cast;
+  r.note = attended.note;
   return r;
 }
 

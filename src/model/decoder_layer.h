@@ -22,6 +22,7 @@ class DecoderLayerImpl : public torch::nn::Module {
   struct Shadowed {
     shadow::Shadow out;
     int64_t backward_bytes = 0;
+    std::string note;  // the attention's (ShadowAttention::note)
   };
   Shadowed ShadowForward(shadow::Tape& tape, const ShadowAttentionCall& call, const shadow::Shadow& x) const;
 

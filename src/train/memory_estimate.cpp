@@ -28,6 +28,7 @@ struct LayerResult {
   int64_t saved = 0;        // bytes saved for the backward (the layer's input included when saved)
   int64_t saved_input = 0;  // of which the layer's input
   int64_t transient = 0;    // extra bytes of its backward (gradients of activations, casts)
+  std::string note;         // its attention's (ShadowAttention::note)
 };
 
 // The run's model built for its shapes alone (util/shapes_only.h), its parameters trained and
@@ -48,7 +49,8 @@ std::vector<LayerResult> ShadowLayers(const GemmaModelImpl& model, const ShadowA
     Tape tape(bf16);
     const Shadow in = tape.New(x.numel, x.esz, x.rg);  // the input keeps its identity in this tape
     const auto shadowed = layer.ShadowForward(tape, call, in);
-    LayerResult result{shadowed.out, 0, tape.SavedBytes(), tape.IsSaved(in) ? in.bytes() : 0, shadowed.backward_bytes};
+    LayerResult result{shadowed.out, 0, tape.SavedBytes(), tape.IsSaved(in) ? in.bytes() : 0, shadowed.backward_bytes,
+                       shadowed.note};
     for (const auto& p : layer.parameters()) result.gradients += p.requires_grad() ? kF32 * p.numel() : 0;
     layers.push_back(result);
     x = result.out;
@@ -212,6 +214,11 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
     }
   }
   r.notes = Notes(bf16, options.cpu, r.cublas_workspaces);
+  for (const auto& layer : layers) {  // the layers' own, each once
+    if (!layer.note.empty() && std::find(r.notes.begin(), r.notes.end(), layer.note) == r.notes.end()) {
+      r.notes.push_back(layer.note);
+    }
+  }
   return r;
 }
 

@@ -19,6 +19,7 @@
 
 #include "cuda/test_device.h"
 #include "data/data_test_util.h"
+#include "attention/ops/chunk_parallel.h"
 #include "model/gemma_model.h"
 #include "train/memory_estimate.h"
 #include "train/step_memory.h"
@@ -99,6 +100,36 @@ TEST(MemoryEstimate, QkvOnlyWithin15Percent) {
 TEST(MemoryEstimate, CheckpointedChunkedAccumulatedWithin15Percent) {
   ExpectWithin15Percent("checkpointing, chunked loss 256, grad_accum 2",
                         {"train.activation_checkpointing=true", "train.loss_chunk_tokens=256", "train.grad_accum=2"});
+}
+
+// Where the chunk-parallel form (auto on a GPU) makes its terms in slices, the estimate says so
+// once, with the slice ops/chunk_parallel.h takes: darkformer's per-head M gives 4 key rows a
+// sequence, 4 sequences; at 65,536 tokens one row's terms (~0.6 GiB) fit the budget, two do not.
+// At the small shape the whole call fits: no such note.
+TEST(MemoryEstimate, SaysWhereTheChunkParallelFormSlices) {
+  TempDir dir;
+  MemoryEstimateOptions gpu;
+  gpu.cpu = false;
+  auto notes_of = [&](const std::vector<std::string>& extra) {
+    auto overrides = SmallShape();
+    overrides.push_back("train.device=cuda");
+    overrides.insert(overrides.end(), extra.begin(), extra.end());
+    return EstimateTrainingMemory(TinyRunConfig(dir.File("run"), "darkformer", overrides), gpu).notes;
+  };
+  auto attention_notes = [](const std::vector<std::string>& notes) {
+    std::vector<std::string> found;
+    for (const auto& n : notes) {
+      if (n.rfind("attention (chunk-parallel form)", 0) == 0) found.push_back(n);
+    }
+    return found;
+  };
+  EXPECT_TRUE(attention_notes(notes_of({})).empty());
+  const auto sliced =
+      attention_notes(notes_of({"data.seq_len=65536", "model.max_position_embeddings=65536"}));
+  const ChunkParallelDims dims{4, 65536, 4, 4, 64, 64, 64};
+  ASSERT_EQ(ChunkParallelSlice(dims, kChunkParallelSliceBytes), 1);
+  ASSERT_EQ(sliced.size(), 1u) << "one note for the 4 layers";
+  EXPECT_NE(sliced[0].find("its terms 1 key row of 16 at a time"), std::string::npos) << sliced[0];
 }
 
 TEST(MemoryEstimate, RefusesBadInput) {
