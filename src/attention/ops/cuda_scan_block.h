@@ -44,7 +44,7 @@ constexpr int kScanDepth = 8;
 constexpr int kScanBlocksPerSm = 3;
 // Square panels of 64: a product stages its B operand (the projection, a state, W: 256 KiB at
 // Gemma 2B's shape) once per 64 output rows, so a sub-chunk's G S query rows read it half as often
-// as in panels of 32 rows (docs/gpu.md, "What a sub-chunk reads"); two tiles per warp, as 32 x 128.
+// as in panels of 32 rows (docs/cuda_op.md, "What a sub-chunk reads"); two tiles per warp, as 32 x 128.
 constexpr int kPanelRows = 64, kPanelCols = 64, kPanelDepth = 32;
 // Elements a thread reads before it puts any (BatchedPuts: ParallelLoad, the products' staging and
 // their columns by thread): their loads in flight together, one memory latency a batch; 8 is all

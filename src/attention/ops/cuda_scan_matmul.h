@@ -15,7 +15,7 @@
 //     product, on bf16's tensor cores, twice TF32's rate on an H100 or H200. For the fold into a
 //     state, the two dv products and d x' = da W, where the host emulation's extreme-scale tests
 //     keep the errors they have under 3xTF32; everywhere, bf16x3 took aderf's gradients at
-//     |x| = 10 past their bound (docs/gpu.md, "bf16x3").
+//     |x| = 10 past their bound (docs/cuda_op.md, "bf16x3").
 //   Panels of outputs staged whole through shared memory (below), which also takes any layout and
 //   ragged edge; 16 x 16 output tiles per warp, 8 deep per step in TF32 (WMMA m16n16k8), 16 in
 //   bf16 (m16n16k16). The host emulation walks the same panels, splits and rounds its operands the
