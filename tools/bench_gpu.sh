@@ -43,7 +43,8 @@
 # [exact performer darkformer], STEP_SHAPES [8x2048 1x16384], STEPS [4],
 # MODEL [configs/model/gemma-2b.yaml], SHARDS_DIR and TOKENIZER [the demo corpus, prepared into
 # OUT; token ids only need to fit the model's vocabulary], PEAK_TFLOPS [989: H100/H200 dense
-# bf16], PYTHON [the project's .venv].
+# bf16], PYTHON [the project's .venv], CHECK_ONLY [0; 1 checks PARTS and CUDA_CUTS, says what it
+# would run, and exits].
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 DEVICE="${DEVICE:-cuda}"
@@ -72,6 +73,9 @@ for part in $PARTS; do  # checked before anything runs
   [[ " attention cuts documents fla step sharp " == *" $part "* ]] ||
     { echo "[bench_gpu] PARTS: unknown part '$part' (attention, cuts, documents, fla, step, sharp)" >&2; exit 2; }
 done
+if [[ "${CHECK_ONLY:-0}" == 1 ]]; then  # tools/gpu_lease.sh's test: the lease's plan is one this takes
+  echo "[bench_gpu] would run: parts $PARTS; op $OP; cuts ${CUDA_CUTS:-none} at $CUT_LENGTHS"; exit 0
+fi
 mkdir -p "$OUT"
 echo "[bench_gpu] $(date -u '+%F %H:%M') device $DEVICE | uptime: $(uptime)"
 [[ "$DEVICE" == cuda ]] && nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader || true
