@@ -9,8 +9,8 @@
 #    and Nsight Compute; 2: the benchmark (issue 53's rows first, then op: cuda's cuts, the step,
 #    the sharp rows, fla, documents) and transformers' parity, on call 1's build. Call 2 installs the
 #    carried wheels (WHEELS [.device/wheels]: fla-core, einops) into WHEELS_TARGET [.device/py] and
-#    puts that on PYTHONPATH; without them fla's row says so. Each setting below can be overridden from the environment
-#    (LIMIT_BENCH less where call 1 ran long: the pack refused and it built).
+#    puts that on PYTHONPATH; without them fla's row says so. Each setting below can be overridden
+#    from the environment (LIMIT_BENCH less where call 1 ran long: the pack refused and it built).
 # GPU_CHECK [tools/gpu_check.sh] is the command run (tests/tools/test_gpu_lease.py stands one in).
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
