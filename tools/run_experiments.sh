@@ -2,7 +2,7 @@
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
 # performer and darkformer) and the plots.
-# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr|cpu-c4-masked
+# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-lr|cpu-c4-masked
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
 #   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
 #        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
@@ -15,6 +15,9 @@
 #        (c4_long_pretrain.yaml, run by whichever part comes first), then 1,000-step finetunes of
 #        exact, constant, performer, darkformer and lfk, three seeds, full (cpu-c4, also saderf and
 #        sderf) or q/k/v-only (cpu-c4-qkv). They need C4: C4_GLOB must match json.gz files (docs/data.md).
+#   cpu-c4-kernels: the other seeds' kernels on the same C4 setting (gerf, aderf, trig, flexformer,
+#        slay; c4_long_seed_kernels.yaml) beside seed-matched performer, darkformer, constant and
+#        exact runs; needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -26,11 +29,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr|cpu-c4-masked}"
+SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-lr|cpu-c4-masked}"
 case "$SIZE" in
   micro|cpu|gpu) PART="$SIZE" ;;
-  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-lr|cpu-c4-masked) PART="$SIZE"; SIZE=cpu ;;
-  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv, cpu-c4-lr or cpu-c4-masked, got '$SIZE'" >&2; exit 2 ;;
+  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-lr|cpu-c4-masked) PART="$SIZE"; SIZE=cpu ;;
+  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv, cpu-c4-kernels, cpu-c4-lr or cpu-c4-masked, got '$SIZE'" >&2; exit 2 ;;
 esac
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
@@ -98,6 +101,25 @@ if [[ "$PART" == cpu-c4-masked ]]; then  # issue 40: packed windows with and wit
   "$PYTHON" tools/masking_effect.py --sweep "$RUNS/c4_long_masking" --json "$RUNS/c4_long_masking/masking.json" |
     tee "$RUNS/c4_long_masking/masking.md"
   echo "done in $(( $(date +%s) - start )) s; table: $RUNS/c4_long_masking/masking.md"
+  exit $status
+fi
+
+if [[ "$PART" == cpu-c4-kernels ]]; then  # the other seeds' kernels, paired with performer and darkformer
+  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
+  SHARDS=data/c4/shards
+  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
+  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
+  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  name=c4_long_seed_kernels
+  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
+  pairs=()
+  for kernel in "gerf m=64" "aderf m=64" "trig m=64" "flexformer m=64 stationary" "flexformer m=64 nonstationary" "slay m=16"; do
+    pairs+=(--pair "$kernel" "performer m=64" --pair "darkformer m=64 identity" "$kernel" --pair "$kernel" constant)
+  done
+  pairs+=(--pair "darkformer m=64 identity" "performer m=64" --pair exact constant --pair exact "darkformer m=64 identity")
+  "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" "${pairs[@]}" --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
   exit $status
 fi
 
