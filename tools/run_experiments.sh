@@ -15,9 +15,9 @@
 #        (c4_long_pretrain.yaml, run by whichever part comes first), then 1,000-step finetunes of
 #        exact, constant, performer, darkformer and lfk, three seeds, full (cpu-c4, also saderf and
 #        sderf) or q/k/v-only (cpu-c4-qkv). They need C4: C4_GLOB must match json.gz files (docs/data.md).
-#   cpu-c4-kernels: the other seeds' kernels on the same C4 setting (gerf, aderf, trig, flexformer,
-#        slay; c4_long_seed_kernels.yaml) beside seed-matched performer, darkformer, constant and
-#        exact runs; needs C4.
+#   cpu-c4-kernels: the other seeds' kernels on the same C4 setting (gerf, saderf, aderf, sderf,
+#        trig, flexformer, slay; c4_long_seed_kernels.yaml) beside seed-matched performer,
+#        darkformer, constant and exact runs; needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -117,6 +117,8 @@ if [[ "$PART" == cpu-c4-kernels ]]; then  # the other seeds' kernels, paired wit
   for kernel in "gerf m=64" "aderf m=64" "trig m=64" "flexformer m=64 stationary" "flexformer m=64 nonstationary" "slay m=16"; do
     pairs+=(--pair "$kernel" "performer m=64" --pair "darkformer m=64 identity" "$kernel" --pair "$kernel" constant)
   done
+  # seed 002's order of the FAVOR estimators' variance: gerf > saderf > aderf > sderf
+  pairs+=(--pair "saderf m=64" "gerf m=64" --pair "aderf m=64" "saderf m=64" --pair "sderf m=64" "aderf m=64")
   pairs+=(--pair "darkformer m=64 identity" "performer m=64" --pair exact constant --pair exact "darkformer m=64 identity")
   "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" "${pairs[@]}" --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
