@@ -54,6 +54,16 @@ sweep() {  # sweep NAME [--set ...]
   return 0
 }
 
+# The c4_long parts' first steps, on C4 itself (no stand-in): its shards, then the exact pretrain
+# at 512 tokens. Both resumable: nothing to do when they have finished.
+c4_long_pretrain() {
+  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
+  SHARDS=data/c4/shards
+  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
+  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
+  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+}
+
 if [[ "$PART" == cpu-kernels || "$PART" == cpu-seeds ]]; then  # MQAR only: no C4 needed
   echo "== MQAR step 1: pretrain (exact attention; nothing to do when it has finished)"
   "$DF" train --config "$CONF/mqar_pretrain.yaml"
@@ -71,11 +81,7 @@ if [[ "$PART" == cpu-kernels || "$PART" == cpu-seeds ]]; then  # MQAR only: no C
 fi
 
 if [[ "$PART" == cpu-c4-lr ]]; then  # finding 4 on C4 (issue 38): C4 itself, no stand-in
-  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
-  SHARDS=data/c4/shards
-  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
-  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
-  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  c4_long_pretrain
   sweep c4_long_lr_stability --set "fixed.data.shards_dir=$SHARDS"
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/c4_long_lr_stability" --md "$RUNS/c4_long_lr_stability/aggregate.md" \
     --json "$RUNS/c4_long_lr_stability/aggregate.json"
@@ -86,11 +92,7 @@ if [[ "$PART" == cpu-c4-lr ]]; then  # finding 4 on C4 (issue 38): C4 itself, no
 fi
 
 if [[ "$PART" == cpu-c4-masked ]]; then  # issue 40: packed windows with and without document masking
-  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
-  SHARDS=data/c4/shards
-  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
-  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
-  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  c4_long_pretrain
   sweep c4_long_masking --set "fixed.data.shards_dir=$SHARDS"
   echo "== masked evaluation of every finished run (both arms)"
   for run in "$RUNS"/c4_long_masking/*/; do
@@ -105,11 +107,7 @@ if [[ "$PART" == cpu-c4-masked ]]; then  # issue 40: packed windows with and wit
 fi
 
 if [[ "$PART" == cpu-c4-kernels ]]; then  # the other seeds' kernels, paired with performer and darkformer
-  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
-  SHARDS=data/c4/shards
-  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
-  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
-  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  c4_long_pretrain
   name=c4_long_seed_kernels
   sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
@@ -126,11 +124,7 @@ if [[ "$PART" == cpu-c4-kernels ]]; then  # the other seeds' kernels, paired wit
 fi
 
 if [[ "$PART" == cpu-c4 || "$PART" == cpu-c4-qkv ]]; then  # C4 itself: no stand-in
-  compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
-  SHARDS=data/c4/shards
-  "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
-  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
-  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  c4_long_pretrain
   name=$([[ "$PART" == cpu-c4 ]] && echo c4_long_kernels || echo c4_long_qkv)
   sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
