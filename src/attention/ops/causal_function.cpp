@@ -29,12 +29,6 @@ namespace {
 
 using namespace causal_ops;
 
-// The feature map travels with the autograd node (the caller's copy is gone by the backward).
-struct FeatureMapCapsule : torch::CustomClassHolder {
-  explicit FeatureMapCapsule(FeatureMap m) : map(std::move(m)) {}
-  FeatureMap map;
-};
-
 // Units of work. The batch is folded into the heads (FoldBatch below), so a key row is a KV head
 // of one sequence whose key features the group shares, or a query head when key features are per
 // query head (then y and v are repeated per query head and each row's group is that one head).
@@ -218,7 +212,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
                                         refs_1RN};
     saved.insert(saved.end(), original.begin(), original.end());
     ctx->save_for_backward(saved);
-    ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<FeatureMapCapsule>(feature_map));
+    SaveFeatureMap(ctx, feature_map);
     ctx->saved_data["chunk"] = chunk_size;
     ctx->saved_data["batch"] = batch;
     if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
@@ -236,8 +230,7 @@ class FusedCausalFunction : public torch::autograd::Function<FusedCausalFunction
     const auto &den_1NL = saved[4], &states_1RS = saved[5], &refs_1RN = saved[6];
     const auto out_1NLD = FoldBatch(saved[3]);
     const std::vector<torch::Tensor> original(saved.begin() + 7, saved.end());
-    const auto capsule = c10::static_intrusive_pointer_cast<FeatureMapCapsule>(ctx->saved_data["map"].toCapsule());
-    const FeatureMap& map = capsule->map;
+    const FeatureMap& map = SavedFeatureMap(ctx);
     const int64_t chunk_size = ctx->saved_data["chunk"].toInt(), batch = ctx->saved_data["batch"].toInt();
     const auto params = FoldParams(map, original, batch);
     const auto l = MakeLayout(x_1NLD, y_1NLD, v_1NLD, map);

@@ -193,18 +193,12 @@ class ChunkParallelFunction : public torch::autograd::Function<ChunkParallelFunc
     ctx->saved_data["chunk"] = chunk_size;
     ctx->saved_data["slice_bytes"] = slice_bytes;
     if (doc_B1L.defined()) ctx->saved_data["documents"] = document_ids_BL;
-    ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
+    SaveFeatureMap(ctx, map);
     return out_BHLD;
   }
 
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx,
                                                  torch::autograd::variable_list grad_outputs);
-
-  // The feature map travels with the autograd node (the caller's copy is gone by the backward).
-  struct MapCapsule : torch::CustomClassHolder {
-    explicit MapCapsule(FeatureMap m) : map(std::move(m)) {}
-    FeatureMap map;
-  };
 };
 
 torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::AutogradContext* ctx,
@@ -212,8 +206,7 @@ torch::autograd::variable_list ChunkParallelFunction::backward(torch::autograd::
   const auto saved = ctx->get_saved_variables();
   const auto &x_BHLD = saved[0], &y_BKLD = saved[1], &v_BKLD = saved[2], &out_BHLD = saved[3], &den_BRNQ = saved[4];
   const std::vector<torch::Tensor> p(saved.begin() + 5, saved.end());
-  const auto capsule = c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule());
-  const FeatureMap& map = capsule->map;
+  const FeatureMap& map = SavedFeatureMap(ctx);
   const auto s = MakeShape(x_BHLD, y_BKLD, v_BKLD, map, ctx->saved_data["chunk"].toInt());
   // A backward called inside an autocast scope must not turn the recomputed features, states and
   // products bf16; nor a run's TF32 take their operands (fp32_products.h).

@@ -207,11 +207,6 @@ ScanGradients ScanBackward(const FeatureMap& map, const std::vector<torch::Tenso
 // output in fp32 (Cotangents).
 class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
  public:
-  struct MapCapsule : torch::CustomClassHolder {
-    explicit MapCapsule(FeatureMap m) : map(std::move(m)) {}
-    FeatureMap map;
-  };
-
   // Document ids ride as a non-tensor argument: an undefined tensor cannot be an autograd input.
   struct Documents {
     torch::Tensor ids_BL;
@@ -258,7 +253,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     ctx->saved_data["rows"] = rows;
     ctx->saved_data["chunk"] = chunk;
     ctx->saved_data["tensor_cores"] = tensor_cores;
-    ctx->saved_data["map"] = c10::IValue::make_capsule(c10::make_intrusive<MapCapsule>(map));
+    SaveFeatureMap(ctx, map);
     if (documents.ids_BL.defined()) ctx->saved_data["documents"] = documents.ids_BL;
     return out;
   }
@@ -272,8 +267,7 @@ class CudaScanFunction : public torch::autograd::Function<CudaScanFunction> {
     const auto saved = ctx->get_saved_variables();
     const auto &x = saved[0], &y = saved[1], &v = saved[2];
     const std::vector<torch::Tensor> p(saved.begin() + 4, saved.end());
-    const FeatureMap& map =
-        c10::static_intrusive_pointer_cast<MapCapsule>(ctx->saved_data["map"].toCapsule())->map;
+    const FeatureMap& map = SavedFeatureMap(ctx);
     const int64_t rows = ctx->saved_data["rows"].toInt();
     const auto documents = ctx->saved_data.find("documents");
     auto scan = ScanBackward(map, p, x, y, rows, v, saved[3], grads[0],

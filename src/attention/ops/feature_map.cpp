@@ -1,4 +1,4 @@
-// Names of the causal operator's forms (see feature_map.h).
+// Names of the causal operator's forms, and the map saved with an autograd node (see feature_map.h).
 #include "attention/ops/feature_map.h"
 
 #include <utility>
@@ -9,6 +9,13 @@
 namespace darkformer {
 
 namespace {
+
+struct FeatureMapCapsule : torch::CustomClassHolder {
+  explicit FeatureMapCapsule(FeatureMap m) : map(std::move(m)) {}
+  FeatureMap map;
+};
+
+constexpr const char* kSavedMapKey = "map";
 
 // The one declaration of the forms' names; everything else derives from it.
 const std::vector<std::pair<std::string, CausalOp>>& CausalOps() {
@@ -47,6 +54,15 @@ std::string CausalOpName(CausalOp op) {
     if (op == known) return name;
   }
   return "auto";
+}
+
+void SaveFeatureMap(torch::autograd::AutogradContext* ctx, const FeatureMap& map) {
+  ctx->saved_data[kSavedMapKey] = c10::IValue::make_capsule(c10::make_intrusive<FeatureMapCapsule>(map));
+}
+
+const FeatureMap& SavedFeatureMap(torch::autograd::AutogradContext* ctx) {
+  // saved_data holds the capsule, so the map outlives this call's temporary pointer.
+  return c10::static_intrusive_pointer_cast<FeatureMapCapsule>(ctx->saved_data.at(kSavedMapKey).toCapsule())->map;
 }
 
 }  // namespace darkformer

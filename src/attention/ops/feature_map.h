@@ -76,4 +76,9 @@ struct FeatureMap {
   torch::ScalarType input_dtype = torch::kFloat32;
 };
 
+// The map saved with an autograd node, for its backward (the caller's copy is gone by then).
+void SaveFeatureMap(torch::autograd::AutogradContext* ctx, const FeatureMap& map);
+// What SaveFeatureMap saved; it lives as long as the node.
+const FeatureMap& SavedFeatureMap(torch::autograd::AutogradContext* ctx);
+
 }  // namespace darkformer
