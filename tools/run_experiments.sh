@@ -2,7 +2,7 @@
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
 # performer and darkformer) and the plots.
-# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-lr|cpu-c4-masked
+# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-shared|cpu-c4-lr|cpu-c4-masked
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
 #   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
 #        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
@@ -20,6 +20,8 @@
 #        darkformer, constant and exact runs; needs C4.
 #   cpu-c4-steps: cpu-c4's performer and darkformer finetunes three times as long (3,000 steps,
 #        c4_long_steps.yaml): does Performer close the gap given more steps (fig. 3)? Needs C4.
+#   cpu-c4-shared: cpu-c4's performer and darkformer finetunes beside darkformer with one M per
+#        layer instead of one per query head (c4_long_shared_m.yaml). Needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -31,11 +33,11 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-lr|cpu-c4-masked}"
+SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-shared|cpu-c4-lr|cpu-c4-masked}"
 case "$SIZE" in
   micro|cpu|gpu) PART="$SIZE" ;;
-  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-lr|cpu-c4-masked) PART="$SIZE"; SIZE=cpu ;;
-  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv, cpu-c4-kernels, cpu-c4-steps, cpu-c4-lr or cpu-c4-masked, got '$SIZE'" >&2; exit 2 ;;
+  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-shared|cpu-c4-lr|cpu-c4-masked) PART="$SIZE"; SIZE=cpu ;;
+  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv, cpu-c4-kernels, cpu-c4-steps, cpu-c4-shared, cpu-c4-lr or cpu-c4-masked, got '$SIZE'" >&2; exit 2 ;;
 esac
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
@@ -132,6 +134,18 @@ if [[ "$PART" == cpu-c4-steps ]]; then  # fig. 3's narrowing: the same finetunes
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
   "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "darkformer m=64 identity" "performer m=64" \
     --step 250 --step 500 --step 1000 --step 2000 --step 3000 | tee "$RUNS/$name/paired.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
+  exit $status
+fi
+
+if [[ "$PART" == cpu-c4-shared ]]; then  # darkformer's M per query head against one per layer
+  c4_long_pretrain
+  name=c4_long_shared_m
+  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
+  per_head="darkformer m=64 identity share_across_heads=False" shared="darkformer m=64 identity share_across_heads=True"
+  "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$per_head" "performer m=64" --pair "$shared" "performer m=64" \
+    --pair "$per_head" "$shared" --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
   exit $status
 fi
