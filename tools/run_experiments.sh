@@ -2,7 +2,7 @@
 # The paper's protocol (DARKFormer §6) at our scale: prepare C4, pretrain a small Gemma with exact
 # attention, then three finetuning sweeps (all kernels; q/k/v-only; seven learning rates for
 # performer and darkformer) and the plots.
-# Usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-shared|cpu-c4-lr|cpu-c4-masked
+# Usage: tools/run_experiments.sh PART, one of the parts below (CPU_PARTS: the cpu protocol's parts).
 #   micro: CPU smoke test, under 10 minutes on 2 cores.  gpu: about 25 minutes on one H100.
 #   cpu: the protocol where attention matters, on 2 cores: multi-query associative recall (MQAR,
 #        generated; pretrain exact to 0.99 answer accuracy, then kernels x m x init, q/k/v-only and
@@ -33,12 +33,24 @@
 set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
-SIZE="${1:?usage: tools/run_experiments.sh micro|cpu|gpu|cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-shared|cpu-c4-lr|cpu-c4-masked}"
-case "$SIZE" in
-  micro|cpu|gpu) PART="$SIZE" ;;
-  cpu-kernels|cpu-seeds|cpu-c4|cpu-c4-qkv|cpu-c4-kernels|cpu-c4-steps|cpu-c4-shared|cpu-c4-lr|cpu-c4-masked) PART="$SIZE"; SIZE=cpu ;;
-  *) echo "the part must be micro, cpu, gpu, cpu-kernels, cpu-seeds, cpu-c4, cpu-c4-qkv, cpu-c4-kernels, cpu-c4-steps, cpu-c4-shared, cpu-c4-lr or cpu-c4-masked, got '$SIZE'" >&2; exit 2 ;;
-esac
+SIZES=(micro cpu gpu)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked)
+one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
+  local word="$1" each
+  shift
+  for each in "$@"; do [[ "$each" == "$word" ]] && return 0; done
+  return 1
+}
+SIZE="${1:-}"
+if one_of "$SIZE" "${SIZES[@]}"; then
+  PART="$SIZE"
+elif one_of "$SIZE" "${CPU_PARTS[@]}"; then
+  PART="$SIZE"
+  SIZE=cpu
+else
+  echo "usage: tools/run_experiments.sh PART: the part must be one of ${SIZES[*]} ${CPU_PARTS[*]}, got '$SIZE'" >&2
+  exit 2
+fi
 CONF="configs/experiments/$SIZE"
 RUNS="runs/experiments/$SIZE"
 DF="${DF:-build/darkformer}"
