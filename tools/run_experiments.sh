@@ -27,6 +27,9 @@
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
 #        data.document_masking (c4_long_masking.yaml), every run then evaluated with masking on;
 #        tools/masking_effect.py pairs the arms. Needs C4.
+#   cpu-c4-short-masked: the same question where windows hold about 4 documents: C4 cut to each
+#        document's first 128 tokens (prepare --max-document-tokens), 500-step finetunes
+#        (c4_short_docs_masking.yaml) from the same pretrain. Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
@@ -34,7 +37,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -107,18 +110,23 @@ if [[ "$PART" == cpu-c4-lr ]]; then  # finding 4 on C4 (issue 38): C4 itself, no
   exit $status
 fi
 
-if [[ "$PART" == cpu-c4-masked ]]; then  # issue 40: packed windows with and without document masking
+if [[ "$PART" == cpu-c4-masked || "$PART" == cpu-c4-short-masked ]]; then  # issue 40: packed windows with and without document masking
   c4_long_pretrain
-  sweep c4_long_masking --set "fixed.data.shards_dir=$SHARDS"
+  name=c4_long_masking
+  if [[ "$PART" == cpu-c4-short-masked ]]; then  # the pretrain's documents and split, each cut to 128 tokens
+    name=c4_short_docs_masking
+    SHARDS=data/c4/shards-cut128
+    "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 --max-document-tokens 128 -t data/demo/tokenizer.model -o "$SHARDS"
+  fi
+  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
   echo "== masked evaluation of every finished run (both arms)"
-  for run in "$RUNS"/c4_long_masking/*/; do
+  for run in "$RUNS/$name"/*/; do
     [[ -f "$run/summary.json" && ! -f "$run/masked_eval.json" ]] || continue
     "$DF" eval --config "$run/config.yaml" --checkpoint "$run" --set data.document_masking=true >"$run/masked_eval.json.tmp" &&
       mv "$run/masked_eval.json.tmp" "$run/masked_eval.json" || status=1
   done
-  "$PYTHON" tools/masking_effect.py --sweep "$RUNS/c4_long_masking" --json "$RUNS/c4_long_masking/masking.json" |
-    tee "$RUNS/c4_long_masking/masking.md"
-  echo "done in $(( $(date +%s) - start )) s; table: $RUNS/c4_long_masking/masking.md"
+  "$PYTHON" tools/masking_effect.py --sweep "$RUNS/$name" --json "$RUNS/$name/masking.json" | tee "$RUNS/$name/masking.md"
+  echo "done in $(( $(date +%s) - start )) s; table: $RUNS/$name/masking.md"
   exit $status
 fi
 

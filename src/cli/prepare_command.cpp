@@ -42,6 +42,10 @@ void RunPrepareCommand(const PrepareFlags& flags) {
   spdlog::info("train: {} documents, {} tokens; val: {} documents, {} tokens; {} bytes per token; tokenizer {}",
                m.TotalDocuments(false), m.TotalTokens(false), m.TotalDocuments(true), m.TotalTokens(true),
                m.bytes_per_token, m.tokenizer.Describe());
+  if (m.max_document_tokens > 0) {
+    spdlog::info("{} of {} documents cut to their first {} tokens (--max-document-tokens)",
+                 m.TotalTruncatedDocuments(), m.TotalDocuments(false) + m.TotalDocuments(true), m.max_document_tokens);
+  }
   if (result.text_bytes_processed > 0) {
     double mb = result.text_bytes_processed / 1e6;
     spdlog::info("throughput: {:.1f} MB of text in {:.2f} s on {} threads = {:.2f} MB/s; {:.2f} MB per CPU-second "
@@ -75,6 +79,9 @@ void AddPrepareCommand(CLI::App& app) {
   cmd->add_option("--output,-o", o.output_dir, "Output directory for shards and manifest.yaml")->required();
   cmd->add_option("--val-fraction", o.val_fraction,
                   "Fraction of --input documents held out for validation, chosen by seed")
+      ->capture_default_str();
+  cmd->add_option("--max-document-tokens", o.max_document_tokens,
+                  "Keep each document's first N tokens and drop the rest (0: whole documents; not with --labelled)")
       ->capture_default_str();
   cmd->add_option("--seed", o.seed, "Seed of the validation split")->capture_default_str();
   cmd->add_option("--threads,-j", o.threads, "Worker threads over source files (0: one per core)")

@@ -82,6 +82,10 @@ void CheckOptions(const PrepareOptions& options) {
   DF_CHECK(options.val_fraction >= 0 && options.val_fraction < 1,
            "prepare: --val-fraction must be in [0, 1), got " << options.val_fraction);
   DF_CHECK(!options.output_dir.empty(), "prepare: --output is required");
+  DF_CHECK(options.max_document_tokens >= 0,
+           "prepare: --max-document-tokens must be >= 0 (0: keep documents whole), got " << options.max_document_tokens);
+  DF_CHECK(options.max_document_tokens == 0 || !options.labelled,
+           "prepare: --max-document-tokens does not apply to --labelled records (each is one row, its labels whole)");
 }
 
 // Loads the tokenizer model into `tokenizer`, or leaves it empty for pre-tokenized inputs.
@@ -126,6 +130,7 @@ DatasetManifest NewManifest(const PrepareOptions& options, const Tokenizer* toke
   manifest.bytes_per_token = BytesPerTokenForVocab(static_cast<int>(vocab_size));
   manifest.seed = options.seed;
   manifest.val_fraction = options.val_fraction;
+  manifest.max_document_tokens = options.max_document_tokens;
   DF_CHECK((manifest.labelled && manifest.eos_id == -1) || (manifest.eos_id >= 0 && manifest.eos_id < vocab_size),
            "prepare: EOS id " << manifest.eos_id << " is not in " << vocab_source << " (size " << vocab_size
                               << "): pass --eos-id");

@@ -31,6 +31,10 @@ struct PrepareOptions {
   // (seed, source file name, line number): the same documents for any thread count or resume.
   double val_fraction = 0.0;
   uint64_t seed = 0;
+  // > 0: every document keeps only its first N tokens, the rest dropped (transformers' tokenizer
+  // truncation=True, max_length=N), so packed windows hold more, shorter documents. Not with
+  // `labelled` (a record is a row whose labels must stay whole).
+  int64_t max_document_tokens = 0;
   // Worker threads over source files; 0 means one per core.
   int threads = 0;
   // Special ids recorded for the loader; unset means the tokenizer model's own.

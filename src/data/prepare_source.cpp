@@ -44,7 +44,9 @@ std::string SettingsKey(const PrepareOptions& options, const TokenizerIdentity& 
   std::snprintf(fraction, sizeof(fraction), "%.17g", options.val_fraction);
   return "tokenizer=" + tokenizer.hash + ";vocab=" + std::to_string(tokenizer.vocab_size) +
          ";bytes_per_token=" + std::to_string(bytes_per_token) + ";seed=" + std::to_string(options.seed) +
-         ";val_fraction=" + fraction + ";split=v1" + (options.labelled ? ";labelled=v1" : "");
+         ";val_fraction=" + fraction + ";split=v1" + (options.labelled ? ";labelled=v1" : "") +
+         (options.max_document_tokens > 0 ? ";max_document_tokens=" + std::to_string(options.max_document_tokens)
+                                          : "");
 }
 
 std::optional<ShardRecord> FindCommitted(const std::string& dir, const SourceJob& job, const std::string& settings,
@@ -89,6 +91,10 @@ ShardRecord PrepareSource(const SourceJob& job, const PrepareOptions& options, c
     if (ids.empty()) {
       ++record.empty_documents;
       return nullptr;
+    }
+    if (options.max_document_tokens > 0 && static_cast<int64_t>(ids.size()) > options.max_document_tokens) {
+      ids.resize(options.max_document_tokens);
+      ++record.truncated_documents;
     }
     const bool is_val =
         job.validation_source || IsValidationDocument(options.seed, source_name, line, options.val_fraction);

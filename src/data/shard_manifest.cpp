@@ -67,6 +67,7 @@ YAML::Node ShardRecord::ToYaml() const {
   node["settings"] = settings;
   node["read"] = CountsToYaml(counts);
   node["empty_documents"] = empty_documents;
+  if (truncated_documents > 0) node["truncated_documents"] = truncated_documents;
   node["train"] = SplitToYaml(train);
   node["val"] = SplitToYaml(val);
   return node;
@@ -82,6 +83,7 @@ ShardRecord ShardRecord::FromYaml(const YAML::Node& node, const std::string& whe
   r.settings = RequiredField<std::string>(node, "settings", here);
   r.counts = CountsFromYaml(node["read"], here + " read");
   r.empty_documents = RequiredField<int64_t>(node, "empty_documents", here);
+  if (node["truncated_documents"]) r.truncated_documents = RequiredField<int64_t>(node, "truncated_documents", here);
   r.train = SplitFromYaml(node["train"], here + " train");
   r.val = SplitFromYaml(node["val"], here + " val");
   return r;
@@ -96,6 +98,12 @@ C4ReadCounts DatasetManifest::TotalCounts() const {
 int64_t DatasetManifest::TotalTokens(bool val) const {
   int64_t n = 0;
   for (const auto& s : shards) n += val ? s.val.tokens : s.train.tokens;
+  return n;
+}
+
+int64_t DatasetManifest::TotalTruncatedDocuments() const {
+  int64_t n = 0;
+  for (const auto& s : shards) n += s.truncated_documents;
   return n;
 }
 
@@ -118,6 +126,7 @@ YAML::Node DatasetManifest::ToYaml() const {
   node["seed"] = seed;
   node["val_fraction"] = val_fraction;
   if (labelled) node["labelled"] = true;
+  if (max_document_tokens > 0) node["max_document_tokens"] = max_document_tokens;
   C4ReadCounts total = TotalCounts();
   YAML::Node totals = CountsToYaml(total);
   totals["skipped_lines"] = total.skipped();
@@ -125,6 +134,7 @@ YAML::Node DatasetManifest::ToYaml() const {
   totals["train_tokens"] = TotalTokens(false);
   totals["val_documents"] = TotalDocuments(true);
   totals["val_tokens"] = TotalTokens(true);
+  if (max_document_tokens > 0) totals["truncated_documents"] = TotalTruncatedDocuments();
   node["totals"] = totals;
   for (const auto& s : shards) node["shards"].push_back(s.ToYaml());
   return node;
@@ -148,6 +158,7 @@ DatasetManifest DatasetManifest::FromYaml(const YAML::Node& node, const std::str
   m.pad_id = RequiredField<int>(node, "pad_id", where);
   m.seed = RequiredField<uint64_t>(node, "seed", where);
   m.val_fraction = RequiredField<double>(node, "val_fraction", where);
+  if (node["max_document_tokens"]) m.max_document_tokens = RequiredField<int64_t>(node, "max_document_tokens", where);
   if (node["shards"]) {
     for (const auto& s : node["shards"]) m.shards.push_back(ShardRecord::FromYaml(s, where));
   }

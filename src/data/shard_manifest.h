@@ -39,6 +39,7 @@ struct ShardRecord {
   std::string settings;     // the prepare settings that shaped it (PrepareSettingsKey)
   C4ReadCounts counts;
   int64_t empty_documents = 0;  // texts that tokenized to nothing (not written)
+  int64_t truncated_documents = 0;  // cut to max_document_tokens (written shortened)
   ShardSplit train;
   ShardSplit val;
 
@@ -56,6 +57,7 @@ struct DatasetManifest {
   int pad_id = -1;
   uint64_t seed = 0;
   double val_fraction = 0.0;
+  int64_t max_document_tokens = 0;  // prepare --max-document-tokens; 0: documents whole
   // Every shard has a labels file (data/label_shard.h): records are rows, not a token stream.
   bool labelled = false;
   std::vector<ShardRecord> shards;
@@ -64,6 +66,7 @@ struct DatasetManifest {
   C4ReadCounts TotalCounts() const;
   int64_t TotalTokens(bool val) const;
   int64_t TotalDocuments(bool val) const;
+  int64_t TotalTruncatedDocuments() const;
 
   YAML::Node ToYaml() const;
   static DatasetManifest FromYaml(const YAML::Node& node, const std::string& where);
