@@ -8,6 +8,8 @@ Prints, as Markdown:
   (beside the unmasked arm's own, unmasked, final eval: what leakage does at evaluation);
 - per contrast (exact - constant, darkformer - performer), the difference in each arm and the
   seed-paired change of that difference;
+- what leakage costs at evaluation: the unmasked arm's masked eval minus its own, unmasked, final
+  eval, per kernel and per contrast (does one kernel lose more to the other documents?);
 with 95 % Student-t intervals (n - 1 dof) and a plain verdict (an interval that excludes 0).
 
 Usage: masking_effect.py --sweep runs/experiments/cpu/c4_long_masking [--json FILE]
@@ -75,6 +77,28 @@ def fmt(r):
     return f"| {r['label']} | {', '.join(f'{d:+.4f}' for d in r['differences'])} | {mean} | {ci} | {r['verdict']} |"
 
 
+def print_evaluation_leakage(runs, own, kernels):
+    """Prints and returns, per kernel and contrast, the unmasked arm's masked eval minus its own
+    unmasked eval, paired by seed: what the other documents in a window cost at evaluation."""
+    cost = {}
+    for k in kernels:
+        off = seeds_of(runs, k, False)
+        cost[k] = {s: v - own[(k, False, s)] for s, v in off.items() if own.get((k, False, s)) is not None}
+    print("\nLeakage at evaluation: the unmasked arm scored masked − unmasked (its own final eval), per seed:\n")
+    print("| kernel or contrast | per-seed values | mean | 95 % interval | verdict |")
+    print("|---|---|--:|---|---|")
+    rows = []
+    for k in kernels:
+        rows.append(row(k, [cost[k][s] for s in sorted(cost[k])]))
+    for a, b in CONTRASTS:
+        if a in cost and b in cost:
+            seeds = sorted(set(cost[a]) & set(cost[b]))
+            rows.append(row(f"{a} − {b}", [cost[a][s] - cost[b][s] for s in seeds]))
+    for r in rows:
+        print(fmt(r))
+    return rows
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--sweep", required=True)
@@ -118,6 +142,7 @@ def main(argv=None):
         r = row(f"change of {a} − {b}", [per_arm[True][s] - per_arm[False][s] for s in seeds])
         out["contrasts"].append(r)
         print(fmt(r))
+    out["evaluation_leakage"] = print_evaluation_leakage(runs, own, kernels)
     if args.json:
         with open(args.json, "w") as f:
             json.dump(out, f, indent=1)
