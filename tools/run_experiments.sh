@@ -27,9 +27,10 @@
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
 #        data.document_masking (c4_long_masking.yaml), every run then evaluated with masking on;
 #        tools/masking_effect.py pairs the arms. Needs C4.
-#   cpu-c4-short-masked: the same question where windows hold about 4 documents: C4 cut to each
-#        document's first 128 tokens (prepare --max-document-tokens), 500-step finetunes
-#        (c4_short_docs_masking.yaml) from the same pretrain. Needs C4.
+#   cpu-c4-short-masked, cpu-c4-shorter-masked: the same question where windows hold about 4 or 8
+#        documents: C4 cut to each document's first 128 or 64 tokens (prepare --max-document-tokens),
+#        500-step finetunes (c4_short_docs_masking.yaml, c4_shorter_docs_masking.yaml) from the same
+#        pretrain. Need C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
@@ -37,7 +38,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -110,13 +111,14 @@ if [[ "$PART" == cpu-c4-lr ]]; then  # finding 4 on C4 (issue 38): C4 itself, no
   exit $status
 fi
 
-if [[ "$PART" == cpu-c4-masked || "$PART" == cpu-c4-short-masked ]]; then  # issue 40: packed windows with and without document masking
+if [[ "$PART" == cpu-c4-masked || "$PART" == cpu-c4-short-masked || "$PART" == cpu-c4-shorter-masked ]]; then  # issue 40: packed windows with and without document masking
   c4_long_pretrain
-  name=c4_long_masking
-  if [[ "$PART" == cpu-c4-short-masked ]]; then  # the pretrain's documents and split, each cut to 128 tokens
-    name=c4_short_docs_masking
-    SHARDS=data/c4/shards-cut128
-    "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 --max-document-tokens 128 -t data/demo/tokenizer.model -o "$SHARDS"
+  name=c4_long_masking cut=0
+  [[ "$PART" == cpu-c4-short-masked ]] && name=c4_short_docs_masking cut=128
+  [[ "$PART" == cpu-c4-shorter-masked ]] && name=c4_shorter_docs_masking cut=64
+  if (( cut > 0 )); then  # the pretrain's documents and split, each cut to its first $cut tokens
+    SHARDS=data/c4/shards-cut$cut
+    "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 --max-document-tokens $cut -t data/demo/tokenizer.model -o "$SHARDS"
   fi
   sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
   echo "== masked evaluation of every finished run (both arms)"
