@@ -31,6 +31,9 @@
 #        documents: C4 cut to each document's first 128 or 64 tokens (prepare --max-document-tokens),
 #        500-step finetunes (c4_short_docs_masking.yaml, c4_shorter_docs_masking.yaml) from the same
 #        pretrain. Need C4.
+#   cpu-c4-2k-masked: the same question in the paper's setting, windows of 2,048 tokens of uncut
+#        documents (about 6 per window): an exact pretrain at 2,048 tokens (c4_2k_pretrain.yaml),
+#        then 500-step performer and darkformer finetunes (c4_2k_masking.yaml). Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
@@ -38,7 +41,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -75,14 +78,17 @@ sweep() {  # sweep NAME [--set ...]
 }
 
 # The c4_long parts' first steps, on C4 itself (no stand-in): its shards, then the exact pretrain
-# at 512 tokens. Both resumable: nothing to do when they have finished.
-c4_long_pretrain() {
+# at 512 tokens (c4_pretrain CONFIG: another pretrain's config, c4_2k_pretrain's 2,048 tokens). Both
+# resumable: nothing to do when they have finished.
+c4_pretrain() {
+  local config="$1"
   compgen -G "$C4_GLOB" >/dev/null || { echo "$PART needs C4: no file matches C4_GLOB=$C4_GLOB (docs/data.md)" >&2; exit 2; }
   SHARDS=data/c4/shards
   "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 -t data/demo/tokenizer.model -o "$SHARDS"
-  echo "== C4 step 1: pretrain at 512 tokens (exact attention; nothing to do when it has finished)"
-  "$DF" train --config "$CONF/c4_long_pretrain.yaml" --set "data.shards_dir=$SHARDS"
+  echo "== C4 step 1: pretrain $config (exact attention; nothing to do when it has finished)"
+  "$DF" train --config "$CONF/$config.yaml" --set "data.shards_dir=$SHARDS"
 }
+c4_long_pretrain() { c4_pretrain c4_long_pretrain; }
 
 if [[ "$PART" == cpu-kernels || "$PART" == cpu-seeds ]]; then  # MQAR only: no C4 needed
   echo "== MQAR step 1: pretrain (exact attention; nothing to do when it has finished)"
@@ -111,9 +117,10 @@ if [[ "$PART" == cpu-c4-lr ]]; then  # finding 4 on C4 (issue 38): C4 itself, no
   exit $status
 fi
 
-if [[ "$PART" == cpu-c4-masked || "$PART" == cpu-c4-short-masked || "$PART" == cpu-c4-shorter-masked ]]; then  # issue 40: packed windows with and without document masking
-  c4_long_pretrain
+if [[ "$PART" == cpu-c4-masked || "$PART" == cpu-c4-short-masked || "$PART" == cpu-c4-shorter-masked ||
+      "$PART" == cpu-c4-2k-masked ]]; then  # issue 40: packed windows with and without document masking
   name=c4_long_masking cut=0
+  if [[ "$PART" == cpu-c4-2k-masked ]]; then c4_pretrain c4_2k_pretrain; name=c4_2k_masking; else c4_long_pretrain; fi
   [[ "$PART" == cpu-c4-short-masked ]] && name=c4_short_docs_masking cut=128
   [[ "$PART" == cpu-c4-shorter-masked ]] && name=c4_shorter_docs_masking cut=64
   if (( cut > 0 )); then  # the pretrain's documents and split, each cut to its first $cut tokens
