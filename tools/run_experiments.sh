@@ -32,8 +32,9 @@
 #        500-step finetunes (c4_short_docs_masking.yaml, c4_shorter_docs_masking.yaml) from the same
 #        pretrain. Need C4.
 #   cpu-c4-2k-masked: the same question in the paper's setting, windows of 2,048 tokens of uncut
-#        documents (about 6 per window): an exact pretrain at 2,048 tokens (c4_2k_pretrain.yaml),
-#        then 500-step performer and darkformer finetunes (c4_2k_masking.yaml). Needs C4.
+#        documents (half the causal pairs across documents): an exact pretrain at 2,048 tokens (c4_2k_pretrain.yaml),
+#        then 500-step performer and darkformer finetunes (c4_2k_masking.yaml, five seeds), then
+#        exact and constant ones (c4_2k_baselines.yaml, three seeds). Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
@@ -119,23 +120,26 @@ fi
 
 if [[ "$PART" == cpu-c4-masked || "$PART" == cpu-c4-short-masked || "$PART" == cpu-c4-shorter-masked ||
       "$PART" == cpu-c4-2k-masked ]]; then  # issue 40: packed windows with and without document masking
-  name=c4_long_masking cut=0
-  if [[ "$PART" == cpu-c4-2k-masked ]]; then c4_pretrain c4_2k_pretrain; name=c4_2k_masking; else c4_long_pretrain; fi
-  [[ "$PART" == cpu-c4-short-masked ]] && name=c4_short_docs_masking cut=128
-  [[ "$PART" == cpu-c4-shorter-masked ]] && name=c4_shorter_docs_masking cut=64
+  names=(c4_long_masking) cut=0
+  if [[ "$PART" == cpu-c4-2k-masked ]]; then c4_pretrain c4_2k_pretrain; names=(c4_2k_masking c4_2k_baselines); else c4_long_pretrain; fi
+  [[ "$PART" == cpu-c4-short-masked ]] && names=(c4_short_docs_masking) cut=128
+  [[ "$PART" == cpu-c4-shorter-masked ]] && names=(c4_shorter_docs_masking) cut=64
   if (( cut > 0 )); then  # the pretrain's documents and split, each cut to its first $cut tokens
     SHARDS=data/c4/shards-cut$cut
     "$DF" prepare -i "$C4_GLOB" --val-fraction 0.05 --max-document-tokens $cut -t data/demo/tokenizer.model -o "$SHARDS"
   fi
-  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
-  echo "== masked evaluation of every finished run (both arms)"
-  for run in "$RUNS/$name"/*/; do
-    [[ -f "$run/summary.json" && ! -f "$run/masked_eval.json" ]] || continue
-    "$DF" eval --config "$run/config.yaml" --checkpoint "$run" --set data.document_masking=true >"$run/masked_eval.json.tmp" &&
-      mv "$run/masked_eval.json.tmp" "$run/masked_eval.json" || status=1
+  for name in "${names[@]}"; do
+    sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
+    echo "== masked evaluation of every finished run of $name (both arms)"
+    for run in "$RUNS/$name"/*/; do
+      [[ -f "$run/summary.json" && ! -f "$run/masked_eval.json" ]] || continue
+      "$DF" eval --config "$run/config.yaml" --checkpoint "$run" --set data.document_masking=true >"$run/masked_eval.json.tmp" &&
+        mv "$run/masked_eval.json.tmp" "$run/masked_eval.json" || status=1
+    done
+    "$PYTHON" tools/masking_effect.py --sweep "$RUNS/$name" --json "$RUNS/$name/masking.json" | tee "$RUNS/$name/masking.md"
   done
-  "$PYTHON" tools/masking_effect.py --sweep "$RUNS/$name" --json "$RUNS/$name/masking.json" | tee "$RUNS/$name/masking.md"
-  echo "done in $(( $(date +%s) - start )) s; table: $RUNS/$name/masking.md"
+  tables=("${names[@]/#/$RUNS/}")
+  echo "done in $(( $(date +%s) - start )) s; tables: ${tables[*]/%//masking.md}"
   exit $status
 fi
 
