@@ -32,9 +32,9 @@
 #        500-step finetunes (c4_short_docs_masking.yaml, c4_shorter_docs_masking.yaml) from the same
 #        pretrain. Need C4.
 #   cpu-c4-2k-masked: the same question in the paper's setting, windows of 2,048 tokens of uncut
-#        documents (half the causal pairs across documents): an exact pretrain at 2,048 tokens (c4_2k_pretrain.yaml),
-#        then 500-step performer and darkformer finetunes (c4_2k_masking.yaml, five seeds), then
-#        exact and constant ones (c4_2k_baselines.yaml, three seeds). Needs C4.
+#        documents (half the causal pairs across documents): an exact pretrain at 2,048 tokens
+#        (c4_2k_pretrain.yaml), then 500-step performer and darkformer finetunes (c4_2k_masking.yaml,
+#        five seeds), then exact and constant ones (c4_2k_baselines.yaml, three seeds). Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
