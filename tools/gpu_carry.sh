@@ -19,7 +19,8 @@ SETUP="${SETUP:-$ROOT/tools/setup.sh}"
 PREBUILT="${PREBUILT:-$ROOT/tools/gpu_prebuilt.sh}"
 LIMIT_MIB="${CARRY_LIMIT_MIB:-64}"   # the device tool's limit on what a call carries
 CARRY=(.device data/demo third_party/downloads)
-# What HDF5's shared library pulls in on Debian 12 (ldd of libhdf5_serial.so, less glibc's own).
+# The packages behind what `ldd` lists for Debian 12's libhdf5_serial.so, with their own package
+# dependencies; glibc's, and libsz2, libaec0 and zlib (prepare-carry's), left out.
 EXTRA_LIBS=(libcurl4 libssl3 libnghttp2-14 librtmp1 libssh2-1 libpsl5 libbrotli1 libldap-2.5-0
   libgssapi-krb5-2 libkrb5-3 libk5crypto3 libkrb5support0 libsasl2-2 libsasl2-modules-db libidn2-0
   libunistring2 libgnutls30 libhogweed6 libnettle8 libgmp10 libp11-kit0 libtasn1-6 libkeyutils1
