@@ -35,6 +35,9 @@
 #        documents (half the causal pairs across documents): an exact pretrain at 2,048 tokens
 #        (c4_2k_pretrain.yaml), then 500-step performer and darkformer finetunes (c4_2k_masking.yaml,
 #        five seeds), then exact and constant ones (c4_2k_baselines.yaml, three seeds). Needs C4.
+#   cpu-c4-2k-features: the same 2,048-token finetunes with m = 256 features beside m = 64, exact
+#        and constant (c4_2k_features.yaml, three seeds): are the features per position why random
+#        features recover little of exact's gain there? Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
@@ -42,7 +45,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -179,6 +182,21 @@ if [[ "$PART" == cpu-c4-shared ]]; then  # darkformer's M per query head against
   per_head="darkformer m=64 identity share_across_heads=False" shared="darkformer m=64 identity share_across_heads=True"
   "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$per_head" "performer m=64" --pair "$shared" "performer m=64" \
     --pair "$per_head" "$shared" --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
+  exit $status
+fi
+
+if [[ "$PART" == cpu-c4-2k-features ]]; then  # the features per position at 2,048 tokens
+  c4_pretrain c4_2k_pretrain
+  name=c4_2k_features
+  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
+  "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "performer m=256" "performer m=64" \
+    --pair "darkformer m=256 identity" "darkformer m=64 identity" --pair "darkformer m=64 identity" "performer m=64" \
+    --pair "darkformer m=256 identity" "performer m=256" --pair exact constant \
+    --pair "performer m=64" constant --pair "performer m=256" constant \
+    --pair "darkformer m=64 identity" constant --pair "darkformer m=256 identity" constant \
+    --step 100 --step 200 --step 500 | tee "$RUNS/$name/paired.md"
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
   exit $status
 fi
