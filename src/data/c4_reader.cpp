@@ -24,6 +24,15 @@ C4ReadCounts& C4ReadCounts::operator+=(const C4ReadCounts& other) {
   return *this;
 }
 
+bool NextNonBlankLine(LineReader& lines, std::string_view* line, C4ReadCounts* counts) {
+  while (lines.Next(line)) {
+    counts->lines = lines.lines();
+    if (!IsBlankLine(*line)) return true;
+    ++counts->blank;
+  }
+  return false;
+}
+
 C4Reader::C4Reader(std::string path) : lines_(std::move(path)) {}
 
 bool C4Reader::Next(std::string* text) {

@@ -25,6 +25,10 @@ struct C4ReadCounts {
   C4ReadCounts& operator+=(const C4ReadCounts& other);
 };
 
+// The next line of `lines` that is not blank (IsBlankLine), into `line`; false at the end. Counts in
+// `counts` the lines read and the blank ones passed over.
+bool NextNonBlankLine(LineReader& lines, std::string_view* line, C4ReadCounts* counts);
+
 class C4Reader {
  public:
   // Opens `path`; zlib reads gzip and plain files alike. Throws darkformer::Error if it cannot.

@@ -87,9 +87,10 @@ class TextExtractor : public nlohmann::json_sax<nlohmann::json> {
 
 }  // namespace
 
+bool IsBlankLine(std::string_view line) { return line.find_first_not_of(" \t\r\n") == std::string_view::npos; }
+
 JsonRecordStatus ParseC4Record(std::string_view line, std::string* text, std::string* error) {
-  const auto first = line.find_first_not_of(" \t\r\n");
-  if (first == std::string_view::npos) return JsonRecordStatus::kBlank;
+  if (IsBlankLine(line)) return JsonRecordStatus::kBlank;
   TextExtractor extractor(text);
   const bool ok = nlohmann::json::sax_parse(line.begin(), line.end(), &extractor,
                                             nlohmann::json::input_format_t::json, /*strict=*/true);

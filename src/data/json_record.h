@@ -7,6 +7,9 @@
 
 namespace darkformer {
 
+// Whether `line` holds nothing but whitespace: a JSON-lines file's blank line, not a record.
+bool IsBlankLine(std::string_view line);
+
 enum class JsonRecordStatus {
   kOk,         // a well-formed object with a string "text" field
   kBlank,      // an empty or all-whitespace line

@@ -102,12 +102,7 @@ bool LabelledRecordReader::NextNpyRow(LabelledRecord* record) {
 
 bool LabelledRecordReader::NextJsonLine(LabelledRecord* record) {
   std::string_view line;
-  while (lines_->Next(&line)) {
-    counts_.lines = lines_->lines();
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
-      ++counts_.blank;
-      continue;
-    }
+  while (NextNonBlankLine(*lines_, &line, &counts_)) {
     const std::string where = path_ + ":" + std::to_string(counts_.lines);
     const auto json = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
     DF_CHECK(json.is_object(), where << ": not a JSON object {\"input_ids\": [...], \"labels\": [...]}");

@@ -106,12 +106,7 @@ bool PretokenizedReader::NextNpyRow(std::vector<int>* ids) {
 
 bool PretokenizedReader::NextJsonLine(std::vector<int>* ids) {
   std::string_view line;
-  while (lines_->Next(&line)) {
-    counts_.lines = lines_->lines();
-    if (line.find_first_not_of(" \t\r") == std::string_view::npos) {
-      ++counts_.blank;
-      continue;
-    }
+  while (NextNonBlankLine(*lines_, &line, &counts_)) {
     const auto json = Json::parse(line.begin(), line.end(), nullptr, /*allow_exceptions=*/false);
     const Json* array = json.is_array() ? &json : nullptr;
     if (json.is_object() && json.contains("input_ids")) array = &json["input_ids"];
