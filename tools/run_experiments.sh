@@ -36,7 +36,8 @@
 #        (c4_2k_pretrain.yaml), then 500-step performer and darkformer finetunes (c4_2k_masking.yaml,
 #        five seeds), then exact and constant ones (c4_2k_baselines.yaml, three seeds). Needs C4.
 #   cpu-c4-2k-features: the same 2,048-token finetunes with m = 256 features beside m = 64, exact
-#        and constant (c4_2k_features.yaml, three seeds): are the features per position why random
+#        and constant (c4_2k_features.yaml, three seeds), then from the same pretrain in windows of
+#        512 (c4_2k_short_windows.yaml): are the features per position, or the window, why random
 #        features recover little of exact's gain there? Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
@@ -197,7 +198,13 @@ if [[ "$PART" == cpu-c4-2k-features ]]; then  # the features per position at 2,0
     --pair "performer m=64" constant --pair "performer m=256" constant \
     --pair "darkformer m=64 identity" constant --pair "darkformer m=256 identity" constant \
     --step 100 --step 200 --step 500 | tee "$RUNS/$name/paired.md"
-  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
+  name=c4_2k_short_windows
+  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
+  "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "darkformer m=64 identity" "performer m=64" \
+    --pair exact constant --pair "performer m=64" constant --pair "darkformer m=64 identity" constant \
+    --step 100 --step 200 --step 500 | tee "$RUNS/$name/paired.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/{c4_2k_features,$name}/{aggregate,paired}.md"
   exit $status
 fi
 
