@@ -7,6 +7,7 @@
 #include "attention/kernel_registry.h"
 #include "attention/ops/cuda_op.h"
 #include "train/size_terms.h"
+#include "util/config_file_lines.h"
 
 namespace darkformer {
 
@@ -38,7 +39,21 @@ static void CheckCudaOp(const RunConfig& c, const std::vector<std::string>& kern
   }
 }
 
-static YAML::Node LoadWithBases(const std::string& path, int depth) {
+// Records the line of every key of `node` (a file's own document) under `prefix`, over what a base
+// file recorded: the merge's order, so each key path keeps the file that gave its value.
+static void RecordKeyLines(const YAML::Node& node, const std::string& prefix, const std::string& file,
+                           std::map<std::string, KeyLine>* lines) {
+  if (!node.IsMap()) return;
+  for (const auto& entry : node) {
+    const auto key = entry.first.as<std::string>();
+    if (prefix.empty() && key == "base") continue;
+    const auto key_path = prefix.empty() ? key : prefix + "." + key;
+    (*lines)[key_path] = {file, entry.first.Mark().line + 1};
+    RecordKeyLines(entry.second, key_path, file, lines);
+  }
+}
+
+static YAML::Node LoadWithBases(const std::string& path, int depth, std::map<std::string, KeyLine>* lines) {
   DF_CHECK(depth < 16, path << ": `base:` chain deeper than 16 files (a cycle?)");
   DF_CHECK(fs::exists(path), "config file not found: " << path);
   DF_CHECK(!fs::is_directory(path), path << ": is a directory, not a config file");
@@ -48,7 +63,10 @@ static YAML::Node LoadWithBases(const std::string& path, int depth) {
   } catch (const YAML::Exception& e) {
     Fail(path + ": invalid YAML: " + e.what());
   }
-  if (!node.IsMap() || !node["base"]) return node;
+  if (!node.IsMap() || !node["base"]) {
+    RecordKeyLines(node, "", path, lines);
+    return node;
+  }
   // `base:` is one file or a list of files merged in order (later ones win); this file wins over all.
   const auto bases = node["base"];
   std::vector<std::string> base_files;
@@ -64,11 +82,12 @@ static YAML::Node LoadWithBases(const std::string& path, int depth) {
     Fail(path + ": config key 'base' (line " + std::to_string(bases.Mark().line + 1) +
          ") must be a file path or a list of file paths, got " + YamlTypeName(bases));
   }
-  node.remove("base");
   YAML::Node merged(YAML::NodeType::Map);
   for (const auto& base : base_files) {
-    merged = MergeYaml(merged, LoadWithBases((fs::path(path).parent_path() / base).string(), depth + 1));
+    merged = MergeYaml(merged, LoadWithBases((fs::path(path).parent_path() / base).string(), depth + 1, lines));
   }
+  RecordKeyLines(node, "", path, lines);
+  node.remove("base");
   return MergeYaml(merged, node);
 }
 
@@ -153,9 +172,11 @@ RunConfig RunConfig::FromNode(YAML::Node root, const std::string& origin) {
 }
 
 RunConfig RunConfig::Load(const std::string& path, const std::vector<std::string>& overrides) {
-  auto root = LoadWithBases(path, 0);
+  std::map<std::string, KeyLine> lines;
+  auto root = LoadWithBases(path, 0, &lines);
   for (const auto& assignment : overrides) ApplyOverride(root, assignment);
-  const ScopedSetOrigins origins(overrides);  // errors name a --set key's assignment, not a file line
+  const ScopedFileOrigins file_lines(path, std::move(lines));  // errors name a key's file and line
+  const ScopedSetOrigins origins(overrides);  // or a --set key's assignment, not a file line
   return FromNode(root, path);
 }
 

@@ -1,6 +1,8 @@
 // Typed, path-aware reading of YAML sections (see config_reader.h).
 #include "util/config_reader.h"
 
+#include "util/config_file_lines.h"
+
 namespace darkformer {
 
 ConfigReader::ConfigReader(YAML::Node node, std::string path)
@@ -98,6 +100,7 @@ struct SetAssignment {
   std::string text;
 };
 thread_local const std::vector<SetAssignment>* set_assignments = nullptr;
+thread_local const ScopedFileOrigins* file_origins = nullptr;
 
 }  // namespace
 
@@ -115,6 +118,20 @@ ScopedSetOrigins::ScopedSetOrigins(const std::vector<std::string>& assignments) 
     parsed->push_back({text.substr(0, eq), value, text});
   }
   set_assignments = parsed;
+}
+
+ScopedFileOrigins::ScopedFileOrigins(std::string top_file, std::map<std::string, KeyLine> lines)
+    : top_file_(std::move(top_file)), lines_(std::move(lines)), previous_(file_origins) {
+  file_origins = this;
+}
+
+ScopedFileOrigins::~ScopedFileOrigins() { file_origins = previous_; }
+
+std::string ScopedFileOrigins::Origin(const std::string& key_path) const {
+  const auto it = lines_.find(key_path);
+  if (it == lines_.end()) return std::string();
+  const auto& [file, line] = it->second;
+  return " (line " + std::to_string(line) + (file == top_file_ ? "" : " of " + file) + ")";
 }
 
 ScopedSetOrigins::~ScopedSetOrigins() {
@@ -142,6 +159,8 @@ std::string ValueOrigin(const std::string& key_path, const YAML::Node& value) {
       if (found) return " (from --set " + it->text + ")";
     }
   }
+  // Merged nodes carry no marks: the line each file gave, recorded at load.
+  if (file_origins) return file_origins->Origin(key_path);
   return value ? " (line " + std::to_string(value.Mark().line + 1) + ")" : std::string();
 }
 

@@ -191,6 +191,17 @@ def messages_name_their_source(tmp):
     with open(bad_path, "w") as f:
         f.write("\n".join(lines) + "\n")
     expect_bad(train(bad_path), "train.lrr", "(line %d)" % (at + 2), "did you mean 'train.lr'?", what="lrr in the file")
+    # Merged configs copy nodes without their lines: a key a `base:` file gave is named by that
+    # file and its line, and a key of the file named on the command line by its own line, a --set
+    # beside it or not.
+    top_path = os.path.join(tmp, "top.yaml")
+    with open(top_path, "w") as f:
+        f.write("# the run's config with one misspelt key, on its base\nbase: bad.yaml\n")
+    expect_bad(train(top_path), "train.lrr", "(line %d of %s)" % (at + 2, bad_path), what="lrr in a base file")
+    with open(top_path, "w") as f:
+        f.write("# the run's config with one misspelt key, on its base\nbase: %s\ntrain:\n  lrr: 1\n"
+                % os.path.basename(path))
+    expect_bad(train(top_path, "train.steps=2"), "train.lrr", "(line 4)", what="lrr in a file on a base, with a --set")
     res = tk.run(["eval", "--config", path])
     expect_bad(res, "log.dir", what="eval with no checkpoint in log.dir")
     check("init_from" not in error_line(res), "eval: the error does not name train.init_from")
