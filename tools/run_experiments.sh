@@ -39,6 +39,9 @@
 #        and constant (c4_2k_features.yaml, three seeds), then from the same pretrain in windows of
 #        512 (c4_2k_short_windows.yaml): are the features per position, or the window, why random
 #        features recover little of exact's gain there? Needs C4.
+#   cpu-c4-2k-steps: cpu-c4-2k-features' m = 64 finetunes, exact and constant three times as long
+#        (1,500 steps, c4_2k_steps.yaml, three seeds): do longer finetunes close the rest of the gap
+#        at 2,048 tokens? Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
@@ -46,7 +49,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -183,6 +186,18 @@ if [[ "$PART" == cpu-c4-shared ]]; then  # darkformer's M per query head against
   per_head="darkformer m=64 identity share_across_heads=False" shared="darkformer m=64 identity share_across_heads=True"
   "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$per_head" "performer m=64" --pair "$shared" "performer m=64" \
     --pair "$per_head" "$shared" --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
+  exit $status
+fi
+
+if [[ "$PART" == cpu-c4-2k-steps ]]; then  # the rest of the gap at 2,048 tokens: three times the steps
+  c4_pretrain c4_2k_pretrain
+  name=c4_2k_steps
+  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
+  "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "darkformer m=64 identity" "performer m=64" \
+    --pair exact constant --pair "performer m=64" constant --pair "darkformer m=64 identity" constant \
+    --step 500 --step 1000 --step 1500 | tee "$RUNS/$name/paired.md"
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
   exit $status
 fi
