@@ -40,8 +40,8 @@
 #        512 (c4_2k_short_windows.yaml): are the features per position, or the window, why random
 #        features recover little of exact's gain there? Needs C4.
 #   cpu-c4-2k-steps: cpu-c4-2k-features' m = 64 finetunes, exact and constant three times as long
-#        (1,500 steps, c4_2k_steps.yaml, three seeds): do longer finetunes close the rest of the gap
-#        at 2,048 tokens? Needs C4.
+#        (1,500 steps, c4_2k_steps.yaml, three seeds) beside the same runs at 500 steps (c4_2k_features'
+#        m = 64 arms): do longer finetunes close the rest of the gap at 2,048 tokens? Needs C4.
 # Environment: DF (darkformer binary; default build/darkformer, built with tools/build.sh unless
 # SKIP_BUILD=1), C4_GLOB (C4 json.gz files), PYTHON (with matplotlib; default .venv/bin/python).
 # Everything is resumable: rerun the same command after an interruption.
@@ -198,7 +198,13 @@ if [[ "$PART" == cpu-c4-2k-steps ]]; then  # the rest of the gap at 2,048 tokens
   "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "darkformer m=64 identity" "performer m=64" \
     --pair exact constant --pair "performer m=64" constant --pair "darkformer m=64 identity" constant \
     --step 500 --step 1000 --step 1500 | tee "$RUNS/$name/paired.md"
-  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
+  # The same seeds at 500 steps: c4_2k_features' m = 64 arms (its m = 256 ones left for that part).
+  sweep c4_2k_features --set "fixed.data.shards_dir=$SHARDS" --set "grid.attention=[{kernel: performer, \
+performer: {num_features: 64}}, {kernel: darkformer, darkformer: {num_features: 64, init: identity}}, {kernel: exact}, \
+{kernel: constant}]"
+  "$PYTHON" tools/compare_sweeps.py --a "$RUNS/$name" --b "$RUNS/c4_2k_features" --label-a 1500 --label-b 500 \
+    --baseline constant | tee "$RUNS/$name/against_500.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired,against_500}.md"
   exit $status
 fi
 
