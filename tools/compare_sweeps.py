@@ -2,8 +2,8 @@
 """The same sweep run by two binaries (or two versions of a setting), point by point.
 
 Both sweep folders hold runs of the same names (the same grid; the seed a prefix `seed0_...` or a
-suffix `..._seed0`). For each grid point without its seed, over the seeds both have: the final eval accuracy of each side (mean and 95 % Student-t
-interval), their paired, seed-matched difference A - B (mean and interval), with --baseline POINT
+suffix `..._seed0`). For each grid point without its seed, over the seeds both have: the final
+eval accuracy of each side (mean and 95 % Student-t interval), their paired, seed-matched difference A - B (mean and interval), with --baseline POINT
 that difference less the baseline point's of the same seed (did this point gain more from B to A
 than the baseline did: a kernel's gap to constant attention, say), the median step time
 of each side (median over seeds of each run's median step_ms after step 1, which pays one-off
