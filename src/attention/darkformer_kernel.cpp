@@ -13,6 +13,9 @@ DarkformerKernelImpl::Options DarkformerKernelImpl::Options::Read(const ConfigRe
   o.rank = reader.Get<int64_t>("rank", o.rank, KeySpec("r, rows of M").Min(0, "0 = head_dim"));
   o.share_across_heads = reader.Get<bool>("share_across_heads", o.share_across_heads,
                                           "one M per layer instead of one per query head");
+  o.queries_only = reader.GetEnum("apply_to", o.queries_only, {{"both", false}, {"queries", true}},
+                                  "what M maps: both (the learned metric, exp(x^T M^T M y)) or queries (keys unmapped: "
+                                  "exp(x^T M^T y), a learned bilinear form of the same size and no metric)");
   o.init = reader.GetEnum("init", o.init,
                           {{"identity", DarkformerInit::kIdentity},
                            {"scaled_identity", DarkformerInit::kScaledIdentity},
@@ -22,14 +25,27 @@ DarkformerKernelImpl::Options DarkformerKernelImpl::Options::Read(const ConfigRe
   o.eigen_floor = reader.Get<double>("eigen_floor", o.eigen_floor,
                                      KeySpec("floor on the covariance eigenvalues for whitening").Above(0));
   reader.RejectUnknown();
+  // Queries only compares M x with unmapped keys: M must be square, and whitening (a metric's
+  // start) has no meaning for it.
+  DF_CHECK(!o.queries_only || o.rank == 0,
+           "config key '" << reader.KeyPath("rank") << "' = " << o.rank << ValueOrigin(reader.KeyPath("rank"), reader.node()["rank"])
+                          << " with '" << reader.KeyPath("apply_to") << "' = queries: keys stay in head_dim dimensions, so M is square; set rank: 0");
+  DF_CHECK(!o.queries_only || o.init != DarkformerInit::kWhitening,
+           "config key '" << reader.KeyPath("init") << "' = whitening" << ValueOrigin(reader.KeyPath("init"), reader.node()["init"])
+                          << " with '" << reader.KeyPath("apply_to") << "' = queries: whitening starts a metric (both sides); use identity or scaled_identity");
   return o;
 }
 
 DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Options& options)
-    : LogFeatureKernel(shape, options.features), init_(options.init), eigen_floor_(options.eigen_floor) {
+    : LogFeatureKernel(shape, options.features),
+      init_(options.init),
+      eigen_floor_(options.eigen_floor),
+      queries_only_(options.queries_only) {
   const int64_t d = shape.head_dim;
   const int64_t rank = options.rank == 0 ? d : options.rank;
   const bool shared = options.share_across_heads;
+  DF_CHECK(!queries_only_ || rank == d, "darkformer: apply_to: queries needs a square M, got rank " << rank << " for head_dim " << d);
+  DF_CHECK(!queries_only_ || init_ != DarkformerInit::kWhitening, "darkformer: apply_to: queries takes no whitening init");
   const double init_scale = options.init_scale;
   RegisterDraw(rank);  // W is m x r
   // Identity (and whitening until Calibrate runs); r != d gives the rectangular identity.
@@ -39,9 +55,11 @@ DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Optio
   M = register_parameter("M", m_init.unsqueeze(0).repeat({copies, 1, 1}).contiguous());
 }
 
-// params = {M (trainable, per head or shared), W (the draw)}; M x then Performer features.
+// params = {M (trainable, per head or shared), W (the draw)}; M x then Performer features (keys
+// unmapped for queries only).
 torch::Tensor DarkformerKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
-                                                    bool /*is_query*/) const {
+                                                    bool is_query) const {
+  if (queries_only_ && !is_query) return LogPositiveFeatures(x_BNLD, params.at(1));
   const auto m_NRD = params.at(0).to(x_BNLD.scalar_type());
   const auto mx_BNLR = Fp32Matmul(x_BNLD, m_NRD.transpose(-1, -2).unsqueeze(0));
   return LogPositiveFeatures(mx_BNLR, params.at(1));
@@ -52,7 +70,8 @@ std::vector<torch::Tensor> DarkformerKernelImpl::FeatureParams() const { return 
 torch::Tensor DarkformerKernelImpl::EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const {
   torch::NoGradGuard no_grad;  // a reference value, never differentiated
   const auto m_RD = M[0];
-  return SoftmaxKernelTarget(x_BHPD, torch::matmul(y_BHPD, m_RD.t().mm(m_RD)));
+  // (M x).y = x.(M^T y) for queries only; (M x).(M y) = x.(M^T M y) for both.
+  return SoftmaxKernelTarget(x_BHPD, torch::matmul(y_BHPD, queries_only_ ? m_RD : m_RD.t().mm(m_RD)));
 }
 
 void DarkformerKernelImpl::Calibrate(const torch::Tensor& q_BHLD, const torch::Tensor& k_BHLD, double scale) {

@@ -1,6 +1,8 @@
 // DARKFormer attention (000 sec. 4.1, eq. 3, Appendix B): a learnable M (r x d) and
 // phi(x) = exp(W(Mx) - |Mx|^2/2) / sqrt(m) with rows of W ~ N(0, I_r), so the projections M^T w are
 // N(0, M^T M) and E[phi(x).phi(y)] = exp(x^T M^T M y). M = I is exactly the Performer kernel.
+// apply_to: queries maps the queries only (keys get Performer's phi): exp(x^T M^T y), a learned
+// bilinear form with the same parameters and no metric, the control that separates the two.
 #pragma once
 
 #include "attention/log_feature_kernel.h"
@@ -15,6 +17,7 @@ class DarkformerKernelImpl : public LogFeatureKernel {
     FeatureKernelOptions features;
     int64_t rank = 0;  // 0 = head_dim
     bool share_across_heads = false;
+    bool queries_only = false;  // apply_to: queries
     DarkformerInit init = DarkformerInit::kIdentity;
     double init_scale = 1.0;
     double eigen_floor = 1e-4;
@@ -25,12 +28,16 @@ class DarkformerKernelImpl : public LogFeatureKernel {
                                 bool is_query) const override;
   std::vector<torch::Tensor> FeatureParams() const override;
   // log phi = LogPositiveFeatures(x M^T, W): M applied outside the fused operator (autograd), the
-  // features' backward in closed form inside it.
-  std::optional<PositiveFeatureForm> PositiveForm() const override { return PositiveFeatureForm{M, projection_}; }
-  // Per-head M: key features are per query head (the fused operator computes them G times).
-  bool KeysPerQueryHead() const override { return M.size(0) > 1; }
+  // features' backward in closed form inside it. Queries only: the two sides' maps differ, so the
+  // operator takes LogFeaturesWith.
+  std::optional<PositiveFeatureForm> PositiveForm() const override {
+    if (queries_only_) return std::nullopt;
+    return PositiveFeatureForm{M, projection_};
+  }
+  // Per-head M on keys: key features are per query head (the fused operator computes them G times).
+  bool KeysPerQueryHead() const override { return M.size(0) > 1 && !queries_only_; }
   std::vector<bool> FeatureParamsPerHead() const override { return {M.size(0) > 1, false}; }
-  // exp(x^T M^T M y) (000 eq. 3) with head 0's M (or the shared one).
+  // exp(x^T M^T M y) (000 eq. 3), or exp(x^T M^T y) for queries only, with head 0's M (or the shared one).
   torch::Tensor EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const override;
 
   // Whitening init (000 Appendix C): M = Lambda^-1/2 from the pooled covariance Lambda of
@@ -46,6 +53,7 @@ class DarkformerKernelImpl : public LogFeatureKernel {
  private:
   DarkformerInit init_;
   double eigen_floor_;
+  bool queries_only_;
 };
 TORCH_MODULE(DarkformerKernel);
 

@@ -246,6 +246,25 @@ TEST(FeatureKernelsTest, DarkformerFeaturesUseMAndPerHeadMatrices) {
   const auto x = torch::randn({2, 3, 5, 4});
   const auto expected = LogPositiveFeatures(torch::matmul(x, kernel->M.transpose(-1, -2).unsqueeze(0)), kernel->projection());
   EXPECT_TRUE(torch::allclose(kernel->LogFeatures(x), expected));
+  EXPECT_TRUE(torch::allclose(kernel->LogFeatures(x, /*is_query=*/false), expected));
+  EXPECT_TRUE(kernel->PositiveForm().has_value());
+  EXPECT_TRUE(kernel->KeysPerQueryHead());
+}
+
+// apply_to: queries: M x against Performer's features of the unmapped keys, so the fused operator
+// takes the generic path (no positive form) with keys once per KV head.
+TEST(FeatureKernelsTest, DarkformerOnQueriesOnlyLeavesTheKeysUnmapped) {
+  auto kernel = std::dynamic_pointer_cast<DarkformerKernelImpl>(
+      Make("darkformer", "{num_features: 16, apply_to: queries}", Shape(3, 4)).ptr());
+  EXPECT_EQ(kernel->M.sizes(), torch::IntArrayRef({3, 4, 4}));
+  EXPECT_FALSE(kernel->PositiveForm().has_value());
+  EXPECT_FALSE(kernel->KeysPerQueryHead());
+  torch::NoGradGuard no_grad;
+  kernel->M.normal_();
+  const auto x = torch::randn({2, 3, 5, 4});
+  EXPECT_TRUE(torch::allclose(kernel->LogFeatures(x),
+                              LogPositiveFeatures(torch::matmul(x, kernel->M.transpose(-1, -2).unsqueeze(0)), kernel->projection())));
+  EXPECT_TRUE(torch::equal(kernel->LogFeatures(x, /*is_query=*/false), LogPositiveFeatures(x, kernel->projection())));
 }
 
 TEST(FeatureKernelsTest, WhiteningCalibrationGivesInverseCovariance) {
@@ -292,6 +311,8 @@ TEST(FeatureKernelsTest, OptionErrorsNameTheKey) {
       {"aderf", "{ridge: 0}"},              {"aderf", "{ridge: -1}"},
       {"aderf", "{ridge: .nan}"},           {"aderf", "{a: -0.1}"},
       {"sderf", "{ridge: 0.001}"},          {"sderf", "{psi: 1}"},
+      {"darkformer", "{apply_to: keys}"},   {"darkformer", "{rank: 2, apply_to: queries}"},
+      {"darkformer", "{init: whitening, apply_to: queries}"},
   };
   for (const auto& [name, yaml] : cases) {
     const auto text = message([&] { Make(name, yaml, Shape(1, 8)); });

@@ -25,10 +25,11 @@
 namespace darkformer {
 namespace {
 
-// darkformer-shared: one M for all heads; darkformer-rank2: M is 2 x d (a low-rank Sigma).
+// darkformer-shared: one M for all heads; darkformer-rank2: M is 2 x d (a low-rank Sigma);
+// darkformer-queries: M per head on the queries only (per-head parameters, keys per KV head).
 std::vector<std::string> FeatureKernels() {
   auto names = KernelNames(KernelFamily::kPositive);
-  names.insert(names.end(), {"darkformer-shared", "darkformer-rank2"});
+  names.insert(names.end(), {"darkformer-shared", "darkformer-rank2", "darkformer-queries"});
   return names;
 }
 const std::vector<std::string> kFeatureKernels = FeatureKernels();
@@ -40,6 +41,7 @@ AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64
   const std::string name = variant.substr(0, variant.find('-'));
   const std::string extra = variant == "darkformer-shared" ? ", share_across_heads: true"
                             : variant == "darkformer-rank2" ? ", rank: 2"
+                            : variant == "darkformer-queries" ? ", apply_to: queries"
                                                             : "";
   const std::string yaml = "{num_features: " + std::to_string(m) + ", chunk_size: " + std::to_string(chunk) +
                            ", op: " + op + (name == "gerf" ? ", a: -0.2" : "") + extra + "}";

@@ -1,4 +1,5 @@
-"""darkformer (darkformer_kernel.cpp): phi(x) = exp(W(Mx) - |Mx|^2/2)/sqrt(m), M per head or shared."""
+"""darkformer (darkformer_kernel.cpp): phi(x) = exp(W(Mx) - |Mx|^2/2)/sqrt(m), M per head or shared;
+apply_to: queries leaves the keys unmapped (Performer's phi of the key)."""
 
 from . import draw_shapes
 
@@ -12,9 +13,12 @@ def shapes(option, heads, head_dim):
 
 def log_features(state, option, x, is_query):
     from ..features import log_positive_features
+    if option("apply_to") == "queries" and not is_query:
+        return log_positive_features(x, state["projection"])
     mx = x @ state["M"].transpose(-1, -2).unsqueeze(0)  # M per head (H, r, d) or shared (1, r, d)
     return log_positive_features(mx, state["projection"])
 
 
 PARITY_CASES = [("darkformer", {"num_features": 32, "init": "whitening"}),
-                ("darkformer-shared-r8", {"num_features": 32, "share_across_heads": True, "rank": 8})]
+                ("darkformer-shared-r8", {"num_features": 32, "share_across_heads": True, "rank": 8}),
+                ("darkformer-queries", {"num_features": 32, "apply_to": "queries"})]
