@@ -25,6 +25,9 @@
 #   cpu-c4-queries: the same finetunes with M on the queries only (apply_to: queries, a learned
 #        bilinear form of the same size, no metric) beside both sides, per query head and one per
 #        layer (c4_long_queries_map.yaml): the metric, or the parameters? Needs C4.
+#   cpu-c4-importance: the same finetunes with darkformer's draws importance-weighted (target:
+#        softmax: Performer's kernel, M the proposal's covariance only) beside darkformer and
+#        Performer (c4_long_importance.yaml): lower variance, or the changed kernel? Needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -52,7 +55,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -202,6 +205,19 @@ if [[ "$PART" == cpu-c4-queries ]]; then  # darkformer's M on both sides (a metr
   "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$(point both False)" "performer m=64" \
     --pair "$(point queries False)" "performer m=64" --pair "$(point both False)" "$(point queries False)" \
     --pair "$(point both True)" "$(point queries True)" --pair "$(point queries True)" "performer m=64" \
+    --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
+  exit $status
+fi
+
+if [[ "$PART" == cpu-c4-importance ]]; then  # darkformer's M as the kernel's metric or as a proposal only
+  c4_long_pretrain
+  name=c4_long_importance
+  sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
+  "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
+  point() { echo "darkformer m=64 identity target=$1"; }
+  "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$(point metric)" "performer m=64" \
+    --pair "$(point softmax)" "performer m=64" --pair "$(point metric)" "$(point softmax)" \
     --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
   exit $status

@@ -16,6 +16,10 @@ DarkformerKernelImpl::Options DarkformerKernelImpl::Options::Read(const ConfigRe
   o.queries_only = reader.GetEnum("apply_to", o.queries_only, {{"both", false}, {"queries", true}},
                                   "what M maps: both (the learned metric, exp(x^T M^T M y)) or queries (keys unmapped: "
                                   "exp(x^T M^T y), a learned bilinear form of the same size and no metric)");
+  o.softmax_target = reader.GetEnum(
+      "target", o.softmax_target, {{"metric", false}, {"softmax", true}},
+      "what the features estimate: metric (exp(x^T M^T M y)) or softmax (exp(x^T y) itself, the draws from N(0, M^T M) "
+      "importance-weighted: M shapes the variance only, finite while every eigenvalue of M^T M exceeds 1/2)");
   o.init = reader.GetEnum("init", o.init,
                           {{"identity", DarkformerInit::kIdentity},
                            {"scaled_identity", DarkformerInit::kScaledIdentity},
@@ -33,6 +37,13 @@ DarkformerKernelImpl::Options DarkformerKernelImpl::Options::Read(const ConfigRe
   DF_CHECK(!o.queries_only || o.init != DarkformerInit::kWhitening,
            "config key '" << reader.KeyPath("init") << "' = whitening" << ValueOrigin(reader.KeyPath("init"), reader.node()["init"])
                           << " with '" << reader.KeyPath("apply_to") << "' = queries: whitening starts a metric (both sides); use identity or scaled_identity");
+  // Importance weights need p_Sigma's density: Sigma = M^T M of full rank, and one M on both sides.
+  DF_CHECK(!o.softmax_target || o.rank == 0,
+           "config key '" << reader.KeyPath("rank") << "' = " << o.rank << ValueOrigin(reader.KeyPath("rank"), reader.node()["rank"])
+                          << " with '" << reader.KeyPath("target") << "' = softmax: the proposal N(0, M^T M) needs a square M; set rank: 0");
+  DF_CHECK(!o.softmax_target || !o.queries_only,
+           "config key '" << reader.KeyPath("apply_to") << "' = queries" << ValueOrigin(reader.KeyPath("apply_to"), reader.node()["apply_to"])
+                          << " with '" << reader.KeyPath("target") << "' = softmax: importance weights sample both sides from one proposal; use apply_to: both");
   return o;
 }
 
@@ -40,12 +51,15 @@ DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Optio
     : LogFeatureKernel(shape, options.features),
       init_(options.init),
       eigen_floor_(options.eigen_floor),
-      queries_only_(options.queries_only) {
+      queries_only_(options.queries_only),
+      softmax_target_(options.softmax_target) {
   const int64_t d = shape.head_dim;
   const int64_t rank = options.rank == 0 ? d : options.rank;
   const bool shared = options.share_across_heads;
   DF_CHECK(!queries_only_ || rank == d, "darkformer: apply_to: queries needs a square M, got rank " << rank << " for head_dim " << d);
   DF_CHECK(!queries_only_ || init_ != DarkformerInit::kWhitening, "darkformer: apply_to: queries takes no whitening init");
+  DF_CHECK(!softmax_target_ || (rank == d && !queries_only_),
+           "darkformer: target: softmax needs a square M on both sides, got rank " << rank << " for head_dim " << d);
   const double init_scale = options.init_scale;
   RegisterDraw(rank);  // W is m x r
   // Identity (and whitening until Calibrate runs); r != d gives the rectangular identity.
@@ -60,15 +74,38 @@ DarkformerKernelImpl::DarkformerKernelImpl(const KernelShape& shape, const Optio
 torch::Tensor DarkformerKernelImpl::LogFeaturesWith(const torch::Tensor& x_BNLD, const std::vector<torch::Tensor>& params,
                                                     bool is_query) const {
   if (queries_only_ && !is_query) return LogPositiveFeatures(x_BNLD, params.at(1));
+  if (softmax_target_) return ImportanceWeightedLogFeatures(x_BNLD, params.at(0), params.at(1));
   const auto m_NRD = params.at(0).to(x_BNLD.scalar_type());
   const auto mx_BNLR = Fp32Matmul(x_BNLD, m_NRD.transpose(-1, -2).unsqueeze(0));
   return LogPositiveFeatures(mx_BNLR, params.at(1));
+}
+
+// log phi(x) = w.(M x) - |x|^2/2 - log(m)/2 + log rho(w)/2 with rho the importance ratio of the
+// projection u = M^T w ~ N(0, Sigma) against N(0, I): log rho = -|u|^2/2 + u^T Sigma^-1 u/2 +
+// log det(Sigma)/2 = (|w|^2 - |M^T w|^2)/2 + log|det M| for square M. Then E[phi(x).phi(y)] =
+// E_Sigma[exp(u.(x + y) - |x|^2/2 - |y|^2/2) rho(u)] = E_I[...] = exp(x.y). Each row of an
+// orthogonal draw is marginally N(0, I), so each feature is unbiased as with Performer. At M = I,
+// rho = 1: Performer's features.
+torch::Tensor DarkformerKernelImpl::ImportanceWeightedLogFeatures(const torch::Tensor& x_BNLD, const torch::Tensor& m,
+                                                                  const torch::Tensor& w) const {
+  const auto dtype = FeatureDtype(x_BNLD.scalar_type());
+  const auto x = x_BNLD.to(dtype).contiguous();
+  const auto m_NDD = m.to(x.device(), dtype);
+  const auto w_MD = w.to(x.device(), dtype);
+  const int64_t features = w.size(0);
+  const auto proj_BNLM = Fp32Matmul(Fp32Matmul(x, m_NDD.transpose(-1, -2).unsqueeze(0)), w_MD.t());
+  const auto mtw_NMD = torch::matmul(w_MD.unsqueeze(0), m_NDD);  // rows (M^T w)^T
+  const auto log_det_N = std::get<1>(torch::linalg_slogdet(m_NDD));
+  const auto half_log_rho_NM = 0.25 * (w_MD.pow(2).sum(-1).unsqueeze(0) - mtw_NMD.pow(2).sum(-1)) + 0.5 * log_det_N.unsqueeze(-1);
+  const auto offset_BNL1 = 0.5 * x.pow(2).sum(-1, /*keepdim=*/true) + 0.5 * std::log(static_cast<double>(features));
+  return proj_BNLM - offset_BNL1 + half_log_rho_NM.unsqueeze(0).unsqueeze(2);
 }
 
 std::vector<torch::Tensor> DarkformerKernelImpl::FeatureParams() const { return {M, projection_}; }
 
 torch::Tensor DarkformerKernelImpl::EstimatorTarget(const torch::Tensor& x_BHPD, const torch::Tensor& y_BHPD) const {
   torch::NoGradGuard no_grad;  // a reference value, never differentiated
+  if (softmax_target_) return SoftmaxKernelTarget(x_BHPD, y_BHPD);
   const auto m_RD = M[0];
   // (M x).y = x.(M^T y) for queries only; (M x).(M y) = x.(M^T M y) for both.
   return SoftmaxKernelTarget(x_BHPD, torch::matmul(y_BHPD, queries_only_ ? m_RD : m_RD.t().mm(m_RD)));

@@ -267,6 +267,37 @@ TEST(FeatureKernelsTest, DarkformerOnQueriesOnlyLeavesTheKeysUnmapped) {
   EXPECT_TRUE(torch::equal(kernel->LogFeatures(x, /*is_query=*/false), LogPositiveFeatures(x, kernel->projection())));
 }
 
+// target: softmax: the features are Performer's on the projections u = M^T w, each weighted by
+// sqrt(p_I(u) / p_Sigma(u)) with Gaussian densities written out here in fp64 (Sigma^-1 and
+// log det Sigma from Sigma = M^T M, not the kernel's closed form). At M = I they are Performer's.
+TEST(FeatureKernelsTest, DarkformerSoftmaxTargetWeighsTheDrawsByTheirImportance) {
+  const int64_t heads = 3, d = 4;
+  auto kernel = std::dynamic_pointer_cast<DarkformerKernelImpl>(
+      Make("darkformer", "{num_features: 16, target: softmax}", Shape(heads, d)).ptr());
+  EXPECT_FALSE(kernel->PositiveForm().has_value());
+  EXPECT_TRUE(kernel->KeysPerQueryHead());
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, heads, 5, d});
+  EXPECT_TRUE(torch::allclose(kernel->LogFeatures(x), LogPositiveFeatures(x, kernel->projection()), 1e-6, 1e-6));
+  kernel->M.add_(0.3 * torch::randn_like(kernel->M));
+  const auto x64 = x.to(torch::kFloat64), m64 = kernel->M.to(torch::kFloat64), w64 = kernel->projection().to(torch::kFloat64);
+  const auto u_HMD = torch::matmul(w64.unsqueeze(0), m64);  // rows u = M^T w
+  const auto sigma_HDD = torch::matmul(m64.transpose(1, 2), m64);
+  const auto log_p_identity_HM = -0.5 * u_HMD.pow(2).sum(-1);
+  const auto log_p_sigma_HM = -0.5 * (torch::matmul(u_HMD, torch::linalg_inv(sigma_HDD)) * u_HMD).sum(-1) -
+                              0.5 * torch::logdet(sigma_HDD).unsqueeze(-1);
+  const auto expected = torch::matmul(x64, u_HMD.transpose(1, 2).unsqueeze(0)) - 0.5 * x64.pow(2).sum(-1, true) -
+                        0.5 * std::log(16.0) + (0.5 * (log_p_identity_HM - log_p_sigma_HM)).unsqueeze(0).unsqueeze(2);
+  for (const bool is_query : {true, false}) {
+    EXPECT_TRUE(torch::allclose(kernel->LogFeatures(x, is_query).to(torch::kFloat64), expected, 1e-4, 1e-4)) << is_query;
+  }
+  EXPECT_TRUE(torch::allclose(kernel->LogFeatures(x64), expected, 1e-10, 1e-10));
+  // The target is the softmax kernel, whatever M is.
+  const auto y = torch::randn({1, 1, 5, d});
+  EXPECT_TRUE(torch::allclose(kernel->EstimatorTarget(x64.narrow(0, 0, 1).narrow(1, 0, 1), y.to(torch::kFloat64)),
+                              torch::exp((x64.narrow(0, 0, 1).narrow(1, 0, 1) * y.to(torch::kFloat64)).sum(-1))));
+}
+
 TEST(FeatureKernelsTest, WhiteningCalibrationGivesInverseCovariance) {
   torch::manual_seed(5);
   const int64_t heads = 2, d = 4;
@@ -313,6 +344,8 @@ TEST(FeatureKernelsTest, OptionErrorsNameTheKey) {
       {"sderf", "{ridge: 0.001}"},          {"sderf", "{psi: 1}"},
       {"darkformer", "{apply_to: keys}"},   {"darkformer", "{rank: 2, apply_to: queries}"},
       {"darkformer", "{init: whitening, apply_to: queries}"},
+      {"darkformer", "{target: kernel}"},   {"darkformer", "{rank: 2, target: softmax}"},
+      {"darkformer", "{apply_to: queries, target: softmax}"},
   };
   for (const auto& [name, yaml] : cases) {
     const auto text = message([&] { Make(name, yaml, Shape(1, 8)); });

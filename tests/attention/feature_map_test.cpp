@@ -152,6 +152,43 @@ TEST(FeatureMapTest, PairEstimateMeanOverDrawsApproachesTheTarget) {
   }
 }
 
+// target: softmax: darkformer's draws from N(0, M^T M), importance-weighted, are unbiased for
+// exp(x.y) itself and not for the metric's exp(x^T M^T M y). M = R diag(s) R^T is a fixed
+// anisotropic map whose Sigma has eigenvalues s^2 in [0.64, 1.69], above the 1/2 that keeps the
+// weighted features' variance finite, so the sample variance gives a usable error bar. Two pairs
+// lie along Sigma's extreme eigenvectors (x = y = 0.6 e: exp(0.36) against exp(0.61) and
+// exp(0.23)), two are random: the metric is then tens of standard errors away, so the second
+// check has power.
+TEST(FeatureMapTest, ImportanceWeightedDrawsAreUnbiasedForTheSoftmaxKernel) {
+  torch::manual_seed(5);
+  const int64_t d = 4, draws = 400;
+  torch::NoGradGuard no_grad;
+  const auto rotation_DD = std::get<0>(torch::linalg_qr(torch::randn({d, d})));
+  const auto m_DD = torch::matmul(rotation_DD * torch::tensor({0.8, 1.3, 1.0, 1.2}, torch::kFloat32), rotation_DD.t());
+  const auto extremes_2D = 0.6 * rotation_DD.narrow(1, 0, 2).t();  // s = 0.8 and 1.3
+  const auto x = torch::cat({extremes_2D, 0.4 * torch::randn({2, d})}).view({1, 1, 4, d});
+  const auto y = torch::cat({extremes_2D, 0.4 * torch::randn({2, d})}).view({1, 1, 4, d});
+  std::vector<torch::Tensor> estimates;
+  for (int64_t seed = 1; seed <= draws; ++seed) {
+    auto kernel = Make({"darkformer", "{num_features: 16, target: softmax}"}, 1, d, seed);
+    dynamic_cast<DarkformerKernelImpl&>(*kernel).M[0].copy_(m_DD);
+    estimates.push_back(kernel->PairEstimate(x, y)[0][0].to(torch::kFloat64));
+  }
+  const auto est_NP = torch::stack(estimates);
+  const auto se_P = est_NP.std(0) / std::sqrt(static_cast<double>(draws));
+  const auto z = [&](const torch::Tensor& target_P) {
+    return ((est_NP.mean(0) - target_P).abs() / se_P).max().item<double>();
+  };
+  const auto x64 = x.to(torch::kFloat64).flatten(0, 2), y64 = y.to(torch::kFloat64).flatten(0, 2);
+  const auto sigma = torch::matmul(m_DD.t(), m_DD).to(torch::kFloat64);
+  const double z_softmax = z((x64 * y64).sum(-1).exp());
+  const double z_metric = z((torch::matmul(x64, sigma) * y64).sum(-1).exp());
+  std::cout << "[feature map] importance-weighted darkformer: worst |mean - exp(x.y)| = " << z_softmax
+            << " standard errors; against exp(x^T Sigma y): " << z_metric << "\n";
+  EXPECT_LE(z_softmax, 5.0);
+  EXPECT_GT(z_metric, 5.0);
+}
+
 // Signed maps have one composite path: `op` (and the old `fused`) are unknown keys there. Log-form
 // maps take `op`, read the old `fused: true|false` as auto|naive, and refuse both at once.
 TEST(FeatureMapTest, SignedMapsRefuseOpAndLogFormMapsTakeIt) {

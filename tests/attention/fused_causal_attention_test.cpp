@@ -26,10 +26,12 @@ namespace darkformer {
 namespace {
 
 // darkformer-shared: one M for all heads; darkformer-rank2: M is 2 x d (a low-rank Sigma);
-// darkformer-queries: M per head on the queries only (per-head parameters, keys per KV head).
+// darkformer-queries: M per head on the queries only (per-head parameters, keys per KV head);
+// darkformer-softmax: importance-weighted draws (per-head parameters, keys per query head, no
+// positive form).
 std::vector<std::string> FeatureKernels() {
   auto names = KernelNames(KernelFamily::kPositive);
-  names.insert(names.end(), {"darkformer-shared", "darkformer-rank2", "darkformer-queries"});
+  names.insert(names.end(), {"darkformer-shared", "darkformer-rank2", "darkformer-queries", "darkformer-softmax"});
   return names;
 }
 const std::vector<std::string> kFeatureKernels = FeatureKernels();
@@ -42,6 +44,7 @@ AttentionKernel Make(const std::string& variant, int64_t heads, int64_t d, int64
   const std::string extra = variant == "darkformer-shared" ? ", share_across_heads: true"
                             : variant == "darkformer-rank2" ? ", rank: 2"
                             : variant == "darkformer-queries" ? ", apply_to: queries"
+                            : variant == "darkformer-softmax" ? ", target: softmax"
                                                             : "";
   const std::string yaml = "{num_features: " + std::to_string(m) + ", chunk_size: " + std::to_string(chunk) +
                            ", op: " + op + (name == "gerf" ? ", a: -0.2" : "") + extra + "}";
