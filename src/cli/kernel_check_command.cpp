@@ -15,6 +15,7 @@
 #include "attention/feature_kernel_base.h"
 #include "attention/kernel_diagnostics.h"
 #include "attention/kernel_registry.h"
+#include "attention/learned_proposal.h"
 #include "attention/ops/feature_map.h"
 #include "cli/commands.h"
 #include "cli/kernel_bench.h"
@@ -261,8 +262,23 @@ void ModelDiagnostics(const KernelCheckArgs& a) {
   WriteJson(a.json, lines);
 }
 
+// A layer's learned Sigma = M^T M (N x D x D) where the checkpoint's kernel holds a square M
+// (darkformer); undefined otherwise.
+torch::Tensor LearnedSigma(const std::string& weights, int64_t layer) {
+  if (ReadWeightsAttentionYaml(weights).find("darkformer") == std::string::npos) return {};
+  torch::Tensor m_NRD;
+  try {
+    m_NRD = ReadTensorH5(weights, fmt::format("layers.{}.self_attn.kernel.M", layer)).to(torch::kFloat64);
+  } catch (const Error&) {
+    return {};  // this layer runs another kernel (attention.per_layer)
+  }
+  if (m_NRD.size(1) != m_NRD.size(2)) return {};  // rank < d: Sigma is singular, no density to weigh by
+  return torch::matmul(m_NRD.transpose(1, 2), m_NRD);
+}
+
 // (a) on real inputs, --estimators --weights: per layer, the FAVOR estimators of exp(x.y) on the
-// checkpoint's own x = sqrt(s) q, y = sqrt(s) k, parameters from the layer's batch.
+// checkpoint's own x = sqrt(s) q, y = sqrt(s) k, parameters from the layer's batch; for a
+// checkpoint that holds M, its Sigma = M^T M as a proposal beside proposal I (learned_proposal.h).
 void FavorEstimators(const KernelCheckArgs& a) {
   torch::NoGradGuard no_grad;
   const auto config = ReadWeightsConfig(a.weights);
@@ -290,6 +306,19 @@ void FavorEstimators(const KernelCheckArgs& a) {
       lines.push_back({{"layer", in.layer}, {"estimator", s.estimator}, {"num_features", s.num_features},
                        {"relative_error", s.relative_error}, {"relative_variance", s.relative_variance},
                        {"variance", s.variance}, {"closed_form_variance", s.closed_form_variance}});
+    }
+    const auto sigma_NDD = LearnedSigma(a.weights, in.layer);
+    if (!sigma_NDD.defined()) return;
+    for (const auto& p : CompareLearnedProposalOnLayer(q_BHLD, k_rep, in.attention.call().scale, sigma_NDD, a.num_features,
+                                                       a.synthetic.pairs, a.draws, a.seed + 7919 * in.layer)) {
+      const auto& s = p.stats;
+      std::cout << fmt::format("{:>5} {:>14} {:>5} {:>11.4g} {:>11.4g} {:>11.4g}  (min eigenvalue of Sigma {:.3f})\n",
+                               in.layer, s.estimator, s.num_features, s.relative_error, s.relative_variance,
+                               s.closed_form_variance, p.sigma_min_eigenvalue);
+      lines.push_back({{"layer", in.layer}, {"estimator", s.estimator}, {"num_features", s.num_features},
+                       {"relative_error", s.relative_error}, {"relative_variance", s.relative_variance},
+                       {"variance", s.variance}, {"closed_form_variance", s.closed_form_variance},
+                       {"sigma_min_eigenvalue", p.sigma_min_eigenvalue}});
     }
   });
   WriteJson(a.json, lines);
