@@ -27,7 +27,8 @@
 #        layer (c4_long_queries_map.yaml): the metric, or the parameters? Needs C4.
 #   cpu-c4-importance: the same finetunes with darkformer's draws importance-weighted (target:
 #        softmax: Performer's kernel, M the proposal's covariance only) beside darkformer and
-#        Performer (c4_long_importance.yaml): lower variance, or the changed kernel? Needs C4.
+#        Performer (c4_long_importance.yaml): lower variance, or the changed kernel? Then every
+#        final model under the other seeds' draws (swap_draws.py, redraw_table.py). Needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -219,7 +220,28 @@ if [[ "$PART" == cpu-c4-importance ]]; then  # darkformer's M as the kernel's me
   "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$(point metric)" "performer m=64" \
     --pair "$(point softmax)" "performer m=64" --pair "$(point metric)" "$(point softmax)" \
     --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
-  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired}.md"
+  # Each final model under its own draw and under the other seeds' draws (tools/swap_draws.py):
+  # how much of it fits its own sample.
+  evals="$RUNS/$name/redraw.jsonl" swapped="$RUNS/$name/swapped.h5"
+  : > "$evals"
+  for dir in performer-m64 darkformer-m64-init-identity-target-metric darkformer-m64-init-identity-target-softmax; do
+    for seed in 0 1 2; do
+      run="$RUNS/$name/${dir}_seed$seed"
+      for draw in 0 1 2; do
+        checkpoint="$run/checkpoints/step_00001000.h5"
+        if [[ $draw != "$seed" ]]; then
+          "$PYTHON" tools/swap_draws.py "$checkpoint" "$RUNS/$name/${dir}_seed$draw/checkpoints/step_00001000.h5" "$swapped" >/dev/null
+          checkpoint="$swapped"
+        fi
+        echo "{\"point\": \"$dir\", \"seed\": $seed, \"draw_from\": $draw, \"eval\": $("$DF" eval --config "$run/config.yaml" --checkpoint "$checkpoint" 2>/dev/null | tail -1)}" >> "$evals"
+      done
+    done
+  done
+  rm -f "$swapped"
+  "$PYTHON" tools/redraw_table.py --evals "$evals" --pair darkformer-m64-init-identity-target-softmax performer-m64 \
+    --pair darkformer-m64-init-identity-target-metric performer-m64 \
+    --pair darkformer-m64-init-identity-target-metric darkformer-m64-init-identity-target-softmax | tee "$RUNS/$name/redraw.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired,redraw}.md"
   exit $status
 fi
 
