@@ -14,8 +14,8 @@
 namespace darkformer {
 
 struct ProposalStats {
-  EstimatorStats stats;            // closed_form_variance: +inf where the proposal's variance is
-  double sigma_min_eigenvalue = 1;  // the smallest eigenvalue of Sigma over heads (finite variance needs > 1/2)
+  EstimatorStats stats;             // closed_form_variance: +inf where the variance is infinite
+  double sigma_min_eigenvalue = 1;  // the smallest eigenvalue of Sigma over heads (finite needs > 1/2)
 };
 
 // Rows "proposal_I" and "learned_sigma" at each m, on `pairs` causal pairs drawn as
