@@ -29,6 +29,9 @@
 #        softmax: Performer's kernel, M the proposal's covariance only) beside darkformer and
 #        Performer (c4_long_importance.yaml): lower variance, or the changed kernel? Then every
 #        final model under the other seeds' draws (swap_draws.py, redraw_table.py). Needs C4.
+#   cpu-c4-redraw: cpu-c4-importance's three arms trained with a fresh draw every step
+#        (c4_long_redraw.yaml): does any of darkformer's gain survive when M must help every draw?
+#        Evaluated the same way. Needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -56,7 +59,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-redraw cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -211,9 +214,10 @@ if [[ "$PART" == cpu-c4-queries ]]; then  # darkformer's M on both sides (a metr
   exit $status
 fi
 
-if [[ "$PART" == cpu-c4-importance ]]; then  # darkformer's M as the kernel's metric or as a proposal only
+if [[ "$PART" == cpu-c4-importance || "$PART" == cpu-c4-redraw ]]; then  # M as the kernel's metric or a proposal only
   c4_long_pretrain
-  name=c4_long_importance
+  name=c4_long_importance suffix=""
+  [[ "$PART" == cpu-c4-redraw ]] && name=c4_long_redraw suffix=-redraw-every-step  # the sweep's run names
   sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
   point() { echo "darkformer m=64 identity target=$1"; }
@@ -224,7 +228,9 @@ if [[ "$PART" == cpu-c4-importance ]]; then  # darkformer's M as the kernel's me
   # how much of it fits its own sample.
   evals="$RUNS/$name/redraw.jsonl" swapped="$RUNS/$name/swapped.h5"
   : > "$evals"
-  for dir in performer-m64 darkformer-m64-init-identity-target-metric darkformer-m64-init-identity-target-softmax; do
+  performer=performer-m64$suffix metric=darkformer-m64-init-identity-target-metric$suffix
+  softmax=darkformer-m64-init-identity-target-softmax$suffix
+  for dir in "$performer" "$metric" "$softmax"; do
     for seed in 0 1 2; do
       run="$RUNS/$name/${dir}_seed$seed"
       for draw in 0 1 2; do
@@ -238,9 +244,8 @@ if [[ "$PART" == cpu-c4-importance ]]; then  # darkformer's M as the kernel's me
     done
   done
   rm -f "$swapped"
-  "$PYTHON" tools/redraw_table.py --evals "$evals" --pair darkformer-m64-init-identity-target-softmax performer-m64 \
-    --pair darkformer-m64-init-identity-target-metric performer-m64 \
-    --pair darkformer-m64-init-identity-target-metric darkformer-m64-init-identity-target-softmax | tee "$RUNS/$name/redraw.md"
+  "$PYTHON" tools/redraw_table.py --evals "$evals" --pair "$softmax" "$performer" --pair "$metric" "$performer" \
+    --pair "$metric" "$softmax" | tee "$RUNS/$name/redraw.md"
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired,redraw}.md"
   exit $status
 fi
