@@ -4,10 +4,11 @@ run_experiments.sh cpu-c4-importance writes (one eval per model and draw: {"poin
 "draw_from", "eval": {"accuracy", ...}}; draw_from = seed is the model's own draw, any other seed's
 draw is a fresh one from the same law, swapped in by tools/swap_draws.py), per point over seeds:
 the own-draw accuracy, the fresh-draw accuracy (mean over the fresh draws of each seed), the drop,
-and for --pair A B the seed-matched difference A - B under fresh draws, each with its 95 %
-Student-t interval (n - 1 dof).
+and for --pair A B the seed-matched difference A - B on their own draws and under fresh draws,
+each with its 95 % Student-t interval (n - 1 dof). Several --evals files are read as one (points
+of two sweeps paired by seed: cpu-c4-redraw's arms against cpu-c4-importance's).
 
-  redraw_table.py --evals redraw.jsonl [--pair A B ...]
+  redraw_table.py --evals redraw.jsonl [more.jsonl ...] [--pair A B ...]
 
 A line that is not JSON or lacks a field: exit 2 naming the file and line.
 """
@@ -20,9 +21,8 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run_statistics import interval  # noqa: E402
 
 
-def load(path):
-    """{point: {seed: {"own": accuracy, "fresh": [accuracy, ...]}}}"""
-    table = {}
+def load(path, table):
+    """Adds path's lines to table: {point: {seed: {"own": accuracy, "fresh": [accuracy, ...]}}}"""
     with open(path, encoding="utf-8") as f:
         for number, line in enumerate(f, 1):
             if not line.strip():
@@ -38,7 +38,6 @@ def load(path):
                 entry["own"] = accuracy
             else:
                 entry["fresh"].append(accuracy)
-    return table
 
 
 def fresh(entry):
@@ -56,10 +55,12 @@ def cell(values, sign=""):
 
 def main(argv):
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--evals", required=True)
+    parser.add_argument("--evals", required=True, nargs="+")
     parser.add_argument("--pair", nargs=2, action="append", default=[], metavar=("A", "B"))
     args = parser.parse_args(argv)
-    table = load(args.evals)
+    table = {}
+    for path in args.evals:
+        load(path, table)
     print("| point (seeds) | own draw | fresh draws | fresh − own |\n|---|--:|--:|--:|")
     for point, seeds in table.items():
         own = [e["own"] for e in seeds.values()]
@@ -67,14 +68,18 @@ def main(argv):
         drop = [None if o is None or n is None else n - o for o, n in zip(own, new)]
         print(f"| {point} ({len(seeds)}) | {cell(own)} | {cell(new)} | {cell(drop, '+')} |")
     if args.pair:
-        print("\n| A − B under fresh draws (paired by seed) | difference |\n|---|--:|")
+        print("\n| A − B (paired by seed) | own draws | fresh draws |\n|---|--:|--:|")
     for a, b in args.pair:
         for name in (a, b):
             if name not in table:
-                print(f"error: {args.evals}: no point '{name}' (points: {', '.join(table)})", file=sys.stderr)
+                print(f"error: {', '.join(args.evals)}: no point '{name}' (points: {', '.join(table)})", file=sys.stderr)
                 return 2
         seeds = sorted(set(table[a]) & set(table[b]))
-        print(f"| {a} − {b} | {cell([fresh(table[a][s]) - fresh(table[b][s]) for s in seeds], '+')} |")
+        own = [table[a][s]["own"] - table[b][s]["own"] for s in seeds
+               if table[a][s]["own"] is not None and table[b][s]["own"] is not None]
+        new = [fresh(table[a][s]) - fresh(table[b][s]) for s in seeds
+               if table[a][s]["fresh"] and table[b][s]["fresh"]]
+        print(f"| {a} − {b} | {cell(own, '+')} | {cell(new, '+')} |")
     return 0
 
 

@@ -31,7 +31,8 @@
 #        final model under the other seeds' draws (swap_draws.py, redraw_table.py). Needs C4.
 #   cpu-c4-redraw: cpu-c4-importance's three arms trained with a fresh draw every step
 #        (c4_long_redraw.yaml): does any of darkformer's gain survive when M must help every draw?
-#        Evaluated the same way. Needs C4.
+#        Evaluated the same way, and against cpu-c4-importance's models when that part has run
+#        (against_fixed.md). Needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -246,6 +247,12 @@ if [[ "$PART" == cpu-c4-importance || "$PART" == cpu-c4-redraw ]]; then  # M as 
   rm -f "$swapped"
   "$PYTHON" tools/redraw_table.py --evals "$evals" --pair "$softmax" "$performer" --pair "$metric" "$performer" \
     --pair "$metric" "$softmax" | tee "$RUNS/$name/redraw.md"
+  fixed="$RUNS/c4_long_importance/redraw.jsonl"  # the same arms trained on one draw, when that part has run
+  if [[ -n "$suffix" && -f "$fixed" ]]; then
+    echo "== redrawn against fixed-draw training, seed by seed"
+    "$PYTHON" tools/redraw_table.py --evals "$evals" "$fixed" --pair "$performer" "${performer%"$suffix"}" \
+      --pair "$metric" "${metric%"$suffix"}" --pair "$softmax" "${softmax%"$suffix"}" | tee "$RUNS/$name/against_fixed.md"
+  fi
   echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired,redraw}.md"
   exit $status
 fi

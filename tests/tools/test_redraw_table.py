@@ -3,7 +3,9 @@
 Two points, three seeds, each model evaluated with its own draw and the two other seeds' draws:
 performer own 0.20 + 0.001 s, fresh 0.19 + 0.001 s and 0.19 + 0.001 s + 0.002 (mean 0.191 + 0.001
 s, drop -0.009); darkformer own 0.22, fresh 0.20 + 0.002 s (both draws). Paired darkformer -
-performer under fresh draws: 0.009 + 0.001 s, mean +0.010. A broken line: exit 2 naming it.
+performer on their own draws: 0.020 - 0.001 s, mean +0.019; under fresh draws: 0.009 + 0.001 s,
+mean +0.010. The same lines split over two files give the same table. A broken line: exit 2
+naming it.
 """
 
 import json
@@ -44,7 +46,15 @@ def main():
               "performer's fresh-draw mean 0.192 and its drop -0.009 on every seed")
         check("| darkformer (3) | 0.2200 |" in out.stdout or "| darkformer (3) | 0.2200 [0.2200, 0.2200] |" in out.stdout,
               "darkformer's own draw 0.22")
-        check("| darkformer − performer | +0.0100 [" in out.stdout, "paired difference +0.010 under fresh draws")
+        check("| darkformer − performer | +0.0190 [+0.0165, +0.0215] | +0.0100 [+0.0075, +0.0125] |" in out.stdout,
+              "paired differences +0.019 on own draws and +0.010 under fresh draws (t(2) 4.303 x 0.001 / sqrt 3)")
+        halves = [os.path.join(work, "a.jsonl"), os.path.join(work, "b.jsonl")]
+        for half, part in zip(halves, (rows[:len(rows) // 2], rows[len(rows) // 2:])):
+            with open(half, "w") as f:
+                f.write("\n".join(part) + "\n")
+        split = subprocess.run([sys.executable, TOOL, "--evals", *halves, "--pair", "darkformer", "performer"],
+                               capture_output=True, text=True)
+        check(split.returncode == 0 and split.stdout == out.stdout, "two files read as one give the same table")
         with open(path, "a") as f:
             f.write('{"point": "performer", "seed": 0}\n')
         bad = subprocess.run([sys.executable, TOOL, "--evals", path], capture_output=True, text=True)
