@@ -33,6 +33,9 @@
 #        (c4_long_redraw.yaml): does any of darkformer's gain survive when M must help every draw?
 #        Evaluated the same way, and against cpu-c4-importance's models when that part has run
 #        (against_fixed.md). Needs C4.
+#   cpu-c4-qkv-importance, cpu-c4-qkv-redraw: the same two parts under q/k/v-only finetuning
+#        (c4_long_qkv_importance.yaml, c4_long_qkv_redraw.yaml; the second compares with the first's
+#        models when it has run). Needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -60,7 +63,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-redraw cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-redraw cpu-c4-qkv-importance cpu-c4-qkv-redraw cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -215,10 +218,11 @@ if [[ "$PART" == cpu-c4-queries ]]; then  # darkformer's M on both sides (a metr
   exit $status
 fi
 
-if [[ "$PART" == cpu-c4-importance || "$PART" == cpu-c4-redraw ]]; then  # M as the kernel's metric or a proposal only
+if [[ "$PART" =~ ^cpu-c4(-qkv)?-(importance|redraw)$ ]]; then  # M as the kernel's metric or a proposal only
+  family=c4_long${BASH_REMATCH[1]:+_qkv}  # full or q/k/v-only finetuning
+  name=${family}_importance suffix=""
+  [[ "${BASH_REMATCH[2]}" == redraw ]] && name=${family}_redraw suffix=-redraw-every-step  # the sweep's run names
   c4_long_pretrain
-  name=c4_long_importance suffix=""
-  [[ "$PART" == cpu-c4-redraw ]] && name=c4_long_redraw suffix=-redraw-every-step  # the sweep's run names
   sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
   point() { echo "darkformer m=64 identity target=$1"; }
@@ -247,7 +251,7 @@ if [[ "$PART" == cpu-c4-importance || "$PART" == cpu-c4-redraw ]]; then  # M as 
   rm -f "$swapped"
   "$PYTHON" tools/redraw_table.py --evals "$evals" --pair "$softmax" "$performer" --pair "$metric" "$performer" \
     --pair "$metric" "$softmax" | tee "$RUNS/$name/redraw.md"
-  fixed="$RUNS/c4_long_importance/redraw.jsonl"  # the same arms trained on one draw, when that part has run
+  fixed="$RUNS/${family}_importance/redraw.jsonl"  # the same arms trained on one draw, when that part has run
   if [[ -n "$suffix" && -f "$fixed" ]]; then
     echo "== redrawn against fixed-draw training, seed by seed"
     "$PYTHON" tools/redraw_table.py --evals "$evals" "$fixed" --pair "$performer" "${performer%"$suffix"}" \
