@@ -33,6 +33,9 @@
 #        (c4_long_redraw.yaml): does any of darkformer's gain survive when M must help every draw?
 #        Evaluated the same way, and against cpu-c4-importance's models when that part has run
 #        (against_fixed.md). Needs C4.
+#   cpu-c4-redraw-every-n: the same arms with a fresh draw every 10 and every 100 steps
+#        (c4_long_redraw_every_n.yaml), between the two; evaluated the same way, per interval
+#        (redraw_every10.md, against_fixed_every10.md, ...). Needs C4.
 #   cpu-c4-qkv-importance, cpu-c4-qkv-redraw: the same two parts under q/k/v-only finetuning
 #        (c4_long_qkv_importance.yaml, c4_long_qkv_redraw.yaml; the second compares with the first's
 #        models when it has run). Needs C4.
@@ -63,7 +66,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-redraw cpu-c4-qkv-importance cpu-c4-qkv-redraw cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-redraw cpu-c4-redraw-every-n cpu-c4-qkv-importance cpu-c4-qkv-redraw cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -218,46 +221,54 @@ if [[ "$PART" == cpu-c4-queries ]]; then  # darkformer's M on both sides (a metr
   exit $status
 fi
 
-if [[ "$PART" =~ ^cpu-c4(-qkv)?-(importance|redraw)$ ]]; then  # M as the kernel's metric or a proposal only
+if [[ "$PART" =~ ^cpu-c4(-qkv)?-(importance|redraw|redraw-every-n)$ ]]; then  # M as the kernel's metric or a proposal only
   family=c4_long${BASH_REMATCH[1]:+_qkv}  # full or q/k/v-only finetuning
-  name=${family}_importance suffix=""
-  [[ "${BASH_REMATCH[2]}" == redraw ]] && name=${family}_redraw suffix=-redraw-every-step  # the sweep's run names
+  name=${family}_${BASH_REMATCH[2]//-/_}
   c4_long_pretrain
   sweep "$name" --set "fixed.data.shards_dir=$SHARDS"
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
-  point() { echo "darkformer m=64 identity target=$1"; }
-  "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$(point metric)" "performer m=64" \
-    --pair "$(point softmax)" "performer m=64" --pair "$(point metric)" "$(point softmax)" \
-    --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired.md"
-  # Each final model under its own draw and under the other seeds' draws (tools/swap_draws.py):
-  # how much of it fits its own sample.
-  evals="$RUNS/$name/redraw.jsonl" swapped="$RUNS/$name/swapped.h5"
-  : > "$evals"
-  performer=performer-m64$suffix metric=darkformer-m64-init-identity-target-metric$suffix
-  softmax=darkformer-m64-init-identity-target-softmax$suffix
-  for dir in "$performer" "$metric" "$softmax"; do
-    for seed in 0 1 2; do
-      run="$RUNS/$name/${dir}_seed$seed"
-      for draw in 0 1 2; do
-        checkpoint="$run/checkpoints/step_00001000.h5"
-        if [[ $draw != "$seed" ]]; then
-          "$PYTHON" tools/swap_draws.py "$checkpoint" "$RUNS/$name/${dir}_seed$draw/checkpoints/step_00001000.h5" "$swapped" >/dev/null
-          checkpoint="$swapped"
-        fi
-        echo "{\"point\": \"$dir\", \"seed\": $seed, \"draw_from\": $draw, \"eval\": $("$DF" eval --config "$run/config.yaml" --checkpoint "$checkpoint" 2>/dev/null | tail -1)}" >> "$evals"
+  # The sweep's run names say its redraw policies: none ("performer-m64_seed0"), every step
+  # ("performer-m64-redraw-every-step_seed0") or every n ("...-redraw-every-n-redraw-interval10_seed0").
+  for first in "$RUNS/$name"/performer-m64*_seed0; do
+    suffix=${first##*/performer-m64} suffix=${suffix%_seed0}
+    interval=""
+    [[ "$suffix" == *-redraw-interval* ]] && interval=${suffix##*-redraw-interval}
+    tag=${interval:+_every$interval}  # one table set per interval where the sweep has several
+    point() { echo "darkformer m=64 identity${interval:+ redraw_interval=$interval} target=$1"; }
+    plain="performer m=64${interval:+ redraw_interval=$interval}"
+    "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$(point metric)" "$plain" \
+      --pair "$(point softmax)" "$plain" --pair "$(point metric)" "$(point softmax)" \
+      --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired$tag.md"
+    # Each final model under its own draw and under the other seeds' draws (tools/swap_draws.py):
+    # how much of it fits its own sample.
+    evals="$RUNS/$name/redraw$tag.jsonl" swapped="$RUNS/$name/swapped.h5"
+    : > "$evals"
+    performer=performer-m64$suffix metric=darkformer-m64-init-identity-target-metric$suffix
+    softmax=darkformer-m64-init-identity-target-softmax$suffix
+    for dir in "$performer" "$metric" "$softmax"; do
+      for seed in 0 1 2; do
+        run="$RUNS/$name/${dir}_seed$seed"
+        for draw in 0 1 2; do
+          checkpoint="$run/checkpoints/step_00001000.h5"
+          if [[ $draw != "$seed" ]]; then
+            "$PYTHON" tools/swap_draws.py "$checkpoint" "$RUNS/$name/${dir}_seed$draw/checkpoints/step_00001000.h5" "$swapped" >/dev/null
+            checkpoint="$swapped"
+          fi
+          echo "{\"point\": \"$dir\", \"seed\": $seed, \"draw_from\": $draw, \"eval\": $("$DF" eval --config "$run/config.yaml" --checkpoint "$checkpoint" 2>/dev/null | tail -1)}" >> "$evals"
+        done
       done
     done
+    rm -f "$swapped"
+    "$PYTHON" tools/redraw_table.py --evals "$evals" --pair "$softmax" "$performer" --pair "$metric" "$performer" \
+      --pair "$metric" "$softmax" | tee "$RUNS/$name/redraw$tag.md"
+    fixed="$RUNS/${family}_importance/redraw.jsonl"  # the same arms trained on one draw, when that part has run
+    if [[ -n "$suffix" && -f "$fixed" ]]; then
+      echo "== redrawn${interval:+ every $interval steps} against fixed-draw training, seed by seed"
+      "$PYTHON" tools/redraw_table.py --evals "$evals" "$fixed" --pair "$performer" "${performer%"$suffix"}" \
+        --pair "$metric" "${metric%"$suffix"}" --pair "$softmax" "${softmax%"$suffix"}" | tee "$RUNS/$name/against_fixed$tag.md"
+    fi
   done
-  rm -f "$swapped"
-  "$PYTHON" tools/redraw_table.py --evals "$evals" --pair "$softmax" "$performer" --pair "$metric" "$performer" \
-    --pair "$metric" "$softmax" | tee "$RUNS/$name/redraw.md"
-  fixed="$RUNS/${family}_importance/redraw.jsonl"  # the same arms trained on one draw, when that part has run
-  if [[ -n "$suffix" && -f "$fixed" ]]; then
-    echo "== redrawn against fixed-draw training, seed by seed"
-    "$PYTHON" tools/redraw_table.py --evals "$evals" "$fixed" --pair "$performer" "${performer%"$suffix"}" \
-      --pair "$metric" "${metric%"$suffix"}" --pair "$softmax" "${softmax%"$suffix"}" | tee "$RUNS/$name/against_fixed.md"
-  fi
-  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired,redraw}.md"
+  echo "done in $(( $(date +%s) - start )) s; tables: $RUNS/$name/{aggregate,paired*,redraw*}.md"
   exit $status
 fi
 
