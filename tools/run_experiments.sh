@@ -36,9 +36,10 @@
 #   cpu-c4-redraw-every-n: the same arms with a fresh draw every 10 and every 100 steps
 #        (c4_long_redraw_every_n.yaml), between the two; evaluated the same way, per interval
 #        (redraw_every10.md, against_fixed_every10.md, ...). Needs C4.
-#   cpu-c4-qkv-importance, cpu-c4-qkv-redraw: the same two parts under q/k/v-only finetuning
-#        (c4_long_qkv_importance.yaml, c4_long_qkv_redraw.yaml; the second compares with the first's
-#        models when it has run). Needs C4.
+#   cpu-c4-qkv-importance, cpu-c4-qkv-redraw, cpu-c4-qkv-redraw-every-n: the same parts under
+#        q/k/v-only finetuning (c4_long_qkv_importance.yaml, c4_long_qkv_redraw.yaml, the last every
+#        100 steps only: c4_long_qkv_redraw_every_n.yaml; the redrawn compare with the first's models
+#        when it has run). Needs C4.
 #   cpu-c4-lr: finding 4 on C4 (c4_long_lr_stability.yaml): performer and darkformer over five
 #        learning rates, three seeds, 300 steps each from the same pretrain; needs C4 as well.
 #   cpu-c4-masked: cpu-c4's finetunes of exact, constant, performer and darkformer with and without
@@ -66,7 +67,7 @@ set -euo pipefail
 ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$ROOT"
 SIZES=(micro cpu gpu)
-CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-redraw cpu-c4-redraw-every-n cpu-c4-qkv-importance cpu-c4-qkv-redraw cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
+CPU_PARTS=(cpu-kernels cpu-seeds cpu-c4 cpu-c4-qkv cpu-c4-kernels cpu-c4-steps cpu-c4-shared cpu-c4-queries cpu-c4-importance cpu-c4-redraw cpu-c4-redraw-every-n cpu-c4-qkv-importance cpu-c4-qkv-redraw cpu-c4-qkv-redraw-every-n cpu-c4-lr cpu-c4-masked cpu-c4-short-masked cpu-c4-shorter-masked cpu-c4-2k-masked cpu-c4-2k-features cpu-c4-2k-steps)
 one_of() {  # one_of WORD LIST...: whether WORD is one of LIST
   local word="$1" each
   shift
@@ -229,13 +230,16 @@ if [[ "$PART" =~ ^cpu-c4(-qkv)?-(importance|redraw|redraw-every-n)$ ]]; then  # 
   "$PYTHON" tools/aggregate_runs.py --runs "$RUNS/$name" --md "$RUNS/$name/aggregate.md" --json "$RUNS/$name/aggregate.json"
   # The sweep's run names say its redraw policies: none ("performer-m64_seed0"), every step
   # ("performer-m64-redraw-every-step_seed0") or every n ("...-redraw-every-n-redraw-interval10_seed0").
-  for first in "$RUNS/$name"/performer-m64*_seed0; do
+  firsts=("$RUNS/$name"/performer-m64*_seed0)
+  for first in "${firsts[@]}"; do
     suffix=${first##*/performer-m64} suffix=${suffix%_seed0}
     interval=""
     [[ "$suffix" == *-redraw-interval* ]] && interval=${suffix##*-redraw-interval}
-    tag=${interval:+_every$interval}  # one table set per interval where the sweep has several
-    point() { echo "darkformer m=64 identity${interval:+ redraw_interval=$interval} target=$1"; }
-    plain="performer m=64${interval:+ redraw_interval=$interval}"
+    tag=${interval:+_every$interval}  # one table set per interval
+    label=""  # aggregate_runs.py names the interval in a point's label only where it tells points apart
+    (( ${#firsts[@]} > 1 )) && label=${interval:+ redraw_interval=$interval}
+    point() { echo "darkformer m=64 identity$label target=$1"; }
+    plain="performer m=64$label"
     "$PYTHON" tools/paired_diff.py --sweep "$RUNS/$name" --pair "$(point metric)" "$plain" \
       --pair "$(point softmax)" "$plain" --pair "$(point metric)" "$(point softmax)" \
       --step 100 --step 500 --step 1000 | tee "$RUNS/$name/paired$tag.md"
