@@ -7,7 +7,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <fstream>
 #include <iostream>
 
 #include "cli/commands.h"
@@ -15,7 +14,7 @@
 #include "train/model_loading.h"
 #include "util/error.h"
 #include "util/mixed_precision.h"
-#include "util/json.h"
+#include "util/json_lines.h"
 
 namespace darkformer {
 
@@ -37,6 +36,7 @@ void RunDecodeBench(const DecodeBenchArgs& a) {
   DF_CHECK(a.steps > 0, "--steps must be positive, got " << a.steps);
   const auto config = RunConfig::Load(a.config_path, a.overrides);
   if (config.train.threads > 0) torch::set_num_threads(static_cast<int>(config.train.threads));
+  JsonLinesFile json(a.json);  // before the model is built or anything timed
   auto model = BuildModelFrom(config, "", "decode-bench");
   const auto device = ResolveDevice(config);
   ApplyTf32(config.train.tf32, device);
@@ -53,11 +53,6 @@ void RunDecodeBench(const DecodeBenchArgs& a) {
                            bf16 ? "bf16 autocast" : "fp32", torch::get_num_threads(), a.steps);
   std::cout << fmt::format("{:>8} {:>11} {:>10} {:>12} {:>14}\n", "context", "prefill ms", "ms/token", "state MiB",
                            "step peak MiB");
-  std::ofstream json;
-  if (!a.json.empty()) {
-    json.open(a.json);
-    DF_CHECK(json, "--json " << a.json << ": cannot be written");
-  }
   using Clock = std::chrono::steady_clock;
   for (const int64_t context : a.contexts) {
     auto cache = model->NewDecodeCache(context + a.steps, device);
@@ -79,12 +74,10 @@ void RunDecodeBench(const DecodeBenchArgs& a) {
     const double state_mib = cache.StateBytes() / (1024.0 * 1024.0), ms = MedianOf(step_ms);
     std::cout << fmt::format("{:>8} {:>11.1f} {:>10.2f} {:>12.3f} {:>14.2f}\n", context, prefill_ms, ms, state_mib,
                              info->peak_mib());
-    if (json) {
-      json << ToJsonLine({{"kernel", config.attention.kernel}, {"context", context}, {"prefill_ms", prefill_ms},
-                          {"ms_per_token", ms}, {"ms_all", step_ms}, {"state_mib", state_mib},
-                          {"step_peak_mib", info->peak_mib()}, {"threads", torch::get_num_threads()}})
-           << "\n";
-    }
+    json.Write({{"kernel", config.attention.kernel}, {"context", context}, {"prefill_ms", prefill_ms},
+                {"ms_per_token", ms}, {"ms_all", step_ms}, {"state_mib", state_mib},
+                {"step_peak_mib", info->peak_mib()}, {"threads", torch::get_num_threads()}});
+    std::cout << std::flush;
   }
 }
 

@@ -9,7 +9,6 @@
 #include <cmath>
 #include <limits>
 #include <set>
-#include <fstream>
 #include <iostream>
 #include <map>
 #include <optional>
@@ -29,6 +28,7 @@
 #include "train/size_terms.h"
 #include "util/error.h"
 #include "util/json.h"
+#include "util/json_lines.h"
 #include "util/mixed_precision.h"
 #include "util/op_count.h"
 #include "util/peak_memory.h"
@@ -274,13 +274,14 @@ void RunKernelBench(const KernelBenchOptions& o) {
   const int64_t segment_chunks = fused_options["segment_chunks"] ? fused_options["segment_chunks"].as<int64_t>() : 0;
   const std::string pairs = fused_options["pairs"] ? fused_options["pairs"].as<std::string>() : "products";
   const bool precompute = fused_options["precompute_features"] && fused_options["precompute_features"].as<bool>();
+  // Opened before anything is timed; each row lands as it is done (a stage limit keeps the rows so far).
+  JsonLinesFile json(o.json);
   std::cout << fmt::format("forward+backward, {} {}, B={}, H={} query heads, {} KV heads, {} {} op {} vs exact (SDPA); "
                            "median of {} alternating repeats after a warm-up; {} intra-op threads; TF32 {}\n",
                            o.device, o.dtype, o.batch, o.heads, kv_heads, o.kernel, o.options, fmt::join(o.ops, ","), o.repeats,
                            torch::get_num_threads(), tf32 ? "on" : "off");
   std::cout << fmt::format("{:>4} {:>6} {:>14} {:>10} {:>9} {:>8} {:>10} {:>9}\n", "D", "L", "impl", "ms", "MiB",
                            "GFLOP/s", "vs exact", "mem/exact");
-  std::vector<Json> lines;
   for (const int64_t d : o.head_dims) {
     for (const int64_t length : o.lengths) {
       struct Impl {
@@ -395,16 +396,12 @@ void RunKernelBench(const KernelBenchOptions& o) {
           line["speedup_vs_exact"] = speedup;
           line["memory_vs_exact"] = mem_ratio;
         }
-        lines.push_back(line);
+        json.Write(line);
       }
+      std::cout << std::flush;
     }
   }
-  if (!o.json.empty()) {
-    std::ofstream out(o.json);
-    DF_CHECK(out.good(), "--json: cannot write '" << o.json << "'");
-    for (const auto& line : lines) out << ToJsonLine(line) << "\n";
-    std::cout << fmt::format("wrote {} JSON lines to {}\n", lines.size(), o.json);
-  }
+  if (!o.json.empty()) std::cout << fmt::format("wrote {} JSON lines to {}\n", json.lines(), json.path());
 }
 
 }  // namespace darkformer

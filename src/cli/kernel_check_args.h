@@ -8,7 +8,7 @@
 
 #include "attention/kernel_diagnostics.h"
 #include "cli/kernel_bench.h"
-#include "util/json.h"
+#include "util/json_lines.h"
 
 namespace darkformer {
 
@@ -31,8 +31,8 @@ struct KernelCheckArgs {
   std::string json;  // JSON lines file for (a) or (b)
 };
 
-// --json: one object per line; nothing when no path was given.
-void WriteJson(const std::string& path, const std::vector<Json>& lines);
+// After a check: where its --json lines went (nothing when no path was given).
+void SayWritten(const JsonLinesFile& json);
 
 // --weights: per layer, anisotropy of x = sqrt(s) q and y = sqrt(s) k and each kernel's output error.
 void ModelDiagnostics(const KernelCheckArgs& a);

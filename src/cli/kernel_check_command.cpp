@@ -8,7 +8,6 @@
 #include <fmt/format.h>
 
 #include <algorithm>
-#include <fstream>
 #include <iostream>
 
 #include "attention/feature_kernel_base.h"
@@ -21,12 +20,8 @@
 
 namespace darkformer {
 
-void WriteJson(const std::string& path, const std::vector<Json>& lines) {
-  if (path.empty()) return;
-  std::ofstream out(path);
-  DF_CHECK(out.good(), "--json: cannot write '" << path << "'");
-  for (const auto& line : lines) out << ToJsonLine(line) << "\n";
-  std::cout << fmt::format("wrote {} JSON lines to {}\n", lines.size(), path);
+void SayWritten(const JsonLinesFile& json) {
+  if (!json.path().empty()) std::cout << fmt::format("wrote {} JSON lines to {}\n", json.lines(), json.path());
 }
 
 namespace {
@@ -112,6 +107,7 @@ void Check(const KernelCheckArgs& a) {
 
 // (a): performer vs importance-sampled performer vs darkformer on synthetic anisotropic inputs.
 void Estimators(KernelCheckArgs a) {
+  JsonLinesFile json(a.json);
   a.synthetic.draws = a.draws;
   a.synthetic.seed = a.seed;
   const auto& o = a.synthetic;
@@ -123,16 +119,15 @@ void Estimators(KernelCheckArgs a) {
                "(Thm 3.2's objective); exact var = its closed form\n";
   std::cout << fmt::format("{:>22} {:>18} {:>5} {:>11} {:>11} {:>11} {:>11}\n", "estimator", "target", "m", "rel.err",
                            "rel.var", "var", "exact var");
-  std::vector<Json> lines;
   for (const auto& s : CompareEstimators(o, a.num_features)) {
     std::cout << fmt::format("{:>22} {:>18} {:>5} {:>11.4g} {:>11.4g} {:>11.4g} {:>11.4g}\n", s.estimator, s.target,
                              s.num_features, s.relative_error, s.relative_variance, s.variance, s.closed_form_variance);
-    lines.push_back({{"estimator", s.estimator}, {"target", s.target}, {"num_features", s.num_features},
+    json.Write({{"estimator", s.estimator}, {"target", s.target}, {"num_features", s.num_features},
                      {"dim", o.dim}, {"lambda_max", o.lambda_max}, {"lambda_ratio", o.lambda_ratio},
                      {"relative_error", s.relative_error}, {"relative_variance", s.relative_variance},
                      {"variance", s.variance}, {"closed_form_variance", s.closed_form_variance}});
   }
-  WriteJson(a.json, lines);
+  SayWritten(json);
 }
 
 

@@ -103,6 +103,7 @@ GemmaModel LoadExact(const std::string& weights, const GemmaConfig& config) {
 }  // namespace
 
 void ModelDiagnostics(const KernelCheckArgs& a) {
+  JsonLinesFile json(a.json);
   torch::NoGradGuard no_grad;
   torch::manual_seed(a.seed);
   const auto config = ReadWeightsConfig(a.weights);
@@ -118,7 +119,6 @@ void ModelDiagnostics(const KernelCheckArgs& a) {
   for (const auto& spec : specs) header += fmt::format(" {:>22}", spec.label);
   std::cout << "  relative L2 error of the attention output vs exact; cond = lambda_max/lambda_min, erank = exp(entropy)\n"
             << header << "\n";
-  std::vector<Json> lines;
   const int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads, d = config.head_dim;
   model->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
     const auto [q_BHLD, k_BHLD] = in.attention.QueriesKeys(in.h_BLE, in.rope);
@@ -132,17 +132,18 @@ void ModelDiagnostics(const KernelCheckArgs& a) {
       row += fmt::format(" {:>22.4g}", e.relative_error);
       errors[e.label] = e.relative_error;
     }
-    lines.push_back({{"layer", in.layer}, {"cond_x", r.x.condition_number}, {"erank_x", r.x.effective_rank},
+    json.Write({{"layer", in.layer}, {"cond_x", r.x.condition_number}, {"erank_x", r.x.effective_rank},
                      {"trace_x", r.x.trace}, {"cond_y", r.y.condition_number}, {"erank_y", r.y.effective_rank},
                      {"trace_y", r.y.trace}, {"relative_error", errors}});
     std::cout << row << "\n";
   });
-  WriteJson(a.json, lines);
+  SayWritten(json);
 }
 
 // Parameters from the layer's batch; for a checkpoint that holds M, its Sigma = M^T M as a proposal
 // beside proposal I (learned_proposal.h).
 void FavorEstimators(const KernelCheckArgs& a) {
+  JsonLinesFile json(a.json);
   torch::NoGradGuard no_grad;
   const auto config = ReadWeightsConfig(a.weights);
   auto model = LoadExact(a.weights, config);
@@ -152,7 +153,6 @@ void FavorEstimators(const KernelCheckArgs& a) {
                            a.weights, ids_BL.size(0), ids_BL.size(1), a.synthetic.pairs, a.draws);
   std::cout << fmt::format("{:>5} {:>14} {:>5} {:>11} {:>11} {:>11}\n", "layer", "estimator", "m", "rel.err", "rel.var",
                            "exact var");
-  std::vector<Json> lines;
   const int64_t heads = config.num_attention_heads, kv_heads = config.num_key_value_heads;
   model->ForEachAttentionInput(ids_BL, [&](const GemmaModelImpl::AttentionInput& in) {
     const auto [q_BHLD, k_BHLD] = in.attention.QueriesKeys(in.h_BLE, in.rope);
@@ -162,7 +162,7 @@ void FavorEstimators(const KernelCheckArgs& a) {
     for (const auto& s : stats) {
       std::cout << fmt::format("{:>5} {:>14} {:>5} {:>11.4g} {:>11.4g} {:>11.4g}\n", in.layer, s.estimator, s.num_features,
                                s.relative_error, s.relative_variance, s.closed_form_variance);
-      lines.push_back({{"layer", in.layer}, {"estimator", s.estimator}, {"num_features", s.num_features},
+      json.Write({{"layer", in.layer}, {"estimator", s.estimator}, {"num_features", s.num_features},
                        {"relative_error", s.relative_error}, {"relative_variance", s.relative_variance},
                        {"variance", s.variance}, {"closed_form_variance", s.closed_form_variance}});
     }
@@ -174,13 +174,13 @@ void FavorEstimators(const KernelCheckArgs& a) {
       std::cout << fmt::format("{:>5} {:>14} {:>5} {:>11.4g} {:>11.4g} {:>11.4g}  (min eigenvalue of Sigma {:.3f})\n",
                                in.layer, s.estimator, s.num_features, s.relative_error, s.relative_variance,
                                s.closed_form_variance, p.sigma_min_eigenvalue);
-      lines.push_back({{"layer", in.layer}, {"estimator", s.estimator}, {"num_features", s.num_features},
+      json.Write({{"layer", in.layer}, {"estimator", s.estimator}, {"num_features", s.num_features},
                        {"relative_error", s.relative_error}, {"relative_variance", s.relative_variance},
                        {"variance", s.variance}, {"closed_form_variance", s.closed_form_variance},
                        {"sigma_min_eigenvalue", p.sigma_min_eigenvalue}});
     }
   });
-  WriteJson(a.json, lines);
+  SayWritten(json);
 }
 
 }  // namespace darkformer

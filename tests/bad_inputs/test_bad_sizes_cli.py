@@ -64,6 +64,8 @@ def sizes_that_cannot_fit(tmp):
 @case
 def command_line_errors(tmp):
     path, _, _ = setup_run(tmp)
+    missing_json = os.path.join(tmp, "no_such_dir", "rows.jsonl")
+    json_refused = "--json: cannot write '%s'" % missing_json
     for args, needle in ((["train", "--config", path, "--bogus"], "--bogus"),
                          (["train", "--config"], "--config"),
                          (["eval", "--config", path, "--batches"], "--batches"),
@@ -100,6 +102,16 @@ def command_line_errors(tmp):
                          # The bench's options do nothing without --bench: refused, naming both.
                          (["kernel-check", "--kernel", "performer", "--op", "cuda"], "--op requires --bench"),
                          (["kernel-check", "--kernel", "performer", "--bench-norm", "60"], "--bench-norm requires --bench"),
+                         # --json is opened before anything is timed or printed: a path that cannot be
+                         # written costs no bench, and names the flag and the path.
+                         (["kernel-check", "--bench", "--kernel", "performer", "--device", "cpu", "--op", "auto",
+                           "--heads", "2", "--kv-heads", "1", "--bench-head-dims", "8", "--bench-lengths", "16",
+                           "--options", "{num_features: 16}", "--repeats", "1", "--json", missing_json],
+                          json_refused),
+                         (["kernel-check", "--estimators", "--features", "4", "--draws", "2", "--json", missing_json],
+                          json_refused),
+                         (["decode-bench", "--config", path, "--contexts", "8", "--json", missing_json],
+                          json_refused),
                          (["bogus"], ("unknown command 'bogus'",)),
                          (["trian", "--config", path], "'trian'"),
                          (["train", "--bogus"], "--bogus"),
