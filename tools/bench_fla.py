@@ -133,8 +133,9 @@ def run(args, lengths, base, out):
                    exact_peak_mib=statistics.median(peaks["exact"]), speedup_vs_exact=exact_ms / fla_ms,
                    memory_vs_exact=statistics.median(peaks["fla"]) / statistics.median(peaks["exact"]))
         print("[bench_fla] L=%d %s: fla %.2f ms, SDPA %.2f ms (%.2fx), memory %.2fx"
-              % (length, args.dtype, fla_ms, exact_ms, row["speedup_vs_exact"], row["memory_vs_exact"]))
+              % (length, args.dtype, fla_ms, exact_ms, row["speedup_vs_exact"], row["memory_vs_exact"]), flush=True)
         out.write(json.dumps(row) + "\n")
+        out.flush()  # a bench cut at its stage limit keeps the lengths it finished
 
 
 if __name__ == "__main__":
