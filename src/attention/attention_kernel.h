@@ -111,8 +111,11 @@ class AttentionKernelImpl : public torch::nn::Module {
   // Generators the kernel draws from inside forward (the random baseline): a recomputation
   // (activation checkpointing) replays their state so it draws what the forward drew.
   virtual std::vector<at::Generator> forward_generators() const { return {}; }
-  // Called once per optimizer step by the trainer (redraw policies).
-  virtual void on_train_step(int64_t /*step*/) {}
+  // Called by the trainer before each optimizer step with the steps done so far (0 before the
+  // first). Redraw policies draw here, before the step that trains on the draw, so an evaluation, a
+  // checkpoint or generation after step s reads the draw step s trained with (as a redraw at the
+  // start of a training batch does in performer-pytorch or a Lightning callback).
+  virtual void before_train_step(int64_t /*steps_done*/) {}
   // Data-aware initialisation: whether the kernel wants one batch of its layer's queries and keys
   // before training (e.g. darkformer `init: whitening`), and the call that hands them over, as the
   // kernel sees them in forward (after norms and RoPE, before the scale s; k repeated to H heads).

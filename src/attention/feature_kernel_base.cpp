@@ -66,9 +66,9 @@ FeatureKernelOptions FeatureKernelOptions::Read(const ConfigReader& reader, bool
                              {{"never", RedrawPolicy::kNever},
                               {"every_step", RedrawPolicy::kEveryStep},
                               {"every_n", RedrawPolicy::kEveryN}},
-                             "when the projections are drawn again");
+                             "when the projections are drawn again (before a training step)");
   o.redraw_interval = reader.Get<int64_t>("redraw_interval", o.redraw_interval,
-                                          KeySpec("steps between redraws for every_n").Above(0));
+                                          KeySpec("steps each draw serves under every_n").Above(0));
   return o;
 }
 
@@ -100,9 +100,11 @@ void FeatureKernelBase::Redraw() {
   draw_count_.fill_(next);
 }
 
-void FeatureKernelBase::on_train_step(int64_t step) {
+void FeatureKernelBase::before_train_step(int64_t steps_done) {
+  // The first step trains on the initial draw; every_n's draws then serve redraw_interval steps each.
+  if (steps_done == 0) return;
   if (options_.redraw == RedrawPolicy::kEveryStep) Redraw();
-  if (options_.redraw == RedrawPolicy::kEveryN && step > 0 && step % options_.redraw_interval == 0) Redraw();
+  if (options_.redraw == RedrawPolicy::kEveryN && steps_done % options_.redraw_interval == 0) Redraw();
 }
 
 void FeatureKernelBase::to(torch::Dtype dtype, bool non_blocking) { ConvertState(std::nullopt, dtype, non_blocking); }

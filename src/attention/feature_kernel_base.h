@@ -79,7 +79,7 @@ ShadowAttention ShadowFeatureAttention(shadow::Tape& tape, const ShadowAttention
 
 class FeatureKernelBase : public AttentionKernelImpl {
  public:
-  void on_train_step(int64_t step) override;
+  void before_train_step(int64_t steps_done) override;
 
   // Kernel state stays at least fp32 (fp64 when asked) whatever the model's dtype, and integer
   // buffers keep their type.

@@ -179,6 +179,11 @@ Trainer::StepResult Trainer::TrainStep() {
   const auto& t = config_.train;
   const auto start = Clock::now();
   const int64_t this_step = state_.step + 1;  // 1-based, as logged
+  // Redraws due before this step (attention_kernel.h): the draw a checkpoint holds is the one its
+  // last step trained.
+  for (int64_t i = 0; i < config_.model.num_hidden_layers; ++i) {
+    model_->attention_layer(i)->kernel()->before_train_step(state_.step);
+  }
   StepResult r;
   r.lr = StepLr(this_step);
   ApplyLr(r.lr);
@@ -221,9 +226,6 @@ void Trainer::RecordStep(const StepResult& r) {
   state_.previous_step_spiked = r.verdict.spike;
   ++state_.step;
   state_.tokens_seen += r.tokens;
-  for (int64_t i = 0; i < config_.model.num_hidden_layers; ++i) {
-    model_->attention_layer(i)->kernel()->on_train_step(state_.step);
-  }
   if (r.finite) {
     state_.min_loss = state_.step == 1 || state_.min_loss == 0.0 ? r.loss : std::min(state_.min_loss, r.loss);
     state_.last_loss = r.loss;

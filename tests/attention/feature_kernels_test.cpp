@@ -218,14 +218,14 @@ TEST(FeatureKernelsTest, RedrawPolicies) {
       Make("performer", "{num_features: 16, redraw: every_step}", Shape(1, 8)).ptr());
   const auto initial = every_n->projection().clone();
   EXPECT_TRUE(torch::equal(initial, never->projection()));  // same seed and layer: same draw 0
-  for (int64_t step = 1; step <= 7; ++step) {
-    never->on_train_step(step);
-    every_n->on_train_step(step);
-    every_step->on_train_step(step);
+  for (int64_t steps_done = 0; steps_done < 8; ++steps_done) {  // before each of 8 steps
+    never->before_train_step(steps_done);
+    every_n->before_train_step(steps_done);
+    every_step->before_train_step(steps_done);
   }
   EXPECT_EQ(never->draw_count(), 0);
-  EXPECT_EQ(every_n->draw_count(), 2);  // steps 3 and 6
-  EXPECT_EQ(every_step->draw_count(), 7);
+  EXPECT_EQ(every_n->draw_count(), 2);     // before steps 4 and 7 (3 and 6 done)
+  EXPECT_EQ(every_step->draw_count(), 7);  // before each step but the first
   EXPECT_TRUE(torch::equal(initial, never->projection()));
   EXPECT_FALSE(torch::equal(initial, every_n->projection()));
   // Layers draw from different seeds.

@@ -113,8 +113,8 @@ TEST_F(ModelSwapTest, DarkformerIdentityEqualsPerformerWithSameDraws) {
 
 TEST_F(ModelSwapTest, DrawnStateSurvivesSaveAndLoad) {
   auto model = Loaded("{kernel: performer, performer: {num_features: 16, redraw: every_step}}");
-  for (int64_t step = 1; step <= 3; ++step) {
-    for (int64_t i = 0; i < 2; ++i) model->attention_layer(i)->kernel()->on_train_step(step);
+  for (int64_t steps_done = 1; steps_done <= 3; ++steps_done) {
+    for (int64_t i = 0; i < 2; ++i) model->attention_layer(i)->kernel()->before_train_step(steps_done);
   }
   const auto saved = TempPath("performer.h5");
   SaveWeights(saved, *model);
