@@ -6,7 +6,9 @@ a build tree (tools/gtest_processes.py), on the CPU:
 2. `install` refuses, leaving the folder as it was, a pack whose sources changed, one made against
    another torch, and a folder with no pack;
 3. gtest_processes.py reports passed, skipped, failed and timed-out tests as ctest does (JUnit, exit 1),
-   and a missing binary, an empty selection or a bad expression with exit 2."""
+   and a missing binary, an empty selection or a bad expression with exit 2.
+In a build without the CUDA operator (-DDARKFORMER_CUDA_OP=OFF, a machine without nvcc) there is
+nothing to pack for a lease: `pack` refuses it (exit 2, naming the option) and 3. still runs."""
 
 import json
 import os
@@ -37,10 +39,19 @@ esac
 """
 
 
+def run_pack(prebuilt):
+    return subprocess.run(["bash", os.path.join(TOOLS, "gpu_prebuilt.sh"), "pack"], capture_output=True, text=True,
+                          timeout=300, env=dict(os.environ, PREBUILT_DIR=prebuilt, BUILD_DIR=BUILD, SKIP_BUILD="1",
+                                                PYTHON=sys.executable))
+
+
+def cuda_operator_built():
+    with open(os.path.join(BUILD, "CMakeCache.txt")) as f:
+        return "DARKFORMER_CUDA_OP:BOOL=ON" in f.read()
+
+
 def pack(prebuilt):
-    result = subprocess.run(["bash", os.path.join(TOOLS, "gpu_prebuilt.sh"), "pack"], capture_output=True, text=True,
-                            timeout=300, env=dict(os.environ, PREBUILT_DIR=prebuilt, BUILD_DIR=BUILD, SKIP_BUILD="1",
-                                                  PYTHON=sys.executable))
+    result = run_pack(prebuilt)
     if result.returncode != 0:
         sys.exit("pack exited %d: %s" % (result.returncode, result.stderr[-2000:]))
 
@@ -125,11 +136,23 @@ def check_processes(work, failures):
             failures.append("gtest_processes %s: exit %d, %r" % (args, bad.returncode, bad.stderr[-300:]))
 
 
+def check_pack_refused(work, failures):
+    prebuilt = os.path.join(work, "prebuilt")
+    result = run_pack(prebuilt)
+    print("a build without the CUDA operator: pack exits %d: %s" % (result.returncode, result.stderr.strip()[-300:]))
+    if result.returncode != 2 or "DARKFORMER_CUDA_OP" not in result.stderr or os.path.exists(prebuilt):
+        failures.append("pack of a build without the CUDA operator: exit %d, %r" % (result.returncode,
+                                                                                    result.stderr[-300:]))
+
+
 def main():
     failures = []
     with tempfile.TemporaryDirectory(prefix="gpu-prebuilt-") as work:
-        prebuilt = check_pack_and_lease(work, failures)
-        check_refusals(work, prebuilt, failures)
+        if cuda_operator_built():
+            prebuilt = check_pack_and_lease(work, failures)
+            check_refusals(work, prebuilt, failures)
+        else:
+            check_pack_refused(work, failures)
         check_processes(work, failures)
     for f in failures:
         print("FAIL:", f)
