@@ -168,8 +168,11 @@ torch::Tensor GemmaModelImpl::ForwardDecode(const torch::Tensor& input_ids_BT, D
   const int64_t start = cache.tokens, count = input_ids_BT.size(1);
   DF_CHECK(start + count <= cache.capacity, "generation: position " << start + count - 1 << " is beyond the cache's "
                                                                      << cache.capacity << " positions");
+  // A generated sequence is one document: no document ids.
   auto slice = [&](const std::optional<RotaryTables>& t) {
-    return t ? RotaryTables{t->cos_LD.narrow(0, start, count), t->sin_LD.narrow(0, start, count)} : RotaryTables{};
+    return t ? RotaryTables{t->cos_LD.narrow(0, start, count), t->sin_LD.narrow(0, start, count),
+                            /*document_ids_BL=*/torch::Tensor()}
+             : RotaryTables{};
   };
   const RotaryTables full = slice(cache.full), local = slice(cache.local);
   auto x = Embed(input_ids_BT);
