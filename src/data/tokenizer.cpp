@@ -56,7 +56,7 @@ void Tokenizer::Encode(std::string_view text, std::vector<int>* ids) const {
 
 std::string Tokenizer::Decode(const std::vector<int>& ids) const {
   std::string text;
-  auto status = processor_->Decode(ids, &text);
+  auto status = processor_->Decode(absl::MakeConstSpan(ids), &text);  // the vector overload is deprecated
   DF_CHECK(status.ok(), identity_.path << ": decoding failed: " << status.ToString());
   return text;
 }

@@ -12,7 +12,7 @@ RotaryTables MakeRotaryTables(int64_t length, int64_t head_dim, double theta, do
   const auto positions = torch::arange(length, opts);
   const auto freqs_LD2 = torch::outer(positions, inv_freq);
   const auto angles_LD = torch::cat({freqs_LD2, freqs_LD2}, -1);
-  return {angles_LD.cos(), angles_LD.sin()};
+  return {angles_LD.cos(), angles_LD.sin(), /*document_ids_BL=*/torch::Tensor()};  // one document a row
 }
 
 RotaryTables RotaryTablesAt(const RotaryTables& tables, const torch::Tensor& positions_BL) {
