@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from test_convert_roundtrip import FIXTURES, attr, conv, fresh_h5, one_error_line, run_cli, same_tensors  # noqa: E402
+from convert_testkit import FIXTURES, attr, conv, fresh_h5, one_error_line, run_cli, same_tensors  # noqa: E402
 from h5_checksums import chunk_dims, rehash  # noqa: E402
 import testkit as tk  # noqa: E402
 import transformers  # noqa: E402
