@@ -1,9 +1,11 @@
-// `darkformer kernel-check --bench`: forward+backward time, peak memory and achieved GFLOP/s of a
+// `darkformer kernel-check --bench`: forward+backward time, peak memory and achieved GFLOP/s (model
+// FLOPs: three times attention/attention_flops.h's forward; exact's lower triangle) of a
 // feature kernel (one form of the causal operator, `--op`, and optionally the naive composite
 // path) against exact attention (scaled_dot_product_attention), measured alternately and reported
 // as medians, with a JSON line per row (its dtype, SDPA's backend, what our operator computed in). On CUDA (`--device cuda`) every timed call ends with a
 // device synchronisation and memory is the CUDA allocator's. `--profile` adds the ops each
-// implementation dispatches per attention-layer call, forward and backward (util/op_count.h).
+// implementation dispatches per attention-layer call, forward and backward (util/op_count.h). How
+// one call is made and measured: kernel_bench_call.h.
 #pragma once
 
 #include <cstdint>
