@@ -13,16 +13,12 @@
 #include <atomic>
 #include <cmath>
 #include <limits>
-#include <vector>
-
-#if defined(__x86_64__) || defined(__i386__)
-#include <xmmintrin.h>
-#endif
 
 #include "attention/ops/cpu_gemm.h"
 #include "attention/ops/fast_exp2.h"
 #include "attention/ops/raw_cpu_features.h"
 #include "attention/ops/raw_cpu_pairs.h"
+#include "attention/ops/raw_cpu_scratch.h"
 #include "attention/ops/sub_chunk.h"
 
 namespace darkformer {
@@ -34,81 +30,6 @@ using namespace raw_cpu;
 constexpr float kNegInf = -std::numeric_limits<float>::infinity();
 
 std::atomic<int64_t> row_runs{0};
-
-// Flush-to-zero and denormals-are-zero on this thread while a row runs (results below 2^-126 next
-// to a normaliser >= 1 are nothing; a subnormal product costs ~100 cycles on many x86 CPUs).
-class FlushSubnormals {
- public:
-#if defined(__x86_64__) || defined(__i386__)
-  FlushSubnormals() : saved_(_mm_getcsr()) { _mm_setcsr(saved_ | 0x8040); }  // FTZ (bit 15) | DAZ (bit 6)
-  ~FlushSubnormals() { _mm_setcsr(saved_); }
-
- private:
-  unsigned int saved_;
-#endif
-};
-
-// One thread's buffers, kept between calls (grown, never shrunk): a row's buffers allocated afresh
-// per call cost page faults worth a few percent of the kernel.
-struct Scratch {
-  int64_t g, c, s, m, d, dv, v, group_subs;  // G, C, S, m, D, Dv, V = Dv + 1, sub-chunks per checkpoint
-  // Forward: a chunk's query and key log-features (q2, l2; K replaces l2 sub-chunk by sub-chunk)
-  // and [v, 1] (vh). Both directions: a sub-chunk's running maxima (rrows, S x m), query shifts
-  // (s2), step decays (delta), Q's running products that end as the state-read factors (qc),
-  // numerators (n), keys at the end (kk), the state's decay, the state and its reference.
-  // Backward, for a group of sub-chunks: the query and key log-features (Q and K replace them in
-  // the forward pass), the step decays, dL/dn (h) and the features' gradients (their products run
-  // once per group).
-  std::vector<float> q2, l2, vh, rrows, s2, delta, qc, n, kk, state, ref, decay;
-  std::vector<float> group_l2, group_q2, group_delta, group_da, group_dl, group_h, dvh, tmp, z, t;
-};
-
-Scratch& ScratchFor(const PositiveRow& p) {
-  thread_local Scratch s;
-  s.g = p.group;
-  s.c = p.chunk;
-  s.s = causal_ops::SubChunk(p.chunk, causal_ops::kMaxRawSubChunk);
-  s.m = p.features;
-  s.d = p.dim;
-  s.dv = p.value_dim;
-  s.v = p.value_dim + 1;
-  s.group_subs = CheckpointSubChunks(p.features, p.chunk);
-  auto fit = [](auto& buffer, int64_t n) {
-    if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  };
-  const int64_t gc = s.g * s.c, gs = s.g * s.s, mv = s.m * s.v;
-  fit(s.q2, gc * s.m);
-  fit(s.l2, s.c * s.m);
-  fit(s.vh, s.c * s.v);
-  fit(s.rrows, s.s * s.m);
-  fit(s.s2, gs);
-  fit(s.qc, gs * s.m);
-  fit(s.delta, s.s * s.m);
-  fit(s.n, gs * s.v);
-  fit(s.kk, s.s * s.m);
-  fit(s.state, mv);
-  fit(s.ref, s.m);
-  fit(s.decay, s.m);
-  return s;
-}
-
-void FitBackward(Scratch& s) {
-  auto fit = [](auto& buffer, int64_t n) {
-    if (static_cast<int64_t>(buffer.size()) < n) buffer.resize(n);
-  };
-  const int64_t gs = s.g * s.s, mv = s.m * s.v;
-  const int64_t group_sm = s.group_subs * s.s * s.m;
-  fit(s.group_l2, group_sm);
-  fit(s.group_q2, s.g * group_sm);
-  fit(s.group_da, s.g * group_sm);
-  fit(s.group_dl, group_sm);
-  fit(s.group_delta, group_sm);
-  fit(s.group_h, s.group_subs * gs * s.v);
-  fit(s.dvh, s.s * s.v);
-  fit(s.tmp, gs * s.m);
-  fit(s.z, mv);
-  fit(s.t, mv);
-}
 
 // max_i (a_i + b_i) in eight independent lanes (one running max is a chain the compiler may not
 // reorder; max is exact in any order).
