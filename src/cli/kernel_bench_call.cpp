@@ -115,9 +115,10 @@ Sample TimeOnce(const CallSetting& s, AttentionKernel& kernel, Documents documen
   auto info = std::make_shared<PeakMemory>(s.device.type());
   c10::DebugInfoGuard guard(c10::DebugInfoKind::PROFILER_STATE, info);
   const auto in = MakeInputs(s);
+  const auto call = ScaledCall(s);
   Synchronize(s.device);
   const auto start = std::chrono::steady_clock::now();
-  Call(s, kernel, in, ScaledCall(s), documents).sum().backward();
+  Call(s, kernel, in, call, documents).sum().backward();
   Synchronize(s.device);
   return {std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count(),
           info->peak() / (1024.0 * 1024.0)};
@@ -141,12 +142,13 @@ void ProfileOnce(const CallSetting& s, const std::string& name, AttentionKernel&
   using torch::profiler::impl::ProfilerConfig;
   using torch::profiler::impl::ProfilerState;
   const auto in = MakeInputs(s);
+  const auto call = ScaledCall(s);
   std::set<ActivityType> activities = {ActivityType::CPU};
   if (s.device.is_cuda()) activities.insert(ActivityType::CUDA);
   prof::prepareProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   prof::enableProfiler(ProfilerConfig(ProfilerState::KINETO), activities);
   const auto start = std::chrono::steady_clock::now();
-  Call(s, kernel, in, ScaledCall(s), Documents::kNone).sum().backward();
+  Call(s, kernel, in, call, Documents::kNone).sum().backward();
   Synchronize(s.device);
   const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count();
   const auto result = prof::disableProfiler();
