@@ -51,6 +51,7 @@ def main():
             rows = bench(tmp, kernel, options)
             for impl, want in ((kernel, expected[kernel]), ("exact", expected["exact"])):
                 row = rows.get("auto" if impl == kernel else impl)
+                # flops / (ms 1e6), then times ms 1e6: a few doubles' roundings, ~2^-50 relative.
                 got = row["gflops"] * row["ms_median"] * 1e6 if row else None
                 check(got is not None and abs(got - want) <= 1e-9 * want,
                       "%s bench, %s row: %s model FLOPs, expected %d" % (kernel, impl, got, want))
