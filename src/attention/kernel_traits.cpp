@@ -21,12 +21,28 @@ const char* KernelFamilyName(KernelFamily family) {
 
 namespace {
 
+// One small causal call with q, k and v leaves of the graph (fixed values: no RNG is drawn from),
+// then which of q and k the output's gradient reaches.
+bool ReadsQueriesAndKeys(AttentionKernelImpl& kernel, const KernelShape& shape) {
+  const torch::AutoGradMode grad_mode(true);  // whoever asks first may hold a NoGradGuard
+  const auto leaf = [&](double from, double to) {
+    const int64_t n = shape.num_heads * 3 * shape.head_dim;
+    return torch::linspace(from, to, n).reshape({1, shape.num_heads, 3, shape.head_dim}).requires_grad_(true);
+  };
+  const auto q = leaf(-0.5, 0.5), k = leaf(0.4, -0.3), v = leaf(-1.0, 1.0);
+  const auto out = kernel.forward(q, k, v, AttentionCall{});
+  const auto grads = torch::autograd::grad({out.sum()}, {q, k}, /*grad_outputs=*/{}, /*retain_graph=*/false,
+                                           /*create_graph=*/false, /*allow_unused=*/true);
+  return grads[0].defined() && grads[1].defined();
+}
+
 KernelTraits Introspect(const std::string& name) {
   KernelTraits t;
   t.name = name;
   const std::string path = "attention." + name;
   const ConfigReader options(YAML::Node(YAML::NodeType::Map), path);
-  const auto kernel = MakeAttentionKernel(name, KernelShape{4, 16, 0, 0}, options);
+  const KernelShape shape{4, 16, 0, 0};
+  auto kernel = MakeAttentionKernel(name, shape, options);
   const auto* impl = kernel.get();
   if (dynamic_cast<const LogFeatureKernel*>(impl)) {
     t.family = KernelFamily::kPositive;
@@ -41,6 +57,7 @@ KernelTraits Introspect(const std::string& name) {
   t.supports_softcap = impl->supports_softcap();
   t.supports_sliding_window = impl->supports_sliding_window();
   t.wants_calibration = impl->wants_calibration();
+  t.reads_queries_and_keys = ReadsQueriesAndKeys(*kernel, shape);
   for (const auto& p : kernel->named_parameters()) t.learns.push_back(p.key());
   for (const auto& b : kernel->named_buffers()) t.buffers.push_back(b.key());
   for (const auto& [key, value] : options.defaults_used()) t.option_defaults[key.substr(path.size() + 1)] = value;
@@ -85,6 +102,7 @@ Json ToJson(const KernelTraits& t) {
           {"supports_softcap", t.supports_softcap},
           {"supports_sliding_window", t.supports_sliding_window},
           {"wants_calibration", t.wants_calibration},
+          {"reads_queries_and_keys", t.reads_queries_and_keys},
           {"learns", t.learns},
           {"buffers", t.buffers},
           {"options", options}};

@@ -23,6 +23,9 @@ struct KernelTraits {
   KernelFamily family = KernelFamily::kExact;
   bool log_form = false;                 // has the causal operator's forms (op: naive | chunk_loop | ...)
   bool supports_softcap = false, supports_sliding_window = false, wants_calibration = false;
+  // Whether its output depends on the queries and keys (asked of autograd): the baselines'
+  // attention weights do not, so a layer with one gives its q/k projections no gradient.
+  bool reads_queries_and_keys = true;
   std::vector<std::string> learns;       // trainable parameters at default options (e.g. M, W)
   std::vector<std::string> buffers;      // non-trainable state it saves (draws, seeds)
   std::map<std::string, std::string> option_defaults;  // option -> default, as YAML text

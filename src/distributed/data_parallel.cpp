@@ -233,8 +233,11 @@ void DataParallel::BroadcastFromRankZero(const std::vector<torch::Tensor>& tenso
   }
 }
 
-void DataParallel::WatchGradients(const std::vector<torch::Tensor>& params) {
-  watched_ = params;
+void DataParallel::WatchGradients(const torch::OrderedDict<std::string, torch::Tensor>& named, bool search_unused) {
+  watched_ = named.values();
+  watched_names_ = named.keys();
+  search_unused_ = search_unused;
+  const auto& params = watched_;
   // As torch DDP: a small first bucket so the all-reduce starts early in backward, then
   // bucket_cap_mb buckets, in reverse parameter order (the order gradients become ready).
   const std::vector<size_t> caps{static_cast<size_t>(c10d::kDefaultFirstBucketBytes),
@@ -246,13 +249,15 @@ void DataParallel::WatchGradients(const std::vector<torch::Tensor>& params) {
   std::vector<int64_t> limit_list(limits.begin(), limits.end());
   group_->reducer = std::make_shared<c10d::Reducer>(
       params, std::move(buckets), group_->process_group, sparse,
-      /*bucket_bytes_cap=*/config_.bucket_cap_mb * 1024 * 1024, config_.find_unused_parameters,
+      /*bucket_bytes_cap=*/config_.bucket_cap_mb * 1024 * 1024, search_unused,
       // Gradients are views into the all-reduce buckets (torch DDP's gradient_as_bucket_view):
       // one copy of the gradients instead of two (5 GB for Gemma-2B's fp32 gradients).
       /*gradient_as_bucket_view=*/true, std::unordered_map<size_t, std::string>{},
       /*first_bucket_bytes_cap=*/c10d::kDefaultFirstBucketBytes, /*skip_all_reduce_unused_params=*/false,
       /*use_python_reducer=*/false, std::move(limit_list));
-  spdlog::info("data parallel: gradients of {} tensors all-reduced in {} bucket(s)", params.size(), limits.size());
+  spdlog::info("data parallel: gradients of {} tensors all-reduced in {} bucket(s); {}", params.size(), limits.size(),
+               search_unused ? "each step searched for parameters without a gradient"
+                             : "every one gets a gradient (no search)");
 }
 
 void DataParallel::Backward(const torch::Tensor& loss, bool synchronise) {
@@ -261,7 +266,7 @@ void DataParallel::Backward(const torch::Tensor& loss, bool synchronise) {
     if (synchronise) {
       group_->reducer->prepare_for_forward();
       std::vector<at::Tensor> outputs;
-      if (config_.find_unused_parameters) outputs.push_back(loss);
+      if (search_unused_) outputs.push_back(loss);
       group_->reducer->prepare_for_backward(outputs);
     }
     (loss * static_cast<double>(world_size_)).backward();
@@ -275,10 +280,36 @@ void DataParallel::Backward(const torch::Tensor& loss, bool synchronise) {
     int64_t views = 0;
     for (const auto& p : watched_) views += p.grad().defined() && p.grad().is_view() ? 1 : 0;
     spdlog::info("data parallel: {} of {} gradients are views into the all-reduce buckets", views, watched_.size());
+    CheckEveryGradientArrived();
   }
 }
 
+void DataParallel::CheckEveryGradientArrived() const {
+  if (search_unused_) return;
+  for (size_t i = 0; i < watched_.size(); ++i) {
+    // Its bucket never became ready, so no bucket after it was all-reduced either.
+    DF_CHECK(watched_[i].grad().defined(),
+             "data parallel: trainable parameter '" << watched_names_[i] << "' got no gradient, and "
+             "train.distributed.find_unused_parameters is "
+             << EnumName(config_.find_unused_parameters, kUnusedParameterSearchNames)
+             << " (no search for such parameters); set it to true, or freeze the parameter (train.trainable)");
+  }
+}
+
+void DataParallel::RebuildBuckets(const std::vector<torch::Tensor>& params) {
+  for (auto p : params) p.mutable_grad().reset();
+  rebuild_asked_ = true;
+  bool rebuilt = false;
+  try {
+    rebuilt = group_->reducer->rebuild_buckets();
+  } catch (const std::exception& e) {
+    Fail("rebuilding the gradient buckets", CauseOf(e));
+  }
+  if (rebuilt) spdlog::info("data parallel: gradient buckets rebuilt in the order gradients became ready");
+}
+
 void DataParallel::ZeroGradients(const std::vector<torch::Tensor>& params) {
+  if (!search_unused_ && synchronised_once_ && !rebuild_asked_) return RebuildBuckets(params);
   for (auto p : params) {
     auto& grad = p.mutable_grad();
     if (!grad.defined()) continue;

@@ -50,13 +50,15 @@ class DataParallel final : public ReplicaGroup {
   void BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what) override;
 
   // c10d's Reducer on `params` (torch DDP's buckets, gradients as bucket views).
-  void WatchGradients(const std::vector<torch::Tensor>& params) override;
+  void WatchGradients(const torch::OrderedDict<std::string, torch::Tensor>& params, bool search_unused) override;
   // The Reducer averages the summed gradients over the ranks while backward runs; the loss is
   // scaled by the rank count first, which undoes that mean (the loss is already divided by the
   // global label count).
   void Backward(const torch::Tensor& loss, bool synchronise) override;
   // A gradient that is a view into a bucket is zeroed in place: it cannot be detached, and
   // keeping it keeps the next backward accumulating into the bucket (one copy); others are reset.
+  // Without the search, the first call after a synchronised step rebuilds the buckets instead
+  // (RebuildBuckets).
   void ZeroGradients(const std::vector<torch::Tensor>& params) override;
   void CheckReplicasAgree(const std::vector<torch::Tensor>& params, int64_t step) override;
 
@@ -66,6 +68,13 @@ class DataParallel final : public ReplicaGroup {
                int64_t timeout_s, std::string backend_name, const DistributedConfig& config);
   std::vector<double> Reduce(const std::vector<double>& values, bool max, const std::string& what);
   [[noreturn]] void Fail(const std::string& what, const std::string& cause) const;
+  // Without the search, c10d's Reducer lists the order gradients become ready in at every
+  // backward until its buckets are rebuilt in that order, once (torch DDP asks before each
+  // forward). Between steps, the gradients dropped first: the old buckets go before the new come.
+  void RebuildBuckets(const std::vector<torch::Tensor>& params);
+  // After the first synchronised backward: without the search, every watched parameter has a
+  // gradient; the first without one is named.
+  void CheckEveryGradientArrived() const;
 
   std::unique_ptr<Group> group_;
   int64_t rank_, world_size_;
@@ -74,7 +83,9 @@ class DataParallel final : public ReplicaGroup {
   std::string backend_name_;
   DistributedConfig config_;
   std::vector<torch::Tensor> watched_;  // WatchGradients' parameters
-  bool synchronised_once_ = false;
+  std::vector<std::string> watched_names_;
+  bool search_unused_ = true;
+  bool synchronised_once_ = false, rebuild_asked_ = false;
 };
 
 // One 64-bit digest of the tensors' bytes, in order: equal digests across ranks show bit-identical

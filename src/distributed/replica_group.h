@@ -32,8 +32,10 @@ class ReplicaGroup {
   // Overwrites `tensors` on every replica with rank 0's (in place, without autograd).
   virtual void BroadcastFromRankZero(const std::vector<torch::Tensor>& tensors, const std::string& what) = 0;
 
-  // From now on, Backward leaves in `params`' gradients the mean over the replicas.
-  virtual void WatchGradients(const std::vector<torch::Tensor>& params) = 0;
+  // From now on, Backward leaves in `params`' gradients the mean over the replicas. Unless
+  // `search_unused` (train.distributed.find_unused_parameters, resolved), each of them must get a
+  // gradient at every step; one that does not is an error naming it.
+  virtual void WatchGradients(const torch::OrderedDict<std::string, torch::Tensor>& params, bool search_unused) = 0;
   // Backward of this replica's `loss`, accumulating into the gradients. With `synchronise`, the
   // gradients accumulated since the last synchronised Backward become the replicas' mean of
   // their sums (torch DDP's no_sync between), scaled so that a loss divided by the global label
@@ -56,7 +58,7 @@ class SingleProcess final : public ReplicaGroup {
   std::vector<int64_t> AllGather(int64_t value, const std::string&) override { return {value}; }
   std::vector<std::string> AllGatherText(const std::string& text, const std::string&) override { return {text}; }
   void BroadcastFromRankZero(const std::vector<torch::Tensor>&, const std::string&) override {}
-  void WatchGradients(const std::vector<torch::Tensor>&) override {}
+  void WatchGradients(const torch::OrderedDict<std::string, torch::Tensor>&, bool) override {}
   void Backward(const torch::Tensor& loss, bool) override { loss.backward(); }
   void ZeroGradients(const std::vector<torch::Tensor>& params) override;
   void CheckReplicasAgree(const std::vector<torch::Tensor>&, int64_t) override {}

@@ -164,7 +164,7 @@ void Trainer::Resume() {
   for (const auto& p : model_->parameters()) state.push_back(p);
   for (const auto& b : model_->buffers()) state.push_back(b);
   replicas_->BroadcastFromRankZero(state, "broadcasting rank 0's parameters");
-  replicas_->WatchGradients(trainable_);
+  WatchTrainableGradients();
 }
 
 double Trainer::StepLr(int64_t step) const {

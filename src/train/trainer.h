@@ -115,6 +115,8 @@ class Trainer {
   std::optional<std::vector<std::string>> DifferingRanks(const std::string& text, const std::string& what);
   // Before rank 0's parameters are broadcast: the same names, dtypes and shapes on every rank.
   void CheckRanksBuiltTheSameModel();
+  // The replicas average the trainable parameters' gradients from now on (trainer_replicas.cpp).
+  void WatchTrainableGradients();
   // The token loss sum of one micro-batch under the caller's autocast scope.
   torch::Tensor LossSum(const torch::Tensor& ids, const torch::Tensor& labels);
   bool bf16() const { return config_.train.precision == Precision::kBf16Autocast; }

@@ -6,6 +6,7 @@
 #include <algorithm>
 #include <sstream>
 
+#include "attention/kernel_traits.h"
 #include "distributed/data_parallel.h"
 #include "distributed/launch_environment.h"
 #include "train/config_diff.h"
@@ -74,6 +75,22 @@ void Trainer::CheckRanksBuiltTheSameModel() {
            "'");
     }
   }
+}
+
+void Trainer::WatchTrainableGradients() {
+  torch::OrderedDict<std::string, torch::Tensor> trainable;
+  for (const auto& item : model_->named_parameters()) {
+    if (item.value().requires_grad()) trainable.insert(item.key(), item.value());
+  }
+  // train.distributed.find_unused_parameters: auto searches only where some layer's kernel
+  // ignores queries and keys (its q/k projections then get no gradient).
+  bool search = config_.train.distributed.find_unused_parameters == UnusedParameterSearch::kAlways;
+  if (config_.train.distributed.find_unused_parameters == UnusedParameterSearch::kAuto) {
+    for (int64_t i = 0; i < config_.model.num_hidden_layers; ++i) {
+      search = search || !TraitsOf(config_.attention.KernelForLayer(i)).reads_queries_and_keys;
+    }
+  }
+  replicas_->WatchGradients(trainable, search);
 }
 
 bool Trainer::AnyRank(bool flag, const std::string& what) {

@@ -50,7 +50,7 @@ TEST(DeviceDataParallelTest, OneRankGroupSumsAndStepsAsAPlainStep) {
   const auto ids = torch::randint(0, 96, {2, 24}, torch::kLong).to(device);
   auto plain = TinyModel(device), parallel = TinyModel(device);
   CausalLmLoss(plain->forward(ids), ShiftedLabels(ids)).backward();
-  group->WatchGradients(parallel->parameters());
+  group->WatchGradients(parallel->named_parameters(), /*search_unused=*/false);
   group->Backward(CausalLmLoss(parallel->forward(ids), ShiftedLabels(ids)), /*synchronise=*/true);
   const auto want = plain->named_parameters(), got = parallel->named_parameters();
   for (const auto& item : want) {

@@ -159,12 +159,39 @@ def launch_with_torchrun(config):
 
 # ---- Cases -------------------------------------------------------------------------------------
 
+TORCH_SEARCH_WARNING = "find_unused_parameters=True was specified"
+
+
 @case
 def exact_matches_one_process(tmp):
     results = expect_equal_to_single_process(tmp, "exact", launch_with_environment)
     # gradient_as_bucket_view: after the first step every gradient lives in the reducer's buckets.
     views = re.findall(r"(\d+) of (\d+) gradients are views into the all-reduce buckets", results[0][1])
     check(views and views[0][0] == views[0][1], "exact: gradients are bucket views (%s)" % views)
+    # find_unused_parameters: auto: exact attention gives every parameter a gradient, so no
+    # search each step (nor torch's warning that one found nothing), and the buckets are rebuilt
+    # once in the order gradients arrive, as DDP's.
+    for r, (_, err) in enumerate(results):
+        check("every one gets a gradient (no search)" in err and TORCH_SEARCH_WARNING not in err,
+              "exact: rank %d searches no graph for unused parameters" % r, tail(err))
+        check(err.count("gradient buckets rebuilt in the order gradients became ready") == 1,
+              "exact: rank %d rebuilds its buckets once" % r, tail(err))
+
+
+@case
+def constant_attention_searches_for_unused_parameters(tmp):
+    """Constant attention ignores q and k, so their projections get no gradient: auto searches for
+    such parameters (and matches one process); false refuses them, naming one and the key."""
+    results = expect_equal_to_single_process(tmp, "constant", launch_with_environment)
+    for r, (_, err) in enumerate(results):
+        check("each step searched for parameters without a gradient" in err,
+              "constant: rank %d searches each step for parameters without a gradient" % r, tail(err))
+    cfg, run_dir = write_config(tmp, "no-search", kernel="constant", train={"distributed": {"find_unused_parameters": False}})
+    for r, (rc, err) in enumerate(finish(start_ranks(cfg, 2), timeout=120)):
+        errors = [l for l in err.splitlines() if "[error]" in l]
+        check(rc == 2 and len(errors) == 1 and "'layers.0.self_attn.q_proj.weight' got no gradient" in errors[0]
+              and "train.distributed.find_unused_parameters is false" in errors[0],
+              "find_unused_parameters false: rank %d exits 2 naming the parameter and the key" % r, tail(err))
 
 
 @case
