@@ -5,6 +5,7 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/log_feature_kernel.h"
+#include "attention/ops/dtype_probe.h"
 #include "attention/signed_feature_kernel.h"
 
 namespace darkformer {
@@ -25,6 +26,7 @@ namespace {
 // then which of q and k the output's gradient reaches.
 bool ReadsQueriesAndKeys(AttentionKernelImpl& kernel, const KernelShape& shape) {
   const torch::AutoGradMode grad_mode(true);  // whoever asks first may hold a NoGradGuard
+  const DtypeProbeUnchanged probe;             // nor does it see this call in the operators' probe
   const auto leaf = [&](double from, double to) {
     const int64_t n = shape.num_heads * 3 * shape.head_dim;
     return torch::linspace(from, to, n).reshape({1, shape.num_heads, 3, shape.head_dim}).requires_grad_(true);

@@ -19,6 +19,14 @@ void ResetForwardDtypes() {
   }
 }
 
+DtypeProbeUnchanged::DtypeProbeUnchanged() {
+  for (size_t i = 0; i < fields.size(); ++i) saved_[i] = fields[i].load(std::memory_order_relaxed);
+}
+
+DtypeProbeUnchanged::~DtypeProbeUnchanged() {
+  for (size_t i = 0; i < fields.size(); ++i) fields[i].store(saved_[i], std::memory_order_relaxed);
+}
+
 FusedCausalDtypes LastFusedCausalDtypes() {
   auto get = [](ProbeField f) {
     const int v = fields[static_cast<size_t>(f)].load(std::memory_order_relaxed);

@@ -21,4 +21,17 @@ void RecordDtype(ProbeField field, const torch::Tensor& t);
 // Clears the forward's fields (a new forward call).
 void ResetForwardDtypes();
 
+// While it lives, the calls made leave no record: the fields are as before when it goes (a call
+// made to learn a kernel's traits is not one a test's run made).
+class DtypeProbeUnchanged {
+ public:
+  DtypeProbeUnchanged();
+  ~DtypeProbeUnchanged();
+  DtypeProbeUnchanged(const DtypeProbeUnchanged&) = delete;
+  DtypeProbeUnchanged& operator=(const DtypeProbeUnchanged&) = delete;
+
+ private:
+  int saved_[5];
+};
+
 }  // namespace darkformer
