@@ -78,6 +78,7 @@ void Trainer::CheckRanksBuiltTheSameModel() {
 }
 
 void Trainer::WatchTrainableGradients() {
+  if (replicas_->world_size() == 1) return;  // a plain run: its own gradients are the mean
   torch::OrderedDict<std::string, torch::Tensor> trainable;
   for (const auto& item : model_->named_parameters()) {
     if (item.value().requires_grad()) trainable.insert(item.key(), item.value());
