@@ -16,6 +16,7 @@ struct FusedCausalDtypes {
 FusedCausalDtypes LastFusedCausalDtypes();
 
 enum class ProbeField { kInputs, kFeatures, kState, kNormaliser, kGradients };
+inline constexpr size_t kProbeFields = static_cast<size_t>(ProbeField::kGradients) + 1;
 // Written by whichever thread computes (relaxed atomics: every writer of a call writes the same value).
 void RecordDtype(ProbeField field, const torch::Tensor& t);
 // Clears the forward's fields (a new forward call).
@@ -31,7 +32,7 @@ class DtypeProbeUnchanged {
   DtypeProbeUnchanged& operator=(const DtypeProbeUnchanged&) = delete;
 
  private:
-  int saved_[5];
+  int saved_[kProbeFields];
 };
 
 }  // namespace darkformer
