@@ -9,6 +9,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <limits>
+#include <vector>
 
 #include "model/weights_io.h"
 #include "train/config_diff.h"
@@ -190,11 +191,15 @@ Trainer::StepResult Trainer::TrainStep() {
   replicas_->ZeroGradients(trainable_);
   r.position = train_loader_->state();
   const auto micro_batches = ReadMicroBatches();
-  double loss = 0.0;
+  std::vector<torch::Tensor> shares;
   for (size_t i = 0; i < micro_batches.size(); ++i) {
-    loss += MicroBatchBackward(micro_batches[i], i + 1 == micro_batches.size(), this_step);
+    shares.push_back(MicroBatchBackward(micro_batches[i], i + 1 == micro_batches.size(), this_step));
     r.tokens += micro_batches[i].ids.numel();
   }
+  // One device-to-host copy for the step; summed in fp64 in micro-batch order, as logged before.
+  const auto shares_cpu = torch::stack(shares).to(torch::kCPU, torch::kFloat64);
+  double loss = 0.0;
+  for (int64_t i = 0; i < shares_cpu.size(0); ++i) loss += shares_cpu[i].item<double>();
   // The logged loss and tokens are the global batch's.
   const auto totals = replicas_->Sum({loss, static_cast<double>(r.tokens)}, "summing the step's loss");
   r.loss = totals[0];

@@ -107,8 +107,9 @@ class Trainer {
   std::vector<MicroBatch> ReadMicroBatches();
   // Forward and backward of one micro-batch, under the run's autocast: its mean token loss over
   // grad_accum, so that the summed gradients are the (global) batch's mean. Returns this rank's
-  // share of the logged loss.
-  double MicroBatchBackward(const MicroBatch& batch, bool last_micro, int64_t step);
+  // share of the logged loss, detached and still on the device: the step reads all its shares
+  // back in one copy, so a GPU never waits on the host between micro-batches.
+  torch::Tensor MicroBatchBackward(const MicroBatch& batch, bool last_micro, int64_t step);
   // The step's lr: the schedule, a rewind's factor and the fault hook.
   double StepLr(int64_t step) const;
   // Every rank's `text` when some rank's differs from rank 0's (compared by digest), else none.

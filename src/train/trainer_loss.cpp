@@ -10,6 +10,17 @@
 #include "util/mixed_precision.h"
 
 namespace darkformer {
+namespace {
+
+// A batch onto the device. To a GPU through pinned memory, asynchronously: a copy from pageable
+// memory makes the host wait for the stream, so reading a step's batches would stall on the
+// previous step's work.
+torch::Tensor ToDevice(const torch::Tensor& t, torch::Device device) {
+  if (!device.is_cuda()) return t.to(device);
+  return t.pin_memory().to(device, /*non_blocking=*/true);
+}
+
+}  // namespace
 
 EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
   torch::NoGradGuard no_grad;
@@ -19,7 +30,7 @@ EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
   int64_t correct = 0, tokens = 0;
   for (int64_t b = 0; b < batches; ++b) {
     const auto batch = loader.Next();
-    const auto ids = batch.input_ids_BL.to(device_), labels = batch.labels_BL.to(device_);
+    const auto ids = ToDevice(batch.input_ids_BL, device_), labels = ToDevice(batch.labels_BL, device_);
     AutocastScope autocast(device_.type(), bf16());
     if (config_.train.loss_chunk_tokens > 0) {  // no full logits in evaluation either
       const auto sums = model_->EvalChunked(ids, labels, config_.train.loss_chunk_tokens);
@@ -64,7 +75,7 @@ std::vector<Trainer::MicroBatch> Trainer::ReadMicroBatches() {
   std::vector<double> label_counts;
   for (int64_t i = 0; i < config_.train.grad_accum; ++i) {
     const auto batch = train_loader_->Next();
-    micro_batches.push_back({batch.input_ids_BL.to(device_), batch.labels_BL.to(device_), 0.0});
+    micro_batches.push_back({ToDevice(batch.input_ids_BL, device_), ToDevice(batch.labels_BL, device_), 0.0});
     label_counts.push_back(static_cast<double>(batch.labels_BL.ne(kIgnoreIndex).sum().item<int64_t>()));
   }
   // One all-reduce before any forward gives every micro-batch's global count.
@@ -73,7 +84,7 @@ std::vector<Trainer::MicroBatch> Trainer::ReadMicroBatches() {
   return micro_batches;
 }
 
-double Trainer::MicroBatchBackward(const MicroBatch& batch, bool last_micro, int64_t step) {
+torch::Tensor Trainer::MicroBatchBackward(const MicroBatch& batch, bool last_micro, int64_t step) {
   torch::Tensor loss;
   {
     // Autocast covers this micro-batch's forward and loss only: leaving the scope drops its
@@ -83,7 +94,7 @@ double Trainer::MicroBatchBackward(const MicroBatch& batch, bool last_micro, int
   }
   loss = faults_->Loss(loss, step);
   replicas_->Backward(loss, last_micro);
-  return loss.item<double>();
+  return loss.detach();
 }
 
 // The micro-batch's token loss sum: through the full logits, or the chunked LM-head loss

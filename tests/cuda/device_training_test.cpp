@@ -5,6 +5,8 @@
 // - bf16 autocast on the device tracks fp32 by the CPU test's rule (tests/train/mixed_precision_test.cpp);
 // - resume with train.deterministic is bit-exact on the device;
 // - greedy generation on the device gives the CPU's tokens;
+// - a training step's host syncs (util/host_syncs.h) are its loss and grad norm, whatever its
+//   number of micro-batches;
 // - metrics.jsonl carries the device's fields: CUDA's allocator peaks, MFU against the peak the
 //   GPU's name looks up (null where none is known, as on the CPU).
 #include <gtest/gtest.h>
@@ -22,6 +24,7 @@
 #include "tiny_gemma.h"
 #include "train/tiny_run.h"
 #include "train/trainer.h"
+#include "util/host_syncs.h"
 
 namespace darkformer {
 namespace {
@@ -138,6 +141,33 @@ TEST_P(DeviceTrainingTest, DeterministicResumeIsBitExact) {
     EXPECT_EQ(a[i]["loss"].as<std::string>(), b[i]["loss"].as<std::string>()) << "step " << i + 1;
     EXPECT_EQ(a[i]["grad_norm"].as<std::string>(), b[i]["grad_norm"].as<std::string>()) << "step " << i + 1;
   }
+}
+
+// The syncs of `steps` steps minus those of 2: what the run's setup, last checkpoint and final eval
+// cost cancels, leaving the steps' own.
+double HostSyncsPerStep(const std::string& kernel, int64_t grad_accum) {
+  auto overrides = DeviceOverrides(kernel);
+  overrides.push_back("train.grad_accum=" + std::to_string(grad_accum));
+  std::map<int64_t, int64_t> syncs;
+  for (const int64_t steps : {2, 4}) {
+    testing::TempDir dir;
+    auto o = overrides;
+    o.push_back("train.steps=" + std::to_string(steps));
+    const auto config = testing::TinyRunConfig(dir.path(), kernel, o);
+    syncs[steps] = CountHostSyncs([&] { EXPECT_EQ(Trainer(config).Run(), kExitOk); }).value_or(-1);
+  }
+  return static_cast<double>(syncs[4] - syncs[2]) / 2.0;
+}
+
+// The host reads the step's loss (all micro-batches' shares in one copy) and its grad norm (to clip
+// and to watch for spikes), and waits for nothing else: batches go up through pinned memory.
+TEST_P(DeviceTrainingTest, AStepWaitsForTheDeviceTwiceWhateverItsMicroBatches) {
+  const auto device = testing::TestDevice();
+  if (!device.is_cuda()) GTEST_SKIP() << "host syncs are counted on a CUDA device";
+  const double one = HostSyncsPerStep(GetParam(), 1), three = HostSyncsPerStep(GetParam(), 3);
+  std::printf("[ %s ] host syncs per step: %.1f (grad_accum 1), %.1f (grad_accum 3)\n", GetParam().c_str(), one, three);
+  EXPECT_EQ(three, one) << "a host sync per micro-batch";
+  EXPECT_EQ(one, 2.0);
 }
 
 TEST_P(DeviceTrainingTest, GreedyGenerationEqualsTheCpus) {
