@@ -8,9 +8,11 @@ RmsNormImpl::RmsNormImpl(int64_t dim, double eps) : eps_(eps) {
 }
 
 torch::Tensor RmsNormImpl::forward(const torch::Tensor& x) {
-  const auto x_f32 = x.to(torch::kFloat32);
-  const auto normed = x_f32 * torch::rsqrt(x_f32.pow(2).mean(-1, /*keepdim=*/true) + eps_);
-  return (normed * (1.0 + weight.to(torch::kFloat32))).to(x.scalar_type());
+  // LibTorch's rms_norm: on CUDA one fused kernel each way, which saves x and each row's rsqrt for
+  // the backward, not the normalised rows; elsewhere HF's ops, to the bit (x * rsqrt(mean(x^2) +
+  // eps) * (1 + w)). Both in fp32: the scale (1 + w) too, as HF and gemma_pytorch take it.
+  const auto scale = 1.0 + weight.to(torch::kFloat32);
+  return torch::rms_norm(x.to(torch::kFloat32), {x.size(-1)}, scale, eps_).to(x.scalar_type());
 }
 
 }  // namespace darkformer

@@ -43,10 +43,11 @@ GemmaModel ShapesOnlyModel(const RunConfig& config) {
 
 // The decoder layers' shadows, each on its own tape, from the embedding's output `x`.
 std::vector<LayerResult> ShadowLayers(const GemmaModelImpl& model, const ShadowAttentionCall& call, bool bf16, Shadow x) {
+  const bool fused_norms = !call.cpu;
   std::vector<LayerResult> layers;
   for (const auto& module : *model.layers) {
     const auto& layer = *module->as<DecoderLayerImpl>();
-    Tape tape(bf16);
+    Tape tape(bf16, fused_norms);
     const Shadow in = tape.New(x.numel, x.esz, x.rg);  // the input keeps its identity in this tape
     const auto shadowed = layer.ShadowForward(tape, call, in);
     LayerResult result{shadowed.out, 0, tape.SavedBytes(), tape.IsSaved(in) ? in.bytes() : 0, shadowed.backward_bytes,
@@ -177,7 +178,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   }
 
   // Final norm (fp32 residual stream) and the loss.
-  Tape head(bf16);
+  Tape head(bf16, /*fused_norms=*/!options.cpu);
   const Shadow xN = head.New(T * E, kF32, x.rg);
   const Shadow norm_weight = ShadowParameter(model->norm->weight);
   const Shadow hN = head.RmsNorm(xN, norm_weight, E);

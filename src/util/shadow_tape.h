@@ -27,7 +27,8 @@ struct Shadow {
 // the largest transient (allocated and dropped within the layer).
 class Tape {
  public:
-  explicit Tape(bool bf16) : bf16_(bf16) {}
+  // fused_norms: RMSNorm runs as LibTorch's fused op (on CUDA: model/rms_norm.cpp).
+  explicit Tape(bool bf16, bool fused_norms = false) : bf16_(bf16), fused_norms_(fused_norms) {}
 
   Shadow New(int64_t numel, int64_t esz, bool rg) { return {numel, esz, rg, next_id_++}; }
   static Shadow Param(int64_t numel, bool trainable) { return {numel, kF32, trainable, -1}; }
@@ -69,10 +70,17 @@ class Tape {
     if (x.rg) Save(win);
     return New(rows * out, act(), true);
   }
-  // Gemma's RMSNorm in fp32: x * rsqrt(mean(x^2) + eps) * (1 + w), back to x's dtype.
+  // Gemma's RMSNorm in fp32: x * rsqrt(mean(x^2) + eps) * (1 + w), back to x's dtype. Fused, one
+  // node saves its fp32 input and each row's rsqrt whichever of x and w needs the gradient;
+  // composed, the products save what they need.
   Shadow RmsNorm(const Shadow& x, const Shadow& w, int64_t dim) {
     const Shadow xf = To(x, kF32);
     if (!xf.rg && !w.rg) return To(New(x.numel, kF32, false), x.esz);
+    if (fused_norms_) {
+      Save(xf);
+      Save(New(x.numel / dim, kF32, false));
+      return To(New(x.numel, kF32, true), x.esz);
+    }
     if (xf.rg) {
       Save(xf);                                  // pow, and x * rsqrt
       Save(New(x.numel / dim, kF32, true));      // rsqrt's result
@@ -89,7 +97,7 @@ class Tape {
   }
 
  private:
-  bool bf16_;
+  bool bf16_, fused_norms_;
   int64_t next_id_ = 0;
   std::map<int64_t, int64_t> saved_;
 };
