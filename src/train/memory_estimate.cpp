@@ -146,13 +146,11 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
 
   // Parameters and buffers as the built model has them.
   const auto model = ShapesOnlyModel(config);
-  int64_t largest_trainable = 0;
   for (const auto& p : model->parameters()) {
     r.parameters += p.numel();
     r.weights += p.numel() * static_cast<int64_t>(p.element_size());  // frozen_weights_bf16: 2 bytes
     if (!p.requires_grad()) continue;
     r.trainable_parameters += p.numel();
-    largest_trainable = std::max(largest_trainable, p.numel());
   }
   for (const auto& b : model->buffers()) r.weights += static_cast<int64_t>(b.nbytes());  // the kernels' draws
   r.gradients = kF32 * r.trainable_parameters;
@@ -205,7 +203,7 @@ MemoryEstimate EstimateTrainingMemory(const RunConfig& config, const MemoryEstim
   add("decoder layer backward (worst)",
       WorstLayerBackward(layers, saved_layers, T * E * kF32, ckpt, carried, emb_grad + norm_grad, base + outside));
   add("backward end (embedding's dense dW)", base + r.gradients + emb_grad + small);
-  add("optimizer step (AdamW temporaries)", base + r.gradients + 2 * kF32 * largest_trainable);
+  add("optimizer step (fused AdamW: in place)", base + r.gradients);
   add("evaluation (no grad; gradients kept)", base + r.gradients + loss.eval_peak + largest_layer_transient / 2);
   r.backward_transient = std::max(largest_layer_transient + (ckpt ? largest_layer + T * E * kF32 : 0), loss.backward);
   for (const auto& p : r.phases) {

@@ -4,6 +4,7 @@
 #include <fnmatch.h>
 
 #include "model/linear_weights.h"
+#include "train/fused_adamw.h"
 #include "util/error.h"
 
 namespace darkformer {
@@ -53,7 +54,7 @@ std::unique_ptr<torch::optim::AdamW> MakeAdamW(GemmaModelImpl& model, const Trai
   std::vector<torch::optim::OptimizerParamGroup> groups;
   if (!decay.empty()) groups.emplace_back(decay, options(t.weight_decay));
   if (!no_decay.empty()) groups.emplace_back(no_decay, options(0.0));
-  return std::make_unique<torch::optim::AdamW>(groups, torch::optim::AdamWOptions(t.lr));
+  return std::make_unique<FusedAdamW>(groups, torch::optim::AdamWOptions(t.lr));
 }
 
 }  // namespace darkformer

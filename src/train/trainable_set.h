@@ -31,7 +31,8 @@ TrainableSet FreezeByGlobs(GemmaModelImpl& model, const std::vector<std::string>
 // (also the LM head), norms and kernel parameters keep fp32. Returns the elements converted.
 int64_t StoreFrozenLinearWeightsInBf16(GemmaModelImpl& model);
 
-// AdamW over the trainable parameters: weight decay except those matching train.no_decay.
+// AdamW over the trainable parameters, fused (fused_adamw.h): weight decay except those matching
+// train.no_decay.
 std::unique_ptr<torch::optim::AdamW> MakeAdamW(GemmaModelImpl& model, const TrainConfig& t);
 
 }  // namespace darkformer
