@@ -3,7 +3,7 @@
 // torch::optim::AdamW launches about seven elementwise ops per parameter and allocates a
 // parameter-sized denominator. The same state (AdamWParamState: step, exp_avg, exp_avg_sq), so
 // checkpoints read and write it as before (optimizer_state_io.h); the same update up to rounding
-// (tests/train/fused_adamw_test.cpp).
+// (tests/cuda/fused_adamw_test.cpp, on the CPU and the GPU).
 #pragma once
 
 #include <torch/torch.h>

@@ -3,7 +3,8 @@
 // commit, counted below, at the first step (fresh moments) and at a later one (moments and step
 // count given, the bias corrections then differ), with and without weight decay; LibTorch's own
 // torch::optim::AdamW is held to the same bound, which shows the bound is AdamW's and not the
-// kernel's. A parameter without a gradient keeps its bits and gets no state.
+// kernel's. A parameter without a gradient keeps its bits and gets no state. On the test device
+// (cuda/test_device.h): CUDA's fused kernel is another kernel, held to the same count.
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
@@ -11,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "cuda/test_device.h"
 #include "train/fused_adamw.h"
 
 namespace darkformer {
@@ -41,8 +43,9 @@ State MakeState(int64_t seed) {
 
 // One step of `optimizer` on a copy of the state, as step `step` (moments given where step > 1).
 State Step(const std::string& which, const State& in, int64_t step, double weight_decay) {
-  auto p = in.p.clone();
-  p.mutable_grad() = in.g.clone();
+  const auto device = testing::TestDevice();
+  auto p = in.p.to(device, /*non_blocking=*/false, /*copy=*/true);
+  p.mutable_grad() = in.g.to(device, /*non_blocking=*/false, /*copy=*/true);
   const auto options = AdamWOptions(kLr).betas({kBeta1, kBeta2}).eps(kEps).weight_decay(weight_decay);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{p}, std::make_unique<AdamWOptions>(options));
@@ -52,14 +55,14 @@ State Step(const std::string& which, const State& in, int64_t step, double weigh
   if (step > 1) {
     auto state = std::make_unique<AdamWParamState>();
     state->step(step - 1);
-    state->exp_avg(in.m.clone());
-    state->exp_avg_sq(in.v.clone());
+    state->exp_avg(in.m.to(device, /*non_blocking=*/false, /*copy=*/true));
+    state->exp_avg_sq(in.v.to(device, /*non_blocking=*/false, /*copy=*/true));
     optimizer->state()[p.unsafeGetTensorImpl()] = std::move(state);
   }
   optimizer->step();
   const auto& state = static_cast<const AdamWParamState&>(*optimizer->state().at(p.unsafeGetTensorImpl()));
   EXPECT_EQ(state.step(), step) << which;
-  return {p.detach(), in.g, state.exp_avg(), state.exp_avg_sq()};
+  return {p.detach().cpu(), in.g, state.exp_avg().cpu(), state.exp_avg_sq().cpu()};
 }
 
 void ExpectWithinAdamWsRoundings(const std::string& which, int64_t step, double weight_decay) {
@@ -108,9 +111,10 @@ TEST(FusedAdamW, OneStepIsAdamWsUpdateWithinItsRoundings) {
 }
 
 TEST(FusedAdamW, GroupsKeepTheirDecayAndAParameterWithoutAGradientIsLeftAlone) {
-  auto decayed = torch::ones({4}), plain = torch::ones({4}), untouched = torch::ones({4});
-  decayed.mutable_grad() = torch::zeros({4});
-  plain.mutable_grad() = torch::zeros({4});
+  const auto on = torch::TensorOptions().device(testing::TestDevice());
+  auto decayed = torch::ones({4}, on), plain = torch::ones({4}, on), untouched = torch::ones({4}, on);
+  decayed.mutable_grad() = torch::zeros({4}, on);
+  plain.mutable_grad() = torch::zeros({4}, on);
   std::vector<torch::optim::OptimizerParamGroup> groups;
   groups.emplace_back(std::vector<torch::Tensor>{decayed}, std::make_unique<AdamWOptions>(AdamWOptions(0.5).weight_decay(0.2)));
   groups.emplace_back(std::vector<torch::Tensor>{plain, untouched}, std::make_unique<AdamWOptions>(AdamWOptions(0.5).weight_decay(0.0)));
@@ -118,8 +122,8 @@ TEST(FusedAdamW, GroupsKeepTheirDecayAndAParameterWithoutAGradientIsLeftAlone) {
   optimizer.step();
   // A zero gradient leaves only the decay: 1 - lr * weight_decay, rounded once or twice.
   EXPECT_NEAR(decayed[0].item<double>(), 0.9, 2 * kU);
-  EXPECT_TRUE(torch::equal(plain, torch::ones({4})));
-  EXPECT_TRUE(torch::equal(untouched, torch::ones({4})));
+  EXPECT_TRUE(torch::equal(plain, torch::ones({4}, on)));
+  EXPECT_TRUE(torch::equal(untouched, torch::ones({4}, on)));
   EXPECT_EQ(optimizer.state().count(untouched.unsafeGetTensorImpl()), 0u);
   EXPECT_EQ(optimizer.state().size(), 2u);
 }
