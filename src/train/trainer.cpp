@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "model/weights_io.h"
+#include "train/clip_grad_norm.h"
 #include "train/config_diff.h"
 #include "train/fit_check.h"
 #include "train/model_loading.h"
@@ -196,17 +197,22 @@ Trainer::StepResult Trainer::TrainStep() {
     shares.push_back(MicroBatchBackward(micro_batches[i], i + 1 == micro_batches.size(), this_step));
     r.tokens += micro_batches[i].ids.numel();
   }
-  // One device-to-host copy for the step; summed in fp64 in micro-batch order, as logged before.
-  const auto shares_cpu = torch::stack(shares).to(torch::kCPU, torch::kFloat64);
+  // Clipped on the device; then one device-to-host copy for the step, its loss shares (summed in
+  // fp64 in micro-batch order, as logged before) and the grad norm: the step's only wait.
+  const double clip = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
+  const auto grad_norm = ClipGradNorm(trainable_, clip);
+  const auto shares_device = torch::stack(shares).to(torch::kFloat64);
+  const auto read = torch::cat({shares_device, grad_norm.to(shares_device.device(), torch::kFloat64).reshape({1})})
+                        .to(torch::kCPU);
+  const auto* values = read.data_ptr<double>();
   double loss = 0.0;
-  for (int64_t i = 0; i < shares_cpu.size(0); ++i) loss += shares_cpu[i].item<double>();
+  for (size_t i = 0; i < shares.size(); ++i) loss += values[i];
+  r.grad_norm = values[shares.size()];
   // The logged loss and tokens are the global batch's.
   const auto totals = replicas_->Sum({loss, static_cast<double>(r.tokens)}, "summing the step's loss");
   r.loss = totals[0];
   r.tokens = static_cast<int64_t>(totals[1]);
   const auto& last_ids_BL = micro_batches.back().ids;
-  const double clip = t.grad_clip > 0 ? t.grad_clip : std::numeric_limits<double>::infinity();
-  r.grad_norm = torch::nn::utils::clip_grad_norm_(trainable_, clip);
   r.finite = std::isfinite(r.loss) && std::isfinite(r.grad_norm);
   if (r.finite) r.verdict = spikes_->Observe(r.loss, r.grad_norm);
   // Before the update, so the magnitudes are those this step's forward saw (rank 0's slice).
