@@ -93,10 +93,16 @@ int64_t FeatureKernelBase::draw_count() const { return draw_count_.defined() ? d
 void FeatureKernelBase::Redraw() {
   if (!projection_.defined()) return;
   torch::NoGradGuard no_grad;
-  const int64_t next = draw_count() + 1;
-  const auto seed = static_cast<uint64_t>(draw_seed_.item<int64_t>());
-  const auto w = DrawProjection(options_.projection, projection_.size(0), projection_.size(1), DrawSeed(seed, next));
-  projection_.copy_(w.to(projection_.options()));
+  // The draw is made on the host (the same values on every device): the seed and count come down
+  // in one copy, the draw goes up from pinned memory without waiting, so a redraw on a GPU waits
+  // for the device once.
+  const auto seed_and_count = torch::cat({draw_seed_, draw_count_}).cpu();
+  const auto seed = static_cast<uint64_t>(seed_and_count[0].item<int64_t>());
+  const int64_t next = seed_and_count[1].item<int64_t>() + 1;
+  auto w = DrawProjection(options_.projection, projection_.size(0), projection_.size(1), DrawSeed(seed, next))
+               .to(projection_.scalar_type());
+  if (projection_.is_cuda()) w = w.pin_memory();
+  projection_.copy_(w, /*non_blocking=*/true);
   draw_count_.fill_(next);
 }
 

@@ -13,6 +13,8 @@
 #include <torch/torch.h>
 
 #include <map>
+#include <string>
+#include <vector>
 
 #include "cuda/test_device.h"
 #include "data/data_test_util.h"
@@ -145,9 +147,10 @@ TEST_P(DeviceTrainingTest, DeterministicResumeIsBitExact) {
 
 // The syncs of `steps` steps minus those of 2: what the run's setup, last checkpoint and final eval
 // cost cancels, leaving the steps' own.
-double HostSyncsPerStep(const std::string& kernel, int64_t grad_accum) {
+double HostSyncsPerStep(const std::string& kernel, int64_t grad_accum, const std::vector<std::string>& extra = {}) {
   auto overrides = DeviceOverrides(kernel);
   overrides.push_back("train.grad_accum=" + std::to_string(grad_accum));
+  overrides.insert(overrides.end(), extra.begin(), extra.end());
   std::map<int64_t, int64_t> syncs;
   for (const int64_t steps : {2, 4}) {
     testing::TempDir dir;
@@ -168,6 +171,19 @@ TEST_P(DeviceTrainingTest, AStepWaitsForTheDeviceOnceWhateverItsMicroBatches) {
   std::printf("[ %s ] host syncs per step: %.1f (grad_accum 1), %.1f (grad_accum 3)\n", GetParam().c_str(), one, three);
   EXPECT_EQ(three, one) << "a host sync per micro-batch";
   EXPECT_EQ(one, 1.0);
+}
+
+// A redraw makes its draw on the host: each layer's seed and count come down in one copy, the draw
+// goes up from pinned memory without waiting: one more wait a step for each layer.
+TEST_P(DeviceTrainingTest, ARedrawWaitsForTheDeviceOncePerLayer) {
+  const auto device = testing::TestDevice();
+  if (!device.is_cuda()) GTEST_SKIP() << "host syncs are counted on a CUDA device";
+  if (GetParam() == "exact") GTEST_SKIP() << "exact attention draws nothing";
+  const double syncs = HostSyncsPerStep(GetParam(), 1, {"attention." + GetParam() + ".redraw=every_step"});
+  std::printf("[ %s ] host syncs per step, redrawing every step: %.1f\n", GetParam().c_str(), syncs);
+  testing::TempDir dir;
+  const auto layers = testing::TinyRunConfig(dir.path(), GetParam(), {}).model.num_hidden_layers;
+  EXPECT_EQ(syncs, 1.0 + static_cast<double>(layers));
 }
 
 TEST_P(DeviceTrainingTest, GreedyGenerationEqualsTheCpus) {
