@@ -130,12 +130,11 @@ torch::Tensor GemmaModelImpl::LossSum(const torch::Tensor& input_ids_BL, const t
                                labels_BL.reshape({-1}), {chunk_tokens, config_.final_logit_softcapping});
 }
 
-GemmaModelImpl::EvalSums GemmaModelImpl::EvalChunked(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL,
-                                                     int64_t chunk_tokens) {
+torch::Tensor GemmaModelImpl::EvalChunked(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL,
+                                          int64_t chunk_tokens) {
   const auto hidden_BLE = Hidden(input_ids_BL);
-  const auto s = LinearCrossEntropyEval(hidden_BLE.reshape({-1, hidden_BLE.size(-1)}), embed_tokens->weight,
-                                        labels_BL.reshape({-1}), {chunk_tokens, config_.final_logit_softcapping});
-  return {s.loss_sum, s.correct, s.count};
+  return LinearCrossEntropyEval(hidden_BLE.reshape({-1, hidden_BLE.size(-1)}), embed_tokens->weight,
+                                labels_BL.reshape({-1}), {chunk_tokens, config_.final_logit_softcapping});
 }
 
 void GemmaModelImpl::ForEachAttentionInput(const torch::Tensor& input_ids_BL, const AttentionInputFn& fn) {

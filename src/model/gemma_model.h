@@ -50,12 +50,9 @@ class GemmaModelImpl : public torch::nn::Module {
   // The summed next-token cross-entropy of labels_BL (kIgnoreIndex ignored) through the tied LM
   // head chunk_tokens tokens at a time (linear_cross_entropy.h): the logits never exist in full.
   torch::Tensor LossSum(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL, int64_t chunk_tokens);
-  // The same for evaluation, with next-token accuracy: {loss sum, correct, labelled tokens}.
-  struct EvalSums {
-    double loss_sum = 0.0;
-    int64_t correct = 0, count = 0;
-  };
-  EvalSums EvalChunked(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL, int64_t chunk_tokens);
+  // The same for evaluation, with next-token accuracy: {loss sum, correct, labelled tokens}, 3 fp64
+  // values on the model's device (LinearCrossEntropyEval).
+  torch::Tensor EvalChunked(const torch::Tensor& input_ids_BL, const torch::Tensor& labels_BL, int64_t chunk_tokens);
   // Documents in every forward from here on (training, evaluation, calibration); generation keeps
   // one document per prompt.
   void SetDocumentMasking(const DocumentMasking& documents) { documents_ = documents; }

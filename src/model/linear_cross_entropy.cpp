@@ -104,21 +104,21 @@ torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden_NE, const torch:
                                            grad && hidden_NE.requires_grad(), grad && weight_VE.requires_grad());
 }
 
-LinearCrossEntropyStats LinearCrossEntropyEval(const torch::Tensor& hidden_NE, const torch::Tensor& weight_VE,
-                                               const torch::Tensor& labels_N, const LinearCrossEntropyOptions& options) {
+torch::Tensor LinearCrossEntropyEval(const torch::Tensor& hidden_NE, const torch::Tensor& weight_VE,
+                                     const torch::Tensor& labels_N, const LinearCrossEntropyOptions& options) {
   CheckShapes(hidden_NE, weight_VE, labels_N, options);
   torch::NoGradGuard no_grad;
-  LinearCrossEntropyStats stats;
+  auto sums = torch::zeros({3}, hidden_NE.options().dtype(torch::kFloat64));
   const int64_t rows = hidden_NE.size(0);
   for (int64_t start = 0; start < rows; start += options.chunk_rows) {
     const int64_t c = std::min(options.chunk_rows, rows - start);
     const auto labels_C = labels_N.narrow(0, start, c);
     const auto out = Chunk(hidden_NE.narrow(0, start, c), weight_VE, labels_C, options.softcap, false, true);
-    stats.loss_sum += out.loss_sum.item<double>();
-    stats.correct += out.correct.item<int64_t>();
-    stats.count += labels_C.ne(kIgnoreIndex).sum().item<int64_t>();
+    // fp64 holds the counts exactly (below 2^53) and the fp32 loss sums as they are.
+    const auto f64 = [](const torch::Tensor& t) { return t.to(torch::kFloat64); };
+    sums.add_(torch::stack({f64(out.loss_sum), f64(out.correct), f64(labels_C.ne(kIgnoreIndex).sum())}));
   }
-  return stats;
+  return sums;
 }
 
 }  // namespace darkformer

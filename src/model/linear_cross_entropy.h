@@ -23,13 +23,10 @@ struct LinearCrossEntropyOptions {
 torch::Tensor LinearCrossEntropySum(const torch::Tensor& hidden_NE, const torch::Tensor& weight_VE,
                                     const torch::Tensor& labels_N, const LinearCrossEntropyOptions& options);
 
-// Evaluation without gradients: the summed loss, the correct argmax predictions and the labelled
-// rows, chunk by chunk.
-struct LinearCrossEntropyStats {
-  double loss_sum = 0.0;
-  int64_t correct = 0, count = 0;
-};
-LinearCrossEntropyStats LinearCrossEntropyEval(const torch::Tensor& hidden_NE, const torch::Tensor& weight_VE,
-                                               const torch::Tensor& labels_N, const LinearCrossEntropyOptions& options);
+// Evaluation without gradients, chunk by chunk: {summed loss, correct argmax predictions, labelled
+// rows} as 3 fp64 values on the inputs' device, added chunk after chunk there (the host reads them
+// when it needs them, not once per chunk).
+torch::Tensor LinearCrossEntropyEval(const torch::Tensor& hidden_NE, const torch::Tensor& weight_VE,
+                                     const torch::Tensor& labels_N, const LinearCrossEntropyOptions& options);
 
 }  // namespace darkformer

@@ -26,27 +26,29 @@ EvalResult Trainer::Evaluate(BatchSource& loader, int64_t batches) {
   torch::NoGradGuard no_grad;
   model_->eval();
   const auto saved = loader.state();
-  double loss_sum = 0.0;
-  int64_t correct = 0, tokens = 0;
+  // {loss sum, correct, labelled tokens} in fp64 on the device, added batch after batch as the host
+  // added them before: the evaluation reads them back once, at its end.
+  auto sums = torch::zeros({3}, torch::TensorOptions().device(device_).dtype(torch::kFloat64));
   for (int64_t b = 0; b < batches; ++b) {
     const auto batch = loader.Next();
     const auto ids = ToDevice(batch.input_ids_BL, device_), labels = ToDevice(batch.labels_BL, device_);
     AutocastScope autocast(device_.type(), bf16());
     if (config_.train.loss_chunk_tokens > 0) {  // no full logits in evaluation either
-      const auto sums = model_->EvalChunked(ids, labels, config_.train.loss_chunk_tokens);
-      loss_sum += sums.loss_sum;
-      correct += sums.correct;
-      tokens += sums.count;
+      sums.add_(model_->EvalChunked(ids, labels, config_.train.loss_chunk_tokens));
       continue;
     }
     const auto logits = model_->forward(ids).to(torch::kFloat32);
     const auto mask = labels.ne(kIgnoreIndex);
-    const int64_t n = mask.sum().item<int64_t>();
-    if (n == 0) continue;
-    loss_sum += CausalLmLoss(logits, labels).item<double>() * static_cast<double>(n);
-    correct += (logits.argmax(-1).eq(labels) & mask).sum().item<int64_t>();
-    tokens += n;
+    const auto n = mask.sum().to(torch::kFloat64);
+    // The batch's mean loss times its labelled tokens; a batch without labels adds nothing (its mean
+    // is 0/0).
+    const auto loss_sum = torch::where(n > 0, CausalLmLoss(logits, labels).to(torch::kFloat64) * n, 0.0);
+    const auto correct = (logits.argmax(-1).eq(labels) & mask).sum().to(torch::kFloat64);
+    sums.add_(torch::stack({loss_sum, correct, n}));
   }
+  const auto read = sums.cpu();
+  double loss_sum = read[0].item<double>();
+  int64_t correct = static_cast<int64_t>(read[1].item<double>()), tokens = static_cast<int64_t>(read[2].item<double>());
   loader.Restore(saved);  // every eval sees the same validation batches
   model_->train();
   // Each rank evaluated its slice of every batch.

@@ -173,6 +173,18 @@ TEST_P(DeviceTrainingTest, AStepWaitsForTheDeviceOnceWhateverItsMicroBatches) {
   EXPECT_EQ(one, 1.0);
 }
 
+// An evaluation adds its batches' loss sums and counts on the device and reads them back once, at
+// its end, whatever its batches and the head's chunks.
+TEST_P(DeviceTrainingTest, AnEvaluationWaitsForTheDeviceOnce) {
+  const auto device = testing::TestDevice();
+  if (!device.is_cuda()) GTEST_SKIP() << "host syncs are counted on a CUDA device";
+  for (const char* chunk : {"train.loss_chunk_tokens=0", "train.loss_chunk_tokens=16"}) {
+    const double syncs = HostSyncsPerStep(GetParam(), 1, {"eval.every=1", "eval.batches=3", chunk});
+    std::printf("[ %s ] host syncs per step, evaluating every step (%s): %.1f\n", GetParam().c_str(), chunk, syncs);
+    EXPECT_EQ(syncs, 1.0 + 1.0) << chunk;
+  }
+}
+
 // A redraw makes its draw on the host: each layer's seed and count come down in one copy, the draw
 // goes up from pinned memory without waiting: one more wait a step for each layer.
 TEST_P(DeviceTrainingTest, ARedrawWaitsForTheDeviceOncePerLayer) {

@@ -72,9 +72,10 @@ TEST_P(LinearCrossEntropyTest, FrozenHeadGetsNoGradientAndEvalSumsMatch) {
   auto logits = torch::matmul(in.h, in.w.t());
   if (cap > 0) logits = torch::tanh(logits / cap) * cap;
   const auto mask = in.labels.ne(kIgnoreIndex);
-  EXPECT_NEAR(stats.loss_sum, FullLossSum(in.h, in.w, in.labels, cap).item<double>(), 1e-4);
-  EXPECT_EQ(stats.correct, (logits.argmax(-1).eq(in.labels) & mask).sum().item<int64_t>());
-  EXPECT_EQ(stats.count, mask.sum().item<int64_t>());
+  ASSERT_EQ(stats.scalar_type(), torch::kFloat64);
+  EXPECT_NEAR(stats[0].item<double>(), FullLossSum(in.h, in.w, in.labels, cap).item<double>(), 1e-4);
+  EXPECT_EQ(stats[1].item<double>(), (logits.argmax(-1).eq(in.labels) & mask).sum().item<double>());
+  EXPECT_EQ(stats[2].item<double>(), mask.sum().item<double>());
 }
 
 INSTANTIATE_TEST_SUITE_P(Softcap, LinearCrossEntropyTest, ::testing::Values(0.0, 3.0));
