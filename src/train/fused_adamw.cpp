@@ -1,7 +1,10 @@
 // AdamW through LibTorch's fused kernel (see fused_adamw.h).
 #include "train/fused_adamw.h"
 
+#include <map>
 #include <memory>
+#include <string>
+#include <utility>
 
 namespace darkformer {
 
@@ -19,6 +22,9 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
     const auto& o = static_cast<const AdamWOptions&>(group.options());
     TORCH_CHECK(!o.amsgrad(), "FusedAdamW: amsgrad is not supported");
     std::vector<torch::Tensor> params, grads, exp_avgs, exp_avg_sqs, steps;
+    // One step tensor per count and device, shared by the parameters at that count (the kernel
+    // only reads it): one fill per group a step, not one per parameter.
+    std::map<std::pair<int64_t, std::string>, torch::Tensor> step_tensors;
     for (const auto& p : group.params()) {
       if (!p.grad().defined()) continue;
       auto& slot = state_[p.unsafeGetTensorImpl()];
@@ -36,7 +42,9 @@ torch::Tensor FusedAdamW::step(LossClosure closure) {
       exp_avg_sqs.push_back(state.exp_avg_sq());
       // The kernel reads the step count (the bias corrections) where the parameter lies, and does
       // not advance it: the count of record is the state's integer.
-      steps.push_back(torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32)));
+      auto& step = step_tensors[{state.step(), p.device().str()}];
+      if (!step.defined()) step = torch::full({}, static_cast<double>(state.step()), p.options().dtype(torch::kFloat32));
+      steps.push_back(step);
     }
     if (params.empty()) continue;
     const auto [beta1, beta2] = o.betas();

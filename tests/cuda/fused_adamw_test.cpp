@@ -11,6 +11,7 @@
 #include <cmath>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "cuda/test_device.h"
 #include "train/fused_adamw.h"
@@ -107,6 +108,38 @@ TEST(FusedAdamW, OneStepIsAdamWsUpdateWithinItsRoundings) {
     for (const int64_t step : {1, 7}) {
       for (const double weight_decay : {0.0, 0.1}) ExpectWithinAdamWsRoundings(which, step, weight_decay);
     }
+  }
+}
+
+// Parameters of one group at different step counts (one fresh, two at step 7, which share the
+// kernel's step tensor): each takes the update it takes alone, bit for bit.
+TEST(FusedAdamW, ParametersAtDifferentStepsInOneGroupEachTakeTheirOwnUpdate) {
+  const auto device = testing::TestDevice();
+  const std::vector<int64_t> steps = {1, 7, 7};
+  std::vector<State> in;
+  std::vector<torch::Tensor> params;
+  for (size_t i = 0; i < steps.size(); ++i) {
+    in.push_back(MakeState(static_cast<int64_t>(i) + 20));
+    auto p = in[i].p.to(device, /*non_blocking=*/false, /*copy=*/true);
+    p.mutable_grad() = in[i].g.to(device, /*non_blocking=*/false, /*copy=*/true);
+    params.push_back(p);
+  }
+  const auto options = AdamWOptions(kLr).betas({kBeta1, kBeta2}).eps(kEps).weight_decay(0.1);
+  std::vector<torch::optim::OptimizerParamGroup> groups;
+  groups.emplace_back(params, std::make_unique<AdamWOptions>(options));
+  FusedAdamW optimizer(groups, options);
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (steps[i] == 1) continue;
+    auto state = std::make_unique<AdamWParamState>();
+    state->step(steps[i] - 1);
+    state->exp_avg(in[i].m.to(device, /*non_blocking=*/false, /*copy=*/true));
+    state->exp_avg_sq(in[i].v.to(device, /*non_blocking=*/false, /*copy=*/true));
+    optimizer.state()[params[i].unsafeGetTensorImpl()] = std::move(state);
+  }
+  optimizer.step();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    const auto alone = Step("fused", in[i], steps[i], 0.1);
+    EXPECT_TRUE(torch::equal(params[i].detach().cpu(), alone.p)) << "parameter " << i << " at step " << steps[i];
   }
 }
 
