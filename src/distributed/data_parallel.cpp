@@ -310,15 +310,17 @@ void DataParallel::RebuildBuckets(const std::vector<torch::Tensor>& params) {
 
 void DataParallel::ZeroGradients(const std::vector<torch::Tensor>& params) {
   if (!search_unused_ && synchronised_once_ && !rebuild_asked_) return RebuildBuckets(params);
+  std::vector<torch::Tensor> bucket_views;  // zeroed in one multi-tensor call
   for (auto p : params) {
     auto& grad = p.mutable_grad();
     if (!grad.defined()) continue;
     if (grad.is_view()) {
-      grad.zero_();
+      bucket_views.push_back(grad);
     } else {
       grad.reset();
     }
   }
+  if (!bucket_views.empty()) at::_foreach_zero_(bucket_views);
 }
 
 // Every rank applied the same averaged gradients; a digest of each rank's parameters shows the
