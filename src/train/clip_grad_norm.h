@@ -12,8 +12,9 @@ namespace darkformer {
 
 // Scales every defined gradient of `parameters` by min(1, max_norm / (norm + 1e-6)), as torch,
 // and returns the global 2-norm before scaling: a 0-d tensor on the first gradient's device, fp32
-// (fp64 where a gradient is fp64; 0 on the CPU when no parameter has a gradient). max_norm = inf scales nothing. A non-finite
-// gradient gives a non-finite norm (and non-finite gradients after scaling, as torch's).
+// (fp64 where a gradient is fp64; 0 on the CPU when no parameter has a gradient). max_norm = inf
+// scales nothing. A non-finite gradient gives a non-finite norm (and non-finite gradients after
+// scaling, as torch's).
 torch::Tensor ClipGradNorm(const std::vector<torch::Tensor>& parameters, double max_norm);
 
 }  // namespace darkformer
