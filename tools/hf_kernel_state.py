@@ -6,13 +6,31 @@ in config.json and every ".kernel." tensor goes into the safetensors under its o
 to-h5: the block and those tensors come back unchanged (bit for bit), with attention_yaml.
 """
 
+import importlib
 import os
 import sys
+import types
 
 import yaml
 
-sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python", "darkformer_hf"))
-from darkformer_hf import spec  # noqa: E402  (pure Python: no transformers import)
+
+def _plugin_spec():
+    """The plug-in's spec.py (pure Python) without its package's __init__, which imports
+    transformers' models (about 4 s, half a conversion's time): the package's modules are loaded
+    under a bare parent package of another name. A process that imported darkformer_hf already
+    gets that package's spec, so one KernelStateError class serves both."""
+    if "darkformer_hf" in sys.modules:
+        return importlib.import_module("darkformer_hf.spec")
+    name = "_darkformer_hf_spec_only"
+    if name not in sys.modules:
+        package = types.ModuleType(name)
+        package.__path__ = [os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python",
+                                          "darkformer_hf", "darkformer_hf")]
+        sys.modules[name] = package
+    return importlib.import_module(name + ".spec")
+
+
+spec = _plugin_spec()
 
 
 def block_from_attention_yaml(text, num_layers, run_seed):

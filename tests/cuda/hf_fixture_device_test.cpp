@@ -17,8 +17,7 @@ class HfFixtureOnDeviceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfFixtureOnDeviceTest, LogitsLossAndGradientsMatchTransformers) {
   const std::string name = GetParam();
-  testing::TempDir dir("hfdev-" + name);
-  const auto weights = testing::ConvertFixture(name, dir);
+  const auto weights = testing::ConvertedFixture(name);
   const auto device = testing::TestDevice();
   GemmaModel model(ReadWeightsConfig(weights));
   LoadWeights(weights, *model);

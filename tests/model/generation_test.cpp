@@ -17,10 +17,8 @@
 namespace darkformer {
 namespace {
 
-using testing::TempDir;
-
-GemmaModel LoadFixtureModel(const std::string& name, const TempDir& dir) {
-  const auto weights = testing::ConvertFixture(name, dir);
+GemmaModel LoadFixtureModel(const std::string& name) {
+  const auto weights = testing::ConvertedFixture(name);
   auto model = GemmaModel(ReadWeightsConfig(weights));
   LoadWeights(weights, *model);
   return model;
@@ -37,8 +35,7 @@ class DecodeEqualsForwardTest : public ::testing::TestWithParam<std::string> {};
 // weights on every call by definition, so no two passes agree; it is checked separately below).
 TEST_P(DecodeEqualsForwardTest, PrefillThenStepsGiveTheFullForwardLogits) {
   const std::string name = GetParam();
-  TempDir dir("decode-" + name);
-  auto model = LoadFixtureModel(name, dir);
+  auto model = LoadFixtureModel(name);
   const auto input_ids = ReadTensorH5(testing::SourceDir() + "/tests/fixtures/" + name + "/reference.h5", "input_ids");
   const auto ids_1L = input_ids.narrow(0, 0, 1);
   const int64_t length = ids_1L.size(1), prompt = 10;
@@ -101,8 +98,7 @@ INSTANTIATE_TEST_SUITE_P(Families, DecodeEqualsForwardTest, ::testing::Values("g
 TEST(DecodeTest, OneTokenAtATimeFarPastTheSlidingWindowMatchesTheForward) {
   // Gemma 2's fixture: window 8 on alternate layers; 40 tokens, no prefill, so the sliding
   // layers' caches are trimmed 32 times and full layers' grow to 40.
-  TempDir dir("decode-window");
-  auto model = LoadFixtureModel("gemma2", dir);
+  auto model = LoadFixtureModel("gemma2");
   torch::NoGradGuard no_grad;
   torch::manual_seed(4);
   const auto ids = torch::randint(0, 256, {1, 40}, torch::kLong);
@@ -140,8 +136,7 @@ class GreedyMatchesTransformersTest : public ::testing::TestWithParam<std::strin
 
 TEST_P(GreedyMatchesTransformersTest, SixtyFourTokens) {
   const std::string name = "generate-" + GetParam();
-  TempDir dir(name);
-  auto model = LoadFixtureModel(name, dir);
+  auto model = LoadFixtureModel(name);
   const std::string reference = testing::SourceDir() + "/tests/fixtures/" + name + "/generate.h5";
   const auto prompt_t = ReadTensorH5(reference, "prompt").to(torch::kLong);
   const auto expected_t = ReadTensorH5(reference, "tokens").to(torch::kLong);

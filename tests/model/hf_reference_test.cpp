@@ -11,15 +11,13 @@
 namespace darkformer {
 namespace {
 
-using testing::TempDir;
-
 struct Loaded {
   GemmaModel model{nullptr};
   std::string reference;
 };
 
-Loaded LoadFixture(const std::string& name, const TempDir& dir) {
-  const auto weights = testing::ConvertFixture(name, dir);
+Loaded LoadFixture(const std::string& name) {
+  const auto weights = testing::ConvertedFixture(name);
   Loaded out;
   out.model = GemmaModel(ReadWeightsConfig(weights));
   LoadWeights(weights, *out.model);
@@ -31,8 +29,7 @@ class HfReferenceTest : public ::testing::TestWithParam<std::string> {};
 
 TEST_P(HfReferenceTest, LogitsLossAndGradientsMatch) {
   const std::string name = GetParam();
-  TempDir dir("hfref-" + name);
-  auto loaded = LoadFixture(name, dir);
+  auto loaded = LoadFixture(name);
   auto& model = loaded.model;
   const auto input_ids = ReadTensorH5(loaded.reference, "input_ids");
   const auto ref_logits = ReadTensorH5(loaded.reference, "logits");
@@ -64,8 +61,7 @@ TEST_P(HfReferenceTest, LogitsLossAndGradientsMatch) {
 
 TEST_P(HfReferenceTest, Bfloat16ModelTracksFloat32) {
   const std::string name = GetParam();
-  TempDir dir("bf16-" + name);
-  auto loaded = LoadFixture(name, dir);
+  auto loaded = LoadFixture(name);
   const auto input_ids = ReadTensorH5(loaded.reference, "input_ids");
   const auto ref_logits = ReadTensorH5(loaded.reference, "logits");
   loaded.model->to(torch::kBFloat16);

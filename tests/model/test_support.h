@@ -5,6 +5,7 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <map>
 #include <string>
 
 #include "remove_tree.h"
@@ -38,13 +39,21 @@ class TempDir {
   std::filesystem::path path_;
 };
 
-// Converts tests/fixtures/<name> (an HF checkpoint) to our HDF5 with tools/convert_hf_gemma.py.
-inline std::string ConvertFixture(const std::string& name, const TempDir& dir) {
+// tests/fixtures/<name> (an HF checkpoint) converted to our HDF5 by tools/convert_hf_gemma.py, once
+// per process: a ctest group runs several tests of a fixture in one process, and a conversion
+// costs seconds (Python, torch and transformers' config). The file lives until the process ends;
+// tests read it, never write it.
+inline std::string ConvertedFixture(const std::string& name) {
+  static const TempDir dir("fixtures");
+  static std::map<std::string, std::string> converted;
+  const auto found = converted.find(name);
+  if (found != converted.end()) return found->second;
   const std::string out = dir.File(name + ".h5");
   const std::string command = PythonExe() + " " + SourceDir() + "/tools/convert_hf_gemma.py to-h5 " + SourceDir() +
-                              "/tests/fixtures/" + name + " " + out + " > " + dir.File("convert.log") + " 2>&1";
+                              "/tests/fixtures/" + name + " " + out + " > " + dir.File(name + "-convert.log") + " 2>&1";
   const int rc = std::system(command.c_str());
   EXPECT_EQ(rc, 0) << "converter failed: " << command;
+  if (rc == 0) converted.emplace(name, out);
   return out;
 }
 
