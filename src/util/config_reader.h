@@ -4,10 +4,13 @@
 
 #include <yaml-cpp/yaml.h>
 
+#include <charconv>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
 #include <string>
+#include <type_traits>
 #include <utility>
 #include <vector>
 
@@ -162,6 +165,15 @@ T ConfigReader::Convert(const YAML::Node& value, const std::string& key) const {
 
 template <typename T>
 void ConfigReader::RecordDefault(const std::string& key, const T& fallback) const {
+  if constexpr (std::is_floating_point_v<T>) {
+    // The shortest text that reads back as the same number (1e-06, 0.1), not yaml-cpp's 17 digits.
+    if (std::isfinite(fallback)) {
+      char text[64];
+      const auto end = std::to_chars(text, text + sizeof(text), fallback).ptr;
+      (*defaults_)[KeyPath(key)] = std::string(text, end);
+      return;
+    }
+  }
   YAML::Emitter text;
   text << YAML::Flow << fallback;
   (*defaults_)[KeyPath(key)] = text.c_str();

@@ -160,5 +160,24 @@ TEST(ConfigReferenceTest, ResumeComparesKernelOptionsWithTheirDefaultsFilledIn) 
   EXPECT_EQ(sub_difference->key, "attention.performer.sub_chunk");
 }
 
+
+// A default is recorded as the shortest text that reads back as the same number: what `inspect
+// --kernels` prints (slay's epsilon 0.1, normaliser_floor 1e-06), not yaml-cpp's 17 digits.
+TEST(ConfigReferenceTest, DefaultsUsedAreTheShortestTextOfTheirNumber) {
+  const ConfigReader reader(YAML::Load("{}"), "section");
+  for (const double value : {1e-6, 0.1, 2.5e-4, 3.0, -0.7, 1e300, 0.30000000000000004}) {
+    reader.Get("key", value);
+    const auto text = reader.defaults_used().at("section.key");
+    EXPECT_EQ(YAML::Load(text).as<double>(), value) << text;
+    EXPECT_LE(text.size(), 22u) << text;
+  }
+  reader.Get("key", 1e-6);
+  EXPECT_EQ(reader.defaults_used().at("section.key"), "1e-06");
+  reader.Get("key", 0.1);
+  EXPECT_EQ(reader.defaults_used().at("section.key"), "0.1");
+  reader.Get("key", 0.1f);  // a float's own shortest text, not its double's 0.10000000149011612
+  EXPECT_EQ(reader.defaults_used().at("section.key"), "0.1");
+}
+
 }  // namespace
 }  // namespace darkformer
