@@ -3,14 +3,17 @@
 // rank failed), never a crash.
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
+#include <torch/version.h>
 #include <yaml-cpp/exceptions.h>
 
 #include <CLI/CLI.hpp>
 #include <cstring>
 #include <filesystem>
+#include <string>
 
 #include "cli/commands.h"
 #include "distributed/data_parallel.h"
+#include "util/build_version.h"
 #include "util/error.h"
 #include "util/heap_retention.h"
 #include "util/vector_math_kernels.h"
@@ -57,6 +60,17 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& e) {
   return Report(std::string("command line: ") + e.what() + " (see --help)");
 }
 
+// --version: the source's version, LibTorch's, and whether this build has the CUDA operator.
+std::string VersionText() {
+  return std::string("darkformer ") + darkformer::BuildVersion() + " (LibTorch " + std::to_string(TORCH_VERSION_MAJOR) +
+         "." + std::to_string(TORCH_VERSION_MINOR) + "." + std::to_string(TORCH_VERSION_PATCH) +
+#ifdef DARKFORMER_CUDA_OP
+         "; the CUDA operator compiled in)";
+#else
+         "; no CUDA operator: built without nvcc)";
+#endif
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -67,6 +81,7 @@ int main(int argc, char** argv) {
   spdlog::debug("freed memory is {} (util/heap_retention.h)", retained ? "kept in the heap" : "malloc's default");
   CLI::App app{"darkformer: train and finetune Gemma models with random-feature attention kernels"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", VersionText());
   darkformer::AddConfigCommand(app);
   darkformer::AddInspectCommand(app);
   darkformer::AddKernelCheckCommand(app);

@@ -11,6 +11,7 @@
 #include "model/h5_tensor_io.h"
 #include "model/weights_io.h"
 #include "train/optimizer_state_io.h"
+#include "util/build_version.h"
 
 namespace darkformer {
 
@@ -76,6 +77,7 @@ void SaveCheckpoint(const std::string& path, GemmaModelImpl& model, torch::optim
   std::map<std::string, std::string> attributes = {{"format", "darkformer-weights"},
                                                    {"config_yaml", model.config().ToYamlText()},
                                                    {"source", "darkformer checkpoint"},
+                                                   {"darkformer_version", BuildVersion()},
                                                    {"trainer_state", meta.c_str()}};
   if (!attention_yaml.empty()) attributes["attention_yaml"] = attention_yaml;
   const auto rng = at::detail::getDefaultCPUGenerator().get_state();

@@ -20,6 +20,7 @@
 #include "train/lr_schedule.h"
 #include "train/step_profiler.h"
 #include "train/trainable_set.h"
+#include "util/build_version.h"
 #include "util/mixed_precision.h"
 
 namespace darkformer {
@@ -64,7 +65,10 @@ int Trainer::Run() {
   CheckResumedConfig(config_);  // before the run directory is touched, so a refusal leaves it as it was
   if (is_rank_zero()) log_ = std::make_unique<RunLog>(config_.log.dir);  // locks the run directory
   if (AnyRank(log_ && AlreadyFinished(), "checking for a finished run")) return kExitOk;
-  if (log_) log_->WriteConfig(config_.resolved);
+  if (log_) {
+    spdlog::info("darkformer {}: run directory {}", BuildVersion(), config_.log.dir);
+    log_->WriteConfig(config_.resolved);
+  }
   Setup();
   Resume();
   if (log_) log_->OpenAfterStep(state_.step, state_.rewinds);
