@@ -337,8 +337,11 @@ def h5_to_hf(h5_path, out_dir, run_seed=None):
         cfg = normalise_config(cfg, f"{h5_path} (config_yaml)")
         tensors, kernel_tensors = _model_tensors_of(reader, cfg, h5_path)
         attention_yaml = reader.string_attr(h5, "attention_yaml") or ""
+        trained_by = reader.string_attr(h5, "darkformer_version")  # checkpoints since 2026-12-02
     dtypes = {t.dtype for t in tensors.values()}
     hf = hf_config_from_ours(cfg, DTYPE_NAMES[dtypes.pop()] if len(dtypes) == 1 else None)
+    if trained_by:  # beside transformers_version: the binary that wrote the checkpoint
+        hf.darkformer_version = trained_by
     try:
         block = kstate.block_from_attention_yaml(
             attention_yaml, cfg["num_hidden_layers"],

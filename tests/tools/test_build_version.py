@@ -4,13 +4,16 @@
    tag's name, "-dirty" after an edit); an unchanged tree leaves the generated file untouched (so
    a build recompiles nothing).
 2. The binary: `--version` prints it with LibTorch's version and exits 0; a training run logs it
-   and writes it into its checkpoint (attribute `darkformer_version`)."""
+   and writes it into its checkpoint (attribute `darkformer_version`), and `to-hf` carries it into
+   config.json."""
 
 import glob
+import json
 import os
 import re
 import shutil
 import subprocess
+import sys
 import tempfile
 
 import h5py
@@ -18,6 +21,7 @@ import h5py
 import testkit
 
 SCRIPT = os.path.join(testkit.SOURCE_DIR, "src", "util", "build_version.cmake")
+CONVERTER = os.path.join(testkit.SOURCE_DIR, "tools", "convert_hf_gemma.py")
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main",
        "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"]
 failures = []
@@ -84,6 +88,11 @@ def binary_cases(work):
         written = h5.attrs.get("darkformer_version")
     written = written.decode() if isinstance(written, bytes) else written  # fixed-length UTF-8: bytes
     check(written == version, "the checkpoint's darkformer_version %r is the binary's" % written)
+    hf_dir = os.path.join(work, "hf")
+    subprocess.run([sys.executable, CONVERTER, "to-hf", checkpoints[0], hf_dir], check=True, capture_output=True)
+    with open(os.path.join(hf_dir, "config.json")) as f:
+        exported = json.load(f).get("darkformer_version")
+    check(exported == version, "to-hf's config.json says darkformer_version %r" % exported)
 
 
 def main():
