@@ -29,14 +29,10 @@ SOURCE_DIR = os.environ.get("DARKFORMER_SOURCE_DIR") or os.path.normpath(
 TOOLS = os.path.join(SOURCE_DIR, "tools")
 sys.path.insert(0, TOOLS)
 import aggregate_runs as agg  # noqa: E402
+import testkit  # noqa: E402
 
 failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
+check = testkit.checker(failures)
 
 
 def close(a, b, tol=1e-4):

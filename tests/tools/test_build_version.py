@@ -25,12 +25,7 @@ CONVERTER = os.path.join(testkit.SOURCE_DIR, "tools", "convert_hf_gemma.py")
 GIT = ["git", "-c", "user.name=test", "-c", "user.email=test@example.com", "-c", "init.defaultBranch=main",
        "-c", "commit.gpgsign=false", "-c", "tag.gpgsign=false"]
 failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
+check = testkit.checker(failures)
 
 
 def generated_version(source_dir, out):

@@ -50,12 +50,7 @@ SIZES = dict(vocab_size=256, hidden_size=64, intermediate_size=128, num_attentio
              bos_token_id=2, eos_token_id=1)
 
 failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
+check = tk.checker(failures)
 
 
 def model_tensors(model):

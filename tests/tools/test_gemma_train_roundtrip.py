@@ -31,12 +31,7 @@ import convert_hf_gemma as conv  # noqa: E402
 
 SEQ_LEN, REL_TOL = 32, 1e-4
 failures = []
-
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
+check = tk.checker(failures)
 
 
 def hf_config(family, vocab_size):

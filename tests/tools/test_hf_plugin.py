@@ -26,6 +26,7 @@ import testkit as tk  # noqa: E402
 
 REL_TOL = 1e-5
 failures = []
+check = tk.checker(failures)
 
 # (family, label, attention section). Gemma 1 covers every kernel; Gemma 2 / 3 add softcaps,
 # sliding windows, q/k norms and local RoPE around a few.
@@ -41,11 +42,6 @@ CASES = [("gemma", label, {"kernel": name, **({name: options} if options else {}
     ("gemma3", "flexformer", {"kernel": "flexformer", "flexformer": {"num_features": 32}}),
 ]
 
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what, flush=True)
-    if not ok:
-        failures.append(what)
 
 
 def load(out_dir):

@@ -20,13 +20,9 @@ sys.path.insert(0, os.path.join(tk.SOURCE_DIR, "python", "darkformer_hf"))
 from darkformer_hf import attention, features  # noqa: E402
 
 failures = []
+check = tk.checker(failures)
 HEADS, LENGTH, DIM, M = 2, 40, 8, 16
 
-
-def check(ok, what):
-    print(("ok   " if ok else "FAIL ") + what)
-    if not ok:
-        failures.append(what)
 
 
 def inputs(norm, seed):

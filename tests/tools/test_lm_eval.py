@@ -18,12 +18,7 @@ import testkit
 os.environ.update(HF_DATASETS_OFFLINE="1", HF_HUB_OFFLINE="1", TRANSFORMERS_OFFLINE="1", TOKENIZERS_PARALLELISM="false")
 CONVERT = os.path.join(testkit.SOURCE_DIR, "tools", "convert_hf_gemma.py")
 failures = []
-
-
-def check(ok, what):
-    if not ok:
-        failures.append(what)
-        print("FAIL:", what)
+check = testkit.checker(failures)
 
 
 def export(work, shards, kernel, options):

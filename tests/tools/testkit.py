@@ -134,6 +134,16 @@ def read_jsonl(path):
         return [json.loads(line) for line in f if line.strip()]
 
 
+def checker(failures):
+    """check(ok, what) for a whole-file check script: prints each check as `ok` or `FAIL` and keeps
+    each failure in `failures`, for report()."""
+    def check(ok, what):
+        print(("ok   " if ok else "FAIL ") + what, flush=True)
+        if not ok:
+            failures.append(what)
+    return check
+
+
 def report(failures):
     """The exit status of a whole-file check script: 0 when no check failed, with a last line saying so."""
     if failures:
