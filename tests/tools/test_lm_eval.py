@@ -3,7 +3,8 @@ exported: a tiny local multiple-choice task (JSONL written here), `--model hf` w
 plug-in (`import darkformer_hf`, attn_implementation="darkformer") for a DARKFormer model and sdpa
 for an exact one. Each choice's log-likelihood that lm-eval reports equals the one computed here
 directly with transformers (same model, same attention), its accuracy is their argmax's, and for
-DARKFormer those log-likelihoods are not softmax attention's."""
+DARKFormer those log-likelihoods are not softmax attention's. For DARKFormer, --batch_size 4 gives
+--batch_size 1's log-likelihoods and, on a generate_until task (left-padded prompts), its generations."""
 
 import json
 import os
@@ -123,20 +124,42 @@ def command_line_acc(model_dir, task_dir, work):
     return acc
 
 
-def check_padding_refused(model_dir):
-    """A padded batch (lm-eval with --batch_size > 1) is an error for a feature kernel, not a silently
-    different score; equal-length rows with an all-ones mask run."""
-    import torch
-    from transformers import AutoModelForCausalLM
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="darkformer").eval()
-    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
-    with torch.no_grad():
-        model(ids, attention_mask=torch.ones_like(ids))
-        try:
-            model(ids, attention_mask=torch.tensor([[0, 1, 1, 1], [1, 1, 1, 1]]))
-            check(False, "a padded batch was accepted by a darkformer model")
-        except ValueError as e:
-            check("padded batch" in str(e), "padding refused with an unclear message: %s" % e)
+def write_generation_task(task_dir):
+    """A generate_until task: lm-eval left-pads a batch of prompts and passes the mask to generate."""
+    data = os.path.join(task_dir, "tiny_gen.jsonl")
+    with open(data, "w") as f:
+        for i, d in enumerate(testkit.corpus_documents(12, seed=4)):
+            words = d.split()
+            f.write(json.dumps({"context": " ".join(words[:3 + i % 5]), "answer": words[3 + i % 5]}) + "\n")
+    with open(os.path.join(task_dir, "tiny_gen.yaml"), "w") as f:
+        f.write("task: tiny_gen\ndataset_path: json\ndataset_kwargs:\n  data_files:\n    test: %s\ntest_split: test\n"
+                "output_type: generate_until\ndoc_to_text: \"{{context}}\"\ndoc_to_target: \"{{answer}}\"\n"
+                "generation_kwargs:\n  until: [\"\\n\\n\"]\n  max_gen_toks: 8\n  do_sample: false\n"
+                "metric_list:\n  - metric: exact_match\n    aggregation: mean\n    higher_is_better: true\n" % data)
+
+
+def responses(model_dir, task_dir, task, batch_size, dtype):
+    """lm-eval's raw responses for `task`, document by document."""
+    import lm_eval
+    from lm_eval.tasks import TaskManager
+    res = lm_eval.simple_evaluate(model="hf", model_args="pretrained=%s,dtype=%s,attn_implementation=darkformer" % (
+        model_dir, dtype), tasks=[task], task_manager=TaskManager(include_path=task_dir, include_defaults=False),
+        device="cpu", batch_size=batch_size, log_samples=True)
+    return [r for s in sorted(res["samples"][task], key=lambda s: s["doc_id"]) for r in s["resps"]]
+
+
+def check_batches(model_dir, task_dir):
+    """--batch_size 4 gives what --batch_size 1 gives: log-likelihoods (lm-eval right-pads those rows
+    without a mask: causal attention never reads the pads) within the 1e-4 asked above, and
+    generations (left-padded, with the mask: feature kernels leave the pads out) token for token, in
+    fp64 so that no near-tie of the greedy choice can flip."""
+    one, four = (responses(model_dir, task_dir, "tiny_mc", b, "float32") for b in (1, 4))
+    worst = max(abs(a[0][0] - b[0][0]) for a, b in zip(one, four))
+    check(len(one) == len(four) and worst <= 1e-4,
+          "darkformer: --batch_size 4 log-likelihoods = --batch_size 1 (worst %.2e)" % worst)
+    one, four = (responses(model_dir, task_dir, "tiny_gen", b, "float64") for b in (1, 4))
+    print("[lm-eval] generate_until, batch 1: %s" % [r[0] for r in one[:4]])
+    check(one == four, "darkformer: --batch_size 4 generations = --batch_size 1")
 
 
 def main():
@@ -147,12 +170,13 @@ def main():
         task_dir = os.path.join(work, "tasks")
         os.makedirs(task_dir)
         docs = write_task(task_dir)
+        write_generation_task(task_dir)
         evaluate(export(work, shards, "exact", None), "sdpa", task_dir, docs, "exact")
         dark_dir = export(work, shards, "darkformer", {"num_features": 16, "chunk_size": 8})
         requests, ours, acc = evaluate(dark_dir, "darkformer", task_dir, docs, "darkformer")
         cli_acc = command_line_acc(dark_dir, task_dir, work)
         check(cli_acc == acc, "command line acc %s, in-process %s" % (cli_acc, acc))
-        check_padding_refused(dark_dir)
+        check_batches(dark_dir, task_dir)
         softmax = direct_loglikelihoods(dark_dir, "sdpa", requests)  # the same weights, softmax attention
         diff = max(abs(a - b) for a, b in zip(ours, softmax))
         print("[lm-eval] darkformer vs the same weights under softmax attention: max |diff| %.3g" % diff)

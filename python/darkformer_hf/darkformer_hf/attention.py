@@ -10,6 +10,8 @@ are the last T positions). It returns (out BTHD, None). The layer's kernel is mo
   scalar stabiliser guarded as ops/normaliser_check.h, or the per-feature stabiliser of
   ops/per_feature_attention.h (docs/kernels.md, "The normaliser at any scale");
 - random / constant: baseline_kernels.cpp.
+Keys the mask hides (padding, other documents of a packed row) take no part in a feature kernel's
+sums or stabilisers (_allowed), so a padded row gives what it gives alone.
 """
 
 import math
@@ -59,57 +61,62 @@ def min_fast_normaliser(keys, features):
     return keys * features * 2.0 ** -102
 
 
-def _masked_sums(qf, kf, b, v):
-    """num_i = sum_{j <= p_i} (qf_i.kf_j) exp(b_j - r_i) v_j and den_i (the same without v), r_i the
-    prefix max of b up to p_i (causal-safe: nothing after p_i enters)."""
-    t, s = qf.shape[2], kf.shape[2]
-    r = b.cummax(-1).values[..., s - t:]
-    log_w = (b.unsqueeze(-2) - r.unsqueeze(-1)).masked_fill(
-        _causal_allowed(t, s, qf.device).logical_not(), float("-inf"))
-    a = (qf @ kf.transpose(-1, -2)) * log_w.exp()
+def _row_shift(row_max):
+    """A row's stabiliser from the max of its terms: 0 where the row has no allowed term (-inf), so
+    its terms exp to 0 and its output is 0, not NaN (a padded query attends to nothing)."""
+    return row_max.masked_fill(torch.isneginf(row_max), 0.0)
+
+
+def _masked_sums(qf, kf, b, v, allowed):
+    """num_t = sum_{j allowed} (qf_t.kf_j) exp(b_j - r_t) v_j and den_t (the same without v), r_t the
+    max of b over t's allowed keys (causal-safe: `allowed` never holds a later key, and a hidden key,
+    padding or another document, moves no stabiliser)."""
+    log_w = b.unsqueeze(-2).masked_fill(allowed.logical_not(), float("-inf"))
+    r = _row_shift(log_w.amax(-1, keepdim=True))
+    a = (qf @ kf.transpose(-1, -2)) * (log_w - r).exp()
     return a @ v, a.sum(-1)
 
 
-def causal_linear_attention(qf, kf, b, v, signed_floor):
+def causal_linear_attention(qf, kf, b, v, signed_floor, allowed):
     """Signed features (trig, slay, flexformer): the normaliser may cross zero; its magnitude is
-    floored at signed_floor with its sign kept."""
-    num, den = _masked_sums(qf, kf, b, v)
+    floored at signed_floor with its sign kept (a row without keys: 0 / floor = 0)."""
+    num, den = _masked_sums(qf, kf, b, v, allowed)
     den = torch.where(den >= 0, den.clamp_min(signed_floor), den.clamp_max(-signed_floor))
     return num / den.unsqueeze(-1)
 
 
-def per_feature_attention(lq, lk, v, block=16):
+def per_feature_attention(lq, lk, v, allowed, block=16):
     """Positive features from their logs with the per-feature stabiliser (docs/kernels.md, "The
-    normaliser at any scale"): R_i the running max of lk_ji over j <= p_t, s_t = max_i (lq_ti + R_i),
-    out_t = sum_{j <= p_t} sum_i exp(lq_ti + lk_ji - s_t) v_j / (the same without v). Every exponent
-    is <= 0 and the normaliser >= 1. Pairs are summed feature by feature, `block` queries at a time."""
-    t, s = lq.shape[2], lk.shape[2]
-    shift = (lq + lk.cummax(2).values[:, :, s - t:]).amax(-1, keepdim=True)
-    allowed = _causal_allowed(t, s, lq.device)
+    normaliser at any scale"): s_t = max over t's allowed keys j and features i of lq_ti + lk_ji,
+    out_t = sum_{j allowed} sum_i exp(lq_ti + lk_ji - s_t) v_j / (the same without v). Every exponent
+    is <= 0 and a row with keys has a normaliser >= 1; a row without keys gives 0. Pairs are summed
+    feature by feature, `block` queries at a time."""
+    t = lq.shape[2]
     outs = []
     for start in range(0, t, block):
         rows = slice(start, min(t, start + block))
-        args = (lq[:, :, rows] - shift[:, :, rows]).unsqueeze(3) + lk.unsqueeze(2)
-        w = args.masked_fill(allowed[rows].logical_not().unsqueeze(-1), float("-inf")).exp().sum(-1)
-        outs.append((w @ v) / w.sum(-1, keepdim=True))
+        args = (lq[:, :, rows].unsqueeze(3) + lk.unsqueeze(2)).masked_fill(
+            allowed[..., rows, :].logical_not().unsqueeze(-1), float("-inf"))
+        w = (args - _row_shift(args.amax((-2, -1), keepdim=True))).exp().sum(-1)
+        outs.append((w @ v) / w.sum(-1, keepdim=True).clamp_min(1.0))  # >= 1 already where a row has keys
     return torch.cat(outs, 2)
 
 
-def positive_attention(lq, lk, v):
+def positive_attention(lq, lk, v, allowed):
     """The scalar stabiliser's masked sums for rows whose normaliser stays above the guard, the
     per-feature form's for the others (as the binary's operator does: per row, so no row's
     choice reads a later key)."""
     qf = (lq - lq.amax(-1, keepdim=True)).exp()  # per-query shift: cancels
     b = lk.amax(-1)                               # per-key log-weight: carried exactly
-    num, den = _masked_sums(qf, (lk - b.unsqueeze(-1)).exp(), b, v)
+    num, den = _masked_sums(qf, (lk - b.unsqueeze(-1)).exp(), b, v, allowed)
     below = den < min_fast_normaliser(lk.shape[2], lk.shape[-1])
     fast = num / den.clamp_min(torch.finfo(den.dtype).tiny).unsqueeze(-1)  # the clamp touches replaced rows only
     if not bool(below.any()):
         return fast
-    return torch.where(below.unsqueeze(-1), per_feature_attention(lq, lk, v), fast)
+    return torch.where(below.unsqueeze(-1), per_feature_attention(lq, lk, v, allowed), fast)
 
 
-def _feature_attention(kernel, query, key, value, scaling):
+def _feature_attention(kernel, query, key, value, scaling, allowed):
     dtype = torch.float64 if query.dtype == torch.float64 else torch.float32
     heads = query.shape[1]
     state = kernel.tensors(dtype, query.device)
@@ -119,69 +126,67 @@ def _feature_attention(kernel, query, key, value, scaling):
     if name in features.POSITIVE:
         lq = features.log_features(name, state, kernel.options, q * root, is_query=True)
         lk = features.log_features(name, state, kernel.options, k * root, is_query=False)
-        return positive_attention(lq, lk, v)
+        return positive_attention(lq, lk, v, allowed)
     scale = root if features.scales_inputs(name) else 1.0
     qf, _ = features.signed_features(name, state, kernel.options, q * scale)
     kf, c = features.signed_features(name, state, kernel.options, k * scale)
     b = c if c is not None else torch.zeros(kf.shape[:3], dtype=dtype, device=kf.device)
-    return causal_linear_attention(qf, kf, b, v, float(spec.option(name, kernel.options, "normaliser_floor")))
+    return causal_linear_attention(qf, kf, b, v, float(spec.option(name, kernel.options, "normaliser_floor")), allowed)
 
 
-def _random(kernel, query, value):
+def _random(kernel, query, value, allowed):
     """Fresh U(0, 1) weights over the allowed keys from the layer's own CPU generator."""
     v = _repeat_kv(value, query.shape[1]).float()
     bsz, heads, s = v.shape[0], v.shape[1], v.shape[2]
     t = query.shape[2]
     u = torch.rand((bsz, heads, t, s), generator=kernel.generator, dtype=torch.float32).to(v.device)
-    u = u.tril(s - t)
-    return (u / u.sum(-1, keepdim=True)) @ v
+    u = u * allowed
+    return (u / u.sum(-1, keepdim=True).clamp_min(torch.finfo(u.dtype).tiny)) @ v
 
 
-def _constant(query, value):
-    """The running mean of v up to each query's position."""
+def _constant(query, value, allowed):
+    """The mean of v over each query's allowed keys (the running mean, on a causal mask)."""
     v = _repeat_kv(value, query.shape[1]).float()
-    t, s = query.shape[2], v.shape[2]
-    counts = torch.arange(s - t + 1, s + 1, dtype=v.dtype, device=v.device).unsqueeze(-1)
-    return v.cumsum(2)[..., s - t:, :] / counts
+    weights = allowed.to(v.dtype)
+    return (weights @ v) / weights.sum(-1, keepdim=True).clamp_min(1.0)
 
 
-def _refuse_padding(attention_mask, t, s):
-    """Feature kernels, like the binary, attend causally over every token: a padded batch would be
-    silently wrong. Padding shows on the mask's diagonal (a pad token may not attend to itself),
-    which causal and sliding-window masks always allow."""
-    if attention_mask is None or t == 0:
-        return
+def _visible(attention_mask, t, s):
+    """(B|1, 1|H, T, S) bool: the keys transformers' mask leaves each query."""
     rows = attention_mask[..., -t:, -s:]
-    allowed = rows if rows.dtype == torch.bool else rows == 0
-    diagonal = torch.diagonal(allowed, offset=s - t, dim1=-2, dim2=-1)
-    if not bool(diagonal.all()):
-        raise ValueError("darkformer_hf: a padded batch (the attention mask hides some tokens from themselves): "
-                         "random-feature attention has no padding mask, as in the darkformer binary; use batch "
-                         "size 1 or rows of equal length (lm-eval: --batch_size 1)")
+    return rows if rows.dtype == torch.bool else rows == 0
+
+
+def _allowed(attention_mask, t, s, device, sliding_window):
+    """Which keys each query of a feature kernel attends: every earlier key, as the binary (sliding
+    windows ignored), less the keys transformers' mask hides for other reasons: padding, and other
+    documents of a packed row. Off a sliding layer the mask says exactly that. On one it also hides
+    keys beyond the window, and a key hidden there for another reason cannot be told apart: so a
+    sliding layer whose mask hides a key inside the window (padding or packing, seen in the prompt's
+    forward) is refused rather than attending across it."""
+    causal = _causal_allowed(t, s, device)
+    if attention_mask is None or t == 0:
+        return causal
+    visible = _visible(attention_mask, t, s)
+    if not sliding_window:
+        return causal & visible
+    if bool((_causal_allowed(t, s, device, sliding_window) & visible.logical_not()).any()):
+        raise ValueError(
+            f"darkformer_hf: a padded or packed batch on a sliding-window layer (window {sliding_window}): "
+            "random-feature attention ignores the window, as the darkformer binary does, and the mask cannot "
+            "tell a padded key beyond it; run rows of equal length (or batch size 1) on this model")
+    return causal
 
 
 _PACKED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "cu_seqlens_q", "cu_seqlens_k")
 
 
-def _refuse_packed(attention_mask, t, s, sliding_window, kwargs):
-    """A packed batch (several documents per row: flash-attention's cu_seq_lens, or a block-diagonal
-    mask) needs every running sum of a feature kernel restarted at each document's start. The
-    binary does that (data.document_masking); this plug-in does not, so it refuses instead of
-    attending across documents. A packed mask hides an earlier token from a later one on a layer
-    without a sliding window (sliding layers hide old tokens by design and are not checked)."""
+def _refuse_cu_seq_lens(kwargs):
+    """flash-attention's packing (documents given by cumulative lengths, no mask) is not read here;
+    a packed row with a block-diagonal mask is (_allowed)."""
     if any(kwargs.get(k) is not None for k in _PACKED_KWARGS):
-        raise ValueError("darkformer_hf: a packed batch (cu_seq_lens): random-feature attention here has no "
-                         "per-document reset; run one document per row, or train and evaluate packed windows "
-                         "with the darkformer binary (data.document_masking: true)")
-    if attention_mask is None or t == 0 or sliding_window:
-        return
-    rows = attention_mask[..., -t:, -s:]
-    allowed = rows if rows.dtype == torch.bool else rows == 0
-    causal = torch.ones(t, s, dtype=torch.bool, device=allowed.device).tril(s - t)
-    if bool((causal & ~allowed).any()):
-        raise ValueError("darkformer_hf: a packed batch (the attention mask hides earlier tokens: documents "
-                         "masked from each other): random-feature attention here has no per-document reset; "
-                         "run one document per row, or use the darkformer binary (data.document_masking: true)")
+        raise ValueError("darkformer_hf: a packed batch given by cu_seq_lens: pass a block-diagonal attention "
+                         "mask instead (each document's keys only), or one document per row")
 
 
 def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0, scaling=None,
@@ -192,12 +197,12 @@ def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0,
     name = kernel.kernel_name
     if name == "exact":
         return _exact(module, query, key, value, attention_mask, scaling, sliding_window, softcap, **kwargs)
-    _refuse_padding(attention_mask, query.shape[2], key.shape[2])
-    _refuse_packed(attention_mask, query.shape[2], key.shape[2], sliding_window, kwargs)
+    _refuse_cu_seq_lens(kwargs)
+    allowed = _allowed(attention_mask, query.shape[2], key.shape[2], query.device, sliding_window)
     if name == "random":
-        out = _random(kernel, query, value)
+        out = _random(kernel, query, value, allowed)
     elif name == "constant":
-        out = _constant(query, value)
+        out = _constant(query, value, allowed)
     else:
-        out = _feature_attention(kernel, query, key, value, scaling)
+        out = _feature_attention(kernel, query, key, value, scaling, allowed)
     return out.to(value.dtype).transpose(1, 2).contiguous(), None
