@@ -3,8 +3,6 @@
 
     python tools/lm_eval_darkformer.py --model hf \\
         --model_args pretrained=DIR,attn_implementation=darkformer,dtype=float32 --tasks ... --batch_size 8
-
-(Generation tasks on Gemma 2 / 3, whose sliding-window layers refuse left-padded prompts: --batch_size 1.)
 """
 
 import os

@@ -8,15 +8,16 @@ The import registers "darkformer" with transformers' AttentionInterface (and its
 """
 
 from transformers import AttentionInterface, AutoModelForCausalLM
-from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
+from transformers.masking_utils import AttentionMaskInterface
 
 from .attention import darkformer_attention
 from .loading import LayerKernel, attach, block_of
+from .masks import darkformer_mask
 from .spec import KernelStateError
 
 NAME = "darkformer"
 AttentionInterface.register(NAME, darkformer_attention)
-AttentionMaskInterface.register(NAME, sdpa_mask)  # exact layers get sdpa's masks
+AttentionMaskInterface.register(NAME, darkformer_mask)  # sdpa's masks, with their keys' padding
 
 __all__ = ["from_pretrained", "attach", "block_of", "KernelStateError", "LayerKernel", "NAME"]
 

@@ -21,6 +21,7 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
 from . import features, spec
 from .loading import kernel_of
+from .masks import key_is_real
 
 
 def _repeat_kv(t, heads):
@@ -161,21 +162,23 @@ def _allowed(attention_mask, t, s, device, sliding_window):
     """Which keys each query of a feature kernel attends: every earlier key, as the binary (sliding
     windows ignored), less the keys transformers' mask hides for other reasons: padding, and other
     documents of a packed row. Off a sliding layer the mask says exactly that. On one it also hides
-    keys beyond the window, and a key hidden there for another reason cannot be told apart: so a
-    sliding layer whose mask hides a key inside the window (padding or packing, seen in the prompt's
-    forward) is refused rather than attending across it."""
+    the keys beyond the window, so padding comes from the 2-D mask the mask was built from
+    (masks.py); another key hidden inside the window (packing) is refused, since the windowed mask
+    cannot show the documents beyond it."""
     causal = _causal_allowed(t, s, device)
     if attention_mask is None or t == 0:
         return causal
     visible = _visible(attention_mask, t, s)
     if not sliding_window:
         return causal & visible
-    if bool((_causal_allowed(t, s, device, sliding_window) & visible.logical_not()).any()):
+    real = key_is_real(attention_mask)
+    allowed = causal if real is None else causal & real[:, -s:].view(real.shape[0], 1, 1, s)
+    if bool((_causal_allowed(t, s, device, sliding_window) & allowed & visible.logical_not()).any()):
         raise ValueError(
-            f"darkformer_hf: a padded or packed batch on a sliding-window layer (window {sliding_window}): "
-            "random-feature attention ignores the window, as the darkformer binary does, and the mask cannot "
-            "tell a padded key beyond it; run rows of equal length (or batch size 1) on this model")
-    return causal
+            f"darkformer_hf: a packed batch (or a 4-D mask hiding keys) on a sliding-window layer (window "
+            f"{sliding_window}): random-feature attention ignores the window, as the darkformer binary does, and "
+            "the windowed mask cannot show the documents beyond it; run one document per row on this model")
+    return allowed
 
 
 _PACKED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "cu_seqlens_q", "cu_seqlens_k")
