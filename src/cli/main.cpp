@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <string>
 
+#include "attention/ops/cuda_op_device.h"
 #include "cli/commands.h"
 #include "distributed/data_parallel.h"
 #include "util/build_version.h"
@@ -60,15 +61,17 @@ int ReportParseError(const CLI::App& app, const CLI::ParseError& e) {
   return Report(std::string("command line: ") + e.what() + " (see --help)");
 }
 
-// --version: the source's version, LibTorch's, and whether this build has the CUDA operator.
+// --version: the source's version, LibTorch's, and whether this build has the CUDA operator, for
+// which GPUs.
 std::string VersionText() {
+  std::string op = "; no CUDA operator: built without nvcc)";
+  if (const auto architectures = darkformer::CudaOpArchitectures(); !architectures.empty()) {
+    op = "; the CUDA operator compiled in for sm_" + std::to_string(architectures.front());
+    for (size_t i = 1; i < architectures.size(); ++i) op += ", sm_" + std::to_string(architectures[i]);
+    op += " and later GPUs)";
+  }
   return std::string("darkformer ") + darkformer::BuildVersion() + " (LibTorch " + std::to_string(TORCH_VERSION_MAJOR) +
-         "." + std::to_string(TORCH_VERSION_MINOR) + "." + std::to_string(TORCH_VERSION_PATCH) +
-#ifdef DARKFORMER_CUDA_OP
-         "; the CUDA operator compiled in)";
-#else
-         "; no CUDA operator: built without nvcc)";
-#endif
+         "." + std::to_string(TORCH_VERSION_MINOR) + "." + std::to_string(TORCH_VERSION_PATCH) + op;
 }
 
 }  // namespace

@@ -6,6 +6,8 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/ops/cuda_op.h"
+#include "attention/ops/cuda_op_device.h"
+#include "distributed/launch_environment.h"
 #include "train/size_terms.h"
 #include "util/config_file_lines.h"
 
@@ -23,8 +25,8 @@ YAML::Node MergeYaml(const YAML::Node& base, const YAML::Node& overlay) {
   return merged;
 }
 
-// op: cuda runs on a CUDA device only, in a build with its kernels: a run elsewhere is refused at
-// load, naming the key.
+// op: cuda runs on a CUDA device only, in a build with kernels for its architecture: a run elsewhere
+// is refused at load, naming the key.
 static void CheckCudaOp(const RunConfig& c, const std::vector<std::string>& kernels, const ConfigReader& attention) {
   const bool on_cuda =
       c.train.device == TrainDevice::kCuda || (c.train.device == TrainDevice::kAuto && torch::cuda::is_available());
@@ -36,6 +38,9 @@ static void CheckCudaOp(const RunConfig& c, const std::vector<std::string>& kern
                                      << (c.train.device == TrainDevice::kCpu ? "cpu" : "auto, and no GPU is visible")
                                      << "); use op: auto");
     DF_CHECK(CudaOpBuilt(), "config key '" << key << "': op: cuda: this build has no CUDA kernels (CMake found no nvcc); use op: auto");
+    const auto launch = LaunchEnvironment::FromProcessEnvironment();  // the run computes on cuda:LOCAL_RANK
+    const auto problem = CudaOpDeviceProblem(launch ? launch->local_rank : 0);
+    DF_CHECK(problem.empty(), "config key '" << key << "': op: cuda: " << problem);
   }
 }
 

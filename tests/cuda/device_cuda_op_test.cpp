@@ -12,6 +12,7 @@
 
 #include "attention/kernel_registry.h"
 #include "attention/ops/cuda_op.h"
+#include "attention/ops/cuda_op_device.h"
 #include "cuda/cuda_op_cases.h"
 #include "cuda/test_device.h"
 #include "cuda_op_emulated.h"
@@ -27,6 +28,14 @@ using namespace cuda_op_cases;  // NOLINT: the cases these tests share
 // exponentials from it: FactoredQueries), and 2 slices of features over 5 chunks; each block's scratch
 // in its shared memory (racecheck reads its hazards there), then in global memory; then the rows
 // in segments of 2 chunks (the states carried between them).
+// The GPU the tests run on is one this build's kernels run on: the check every op: cuda call makes
+// (ops/cuda_op_device.h), which refuses, naming both, a GPU they have no code for.
+TEST(DeviceCudaOpTest, TheTestGpuRunsTheBuildsKernels) {
+  const auto device = testing::TestDevice();
+  if (!device.is_cuda()) GTEST_SKIP() << "no GPU here: the check asks a device";
+  EXPECT_EQ(CudaOpDeviceProblem(device.has_index() ? device.index() : 0), "");
+}
+
 TEST(DeviceCudaOpTest, SmallCaseForTheSanitizers) {
   ExpectMatches("performer", "ordinary", 0);
   const auto ids = TwoDocuments();

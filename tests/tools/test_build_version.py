@@ -5,7 +5,9 @@
    a build recompiles nothing).
 2. The binary: `--version` prints it with LibTorch's version and exits 0; a training run logs it
    and writes it into its checkpoint (attribute `darkformer_version`), and `to-hf` carries it into
-   config.json."""
+   config.json.
+3. The GPUs `--version` says the CUDA operator was compiled for are those nvcc was given for its
+   kernels (the build's compile_commands.json), each as its own code and PTX."""
 
 import glob
 import json
@@ -90,6 +92,23 @@ def binary_cases(work):
     check(exported == version, "to-hf's config.json says darkformer_version %r" % exported)
 
 
+def architecture_cases():
+    """--version's "compiled in for sm_80, sm_90 and later GPUs" against cuda_scan.cu's nvcc command."""
+    line = testkit.run(["--version"]).stdout
+    found = re.search(r"the CUDA operator compiled in for (sm_\d+(?:, sm_\d+)*) and later GPUs", line)
+    commands = os.path.join(os.path.dirname(testkit.BINARY), "compile_commands.json")
+    if found is None:
+        check("no CUDA operator" in line, "--version says whether and for which GPUs the operator is built: %r" % line)
+        return
+    said = [int(a[3:]) for a in found.group(1).split(", ")]
+    with open(commands) as f:
+        scan = [e["command"] for e in json.load(f) if e["file"].endswith("cuda_scan.cu")]
+    check(len(scan) == 1, "compile_commands.json has cuda_scan.cu's nvcc command")
+    if scan:
+        given = sorted({int(a) for a in re.findall(r"code=\[compute_(\d+),sm_\1\]", scan[0])})
+        check(given == sorted(said), "--version's GPUs %s are the kernels' (own code and PTX: %s)" % (said, given))
+
+
 def main():
     if shutil.which("git") is None or shutil.which("cmake") is None:
         print("FAIL git and cmake are needed (the build runs both)")
@@ -97,6 +116,7 @@ def main():
     with tempfile.TemporaryDirectory(prefix="build-version-") as work:
         script_cases(work)
         binary_cases(work)
+        architecture_cases()
     return testkit.report(failures)
 
 

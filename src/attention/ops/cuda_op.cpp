@@ -5,6 +5,7 @@
 #include <atomic>
 
 #include "attention/ops/chunk_common.h"
+#include "attention/ops/cuda_op_device.h"
 #include "attention/ops/cuda_op_launch.h"
 #include "attention/ops/cuda_scan.h"
 #include "attention/ops/dtype_probe.h"
@@ -77,6 +78,10 @@ void CheckWhere(const torch::Tensor& x) {
            "op: cuda runs on a CUDA device; got inputs on " << x.device() << " (op: auto picks this device's form)");
   DF_CHECK(x.is_cpu() || cuda_scan::DeviceKernelsBuilt(),
            "op: cuda: this build has no CUDA kernels (CMake found no nvcc); use op: auto");
+  if (x.is_cuda()) {
+    const auto problem = CudaOpDeviceProblem(x.get_device());
+    DF_CHECK(problem.empty(), "op: cuda: " << problem);
+  }
   DF_CHECK(x.scalar_type() != torch::kFloat64, "op: cuda computes in fp32; got fp64 inputs (op: auto takes them)");
 }
 
