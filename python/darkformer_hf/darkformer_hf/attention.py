@@ -112,9 +112,14 @@ def positive_attention(lq, lk, v, allowed):
     num, den = _masked_sums(qf, (lk - b.unsqueeze(-1)).exp(), b, v, allowed)
     below = den < min_fast_normaliser(lk.shape[2], lk.shape[-1])
     fast = num / den.clamp_min(torch.finfo(den.dtype).tiny).unsqueeze(-1)  # the clamp touches replaced rows only
-    if not bool(below.any()):
+    # The per-feature form costs m times the scalar one: it runs for the query positions where some
+    # row fell below the guard, not the whole call.
+    rows = below.flatten(0, -2).any(0).nonzero().squeeze(1)
+    if rows.numel() == 0:
         return fast
-    return torch.where(below.unsqueeze(-1), per_feature_attention(lq, lk, v, allowed), fast)
+    exact = per_feature_attention(lq.index_select(2, rows), lk, v, allowed.index_select(-2, rows))
+    taken = torch.where(below.index_select(2, rows).unsqueeze(-1), exact, fast.index_select(2, rows))
+    return fast.index_copy(2, rows, taken)
 
 
 def _feature_attention(kernel, query, key, value, scaling, allowed):
