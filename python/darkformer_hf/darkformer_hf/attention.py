@@ -163,13 +163,26 @@ def _visible(attention_mask, t, s):
     return rows if rows.dtype == torch.bool else rows == 0
 
 
-def _allowed(attention_mask, t, s, device, sliding_window):
+def _same_document(position_ids, t, s):
+    """(B, 1, T, S) bool: query and key in the same document of a packed row, the documents starting
+    where position_ids do not go up by one (transformers' find_packed_sequence_indices); None where
+    the positions do not cover every key (a decoding step: no packing there)."""
+    if position_ids is None or position_ids.shape[-1] != s or t != s:
+        return None
+    starts = torch.ones_like(position_ids, dtype=torch.bool)
+    starts[:, 1:] = position_ids[:, 1:] != position_ids[:, :-1] + 1
+    document = starts.cumsum(-1)
+    return (document.unsqueeze(-1) == document.unsqueeze(-2)).unsqueeze(1)
+
+
+def _allowed(attention_mask, t, s, device, sliding_window, position_ids=None):
     """Which keys each query of a feature kernel attends: every earlier key, as the binary (sliding
     windows ignored), less the keys transformers' mask hides for other reasons: padding, and other
     documents of a packed row. Off a sliding layer the mask says exactly that. On one it also hides
     the keys beyond the window, so padding comes from the 2-D mask the mask was built from
-    (masks.py); another key hidden inside the window (packing) is refused, since the windowed mask
-    cannot show the documents beyond it."""
+    (masks.py) and documents from the position_ids, as transformers finds them; a key the mask
+    hides inside the window for any other reason is refused, since the windowed mask cannot show
+    what lies beyond it."""
     causal = _causal_allowed(t, s, device)
     if attention_mask is None or t == 0:
         return causal
@@ -178,12 +191,19 @@ def _allowed(attention_mask, t, s, device, sliding_window):
         return causal & visible
     real = key_is_real(attention_mask)
     allowed = causal if real is None else causal & real[:, -s:].view(real.shape[0], 1, 1, s)
-    if bool((_causal_allowed(t, s, device, sliding_window) & allowed & visible.logical_not()).any()):
+    inside = _causal_allowed(t, s, device, sliding_window) & allowed
+    if not bool((inside & visible.logical_not()).any()):
+        return allowed
+    # Every document boundary shows inside the window (a document's first query hides the key
+    # before it): the documents the positions give must be the ones the mask shows there.
+    same = _same_document(position_ids, t, s)
+    if same is None or bool((inside & (visible != same)).any()):
         raise ValueError(
-            f"darkformer_hf: a packed batch (or a 4-D mask hiding keys) on a sliding-window layer (window "
-            f"{sliding_window}): random-feature attention ignores the window, as the darkformer binary does, and "
-            "the windowed mask cannot show the documents beyond it; run one document per row on this model")
-    return allowed
+            f"darkformer_hf: a sliding-window layer (window {sliding_window}) whose mask hides keys that are neither "
+            "padding nor another document by the position_ids: random-feature attention ignores the window, as the "
+            "darkformer binary does, and the windowed mask cannot show what lies beyond it; pass position_ids that "
+            "restart at each document, or one document per row")
+    return allowed & same
 
 
 _PACKED_KWARGS = ("cu_seq_lens_q", "cu_seq_lens_k", "cu_seqlens_q", "cu_seqlens_k")
@@ -206,7 +226,8 @@ def darkformer_attention(module, query, key, value, attention_mask, dropout=0.0,
     if name == "exact":
         return _exact(module, query, key, value, attention_mask, scaling, sliding_window, softcap, **kwargs)
     _refuse_cu_seq_lens(kwargs)
-    allowed = _allowed(attention_mask, query.shape[2], key.shape[2], query.device, sliding_window)
+    allowed = _allowed(attention_mask, query.shape[2], key.shape[2], query.device, sliding_window,
+                       kwargs.get("position_ids"))
     if name == "random":
         out = _random(kernel, query, value, allowed)
     elif name == "constant":
