@@ -4,7 +4,8 @@ plug-in (`import darkformer_hf`, attn_implementation="darkformer") for a DARKFor
 for an exact one. Each choice's log-likelihood that lm-eval reports equals the one computed here
 directly with transformers (same model, same attention), its accuracy is their argmax's, and for
 DARKFormer those log-likelihoods are not softmax attention's. For DARKFormer, --batch_size 4 gives
---batch_size 1's log-likelihoods and, on a generate_until task (left-padded prompts), its generations."""
+the same log-likelihoods and, on a generate_until task (left-padded prompts), --batch_size 1's
+generations."""
 
 import json
 import os
@@ -84,7 +85,7 @@ def evaluate(model_dir, attention, task_dir, docs, kernel):
     tasks = TaskManager(include_path=task_dir, include_defaults=False)
     res = lm_eval.simple_evaluate(model="hf", model_args="pretrained=%s,dtype=float32,attn_implementation=%s" % (
         model_dir, attention), tasks=["tiny_mc"], task_manager=tasks, device="cpu", batch_size=1, log_samples=True)
-    samples = res["samples"]["tiny_mc"]
+    samples = sorted(res["samples"]["tiny_mc"], key=lambda s: s["doc_id"])
     check(len(samples) == docs, "%s: lm-eval scored %d of %d documents" % (kernel, len(samples), docs))
     requests = [arg for s in samples for arg in s["arguments"]]
     reported = [r[0] for s in samples for r in s["filtered_resps"]]
@@ -148,15 +149,15 @@ def responses(model_dir, task_dir, task, batch_size, dtype):
     return [r for s in sorted(res["samples"][task], key=lambda s: s["doc_id"]) for r in s["resps"]]
 
 
-def check_batches(model_dir, task_dir):
-    """--batch_size 4 gives what --batch_size 1 gives: log-likelihoods (lm-eval right-pads those rows
-    without a mask: causal attention never reads the pads) within the 1e-4 asked above, and
-    generations (left-padded, with the mask: feature kernels leave the pads out) token for token, in
-    fp64 so that no near-tie of the greedy choice can flip."""
-    one, four = (responses(model_dir, task_dir, "tiny_mc", b, "float32") for b in (1, 4))
-    worst = max(abs(a[0][0] - b[0][0]) for a, b in zip(one, four))
-    check(len(one) == len(four) and worst <= 1e-4,
-          "darkformer: --batch_size 4 log-likelihoods = --batch_size 1 (worst %.2e)" % worst)
+def check_batches(model_dir, task_dir, direct):
+    """--batch_size 4: the log-likelihoods computed directly, one request at a time (lm-eval right-pads
+    its rows without a mask: causal attention never reads the pads), within the 1e-4 asked above; and
+    --batch_size 1's generations (left-padded, with the mask: feature kernels leave the pads out)
+    token for token, in fp64 so that no near-tie of the greedy choice can flip."""
+    four = [r[0][0] for r in responses(model_dir, task_dir, "tiny_mc", 4, "float32")]
+    worst = max(abs(a - b) for a, b in zip(four, direct))
+    check(len(four) == len(direct) and worst <= 1e-4,
+          "darkformer: --batch_size 4 log-likelihoods = transformers' one by one (worst %.2e)" % worst)
     one, four = (responses(model_dir, task_dir, "tiny_gen", b, "float64") for b in (1, 4))
     print("[lm-eval] generate_until, batch 1: %s" % [r[0] for r in one[:4]])
     check(one == four, "darkformer: --batch_size 4 generations = --batch_size 1")
@@ -176,7 +177,7 @@ def main():
         requests, ours, acc = evaluate(dark_dir, "darkformer", task_dir, docs, "darkformer")
         cli_acc = command_line_acc(dark_dir, task_dir, work)
         check(cli_acc == acc, "command line acc %s, in-process %s" % (cli_acc, acc))
-        check_batches(dark_dir, task_dir)
+        check_batches(dark_dir, task_dir, ours)
         softmax = direct_loglikelihoods(dark_dir, "sdpa", requests)  # the same weights, softmax attention
         diff = max(abs(a - b) for a, b in zip(ours, softmax))
         print("[lm-eval] darkformer vs the same weights under softmax attention: max |diff| %.3g" % diff)
