@@ -46,10 +46,8 @@ def _exact(module, query, key, value, attention_mask, scaling, sliding_window, s
     logits = torch.tanh(logits / softcap) * softcap
     if attention_mask is None:
         allowed = _causal_allowed(t, s, query.device, sliding_window)
-    elif attention_mask.dtype == torch.bool:
-        allowed = attention_mask[..., -s:]
     else:
-        allowed = attention_mask[..., -s:] == 0
+        allowed = _visible(attention_mask, t, s)
     logits = logits.masked_fill(allowed.logical_not(), float("-inf"))
     out = torch.softmax(logits, -1).to(v.dtype) @ v
     return out.transpose(1, 2).contiguous(), None
